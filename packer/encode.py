@@ -1,0 +1,160 @@
+"""Turn a SourceItem into a Record: pass-through, resize + re-encode, or raw pixels.
+
+Runs in the worker processes. Every failure becomes a Reject with a reason a person
+understands, so the writer decides (skip or fail) and nothing vanishes silently.
+"""
+
+from __future__ import annotations
+
+import io
+import zlib
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import xxhash
+from PIL import Image, UnidentifiedImageError
+
+from packer.imaging import Fit, check_decodes, fit_image, load_rgb, open_image, resize_shorter
+from packer.record import Record, Reject, SourceItem
+
+Check = Literal["decode", "header", "none"]
+Codec = Literal["jpeg", "png", "webp"]
+CODEC_EXT = {"jpeg": "jpg", "png": "png", "webp": "webp"}
+FORMAT_EXT = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp", "GIF": "gif", "BMP": "bmp",
+              "TIFF": "tif", "PPM": "ppm"}
+PIXELS_EXT = "rgb"
+
+
+@dataclass(frozen=True)
+class EncodeOptions:
+    """How inputs are checked and transformed; validated when built.
+
+    Defaults store the original bytes bit for bit. `pixels=True` (the npy format)
+    stores raw RGB at `size`.
+    """
+
+    check: Check = "decode"
+    resize: int | None = None
+    size: tuple[int, int] | None = None
+    fit: Fit = "crop"
+    codec: Codec | None = None
+    quality: int = 90
+    upscale: bool = False
+    pixels: bool = False
+
+    def __post_init__(self) -> None:
+        if self.check not in ("decode", "header", "none"):
+            raise ValueError(f"check must be decode, header or none, not {self.check!r}")
+        if self.fit not in ("stretch", "crop", "pad"):
+            raise ValueError(f"fit must be stretch, crop or pad, not {self.fit!r}")
+        if self.codec is not None and self.codec not in CODEC_EXT:
+            raise ValueError(f"encode must be jpeg, png or webp, not {self.codec!r}")
+        if not 1 <= self.quality <= 100:
+            raise ValueError(f"quality must be 1..100, not {self.quality}")
+        if self.resize is not None and self.resize < 1:
+            raise ValueError(f"resize must be a positive number of pixels, not {self.resize}")
+        if self.resize is not None and self.size is not None:
+            raise ValueError("give either resize (shorter side) or size (HxW), not both")
+        if self.size is not None and min(self.size) < 1:
+            raise ValueError(f"size must be positive HxW, not {self.size}")
+        if self.pixels and self.size is None:
+            raise ValueError("raw pixels need a fixed size (HxW)")
+
+    @property
+    def transforms(self) -> bool:
+        """Whether images are decoded and re-encoded rather than passed through."""
+        return self.resize is not None or self.size is not None or self.codec is not None
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["size"] = list(self.size) if self.size else None
+        data["mode"] = "pixels" if self.pixels else "reencode" if self.transforms else "passthrough"
+        return data
+
+
+def digest_of(data: bytes) -> bytes:
+    """The per-sample content hash stored in the index (xxh3-128: ~10 GB/s)."""
+    return xxhash.xxh3_128_digest(data)
+
+
+def encode_item(item: SourceItem, options: EncodeOptions) -> Record | Reject:
+    """Read, check and encode one input; any problem becomes a Reject."""
+    try:
+        data = read_input(item.path)
+        if not data:
+            return Reject(item.position, item.path, "zero bytes: the file is empty")
+        stored, ext = _encode_bytes(data, item.path, options)
+    except _RejectReason as reason:
+        return Reject(item.position, item.path, str(reason))
+    except Exception as exc:  # a damaged file can make any decoder raise anything
+        return Reject(item.position, item.path, describe_failure(exc))
+    return Record(item.position, item.key, item.label, stored, ext, digest_of(stored))
+
+
+def encode_batch(items: list[SourceItem], options: EncodeOptions) -> list[Record | Reject]:
+    """Worker entry point: one task covers several items to amortize inter-process cost."""
+    return [encode_item(item, options) for item in items]
+
+
+class _RejectReason(Exception):
+    """Internal: an input problem already worded for rejects.jsonl."""
+
+
+def read_input(path: str) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError as exc:
+        raise _RejectReason("missing file: it does not exist") from exc
+    except IsADirectoryError as exc:
+        raise _RejectReason("unreadable: it is a folder") from exc
+    except OSError as exc:
+        raise _RejectReason(f"unreadable: {exc.strerror or exc}") from exc
+
+
+def describe_failure(exc: BaseException) -> str:
+    """A reason for rejects.jsonl from whatever the decoder raised."""
+    if isinstance(exc, UnidentifiedImageError):
+        return "not an image: no decoder recognizes the bytes"
+    if isinstance(exc, (Image.DecompressionBombError, Image.DecompressionBombWarning)):
+        return f"decompression bomb: {exc}"
+    text = str(exc) or type(exc).__name__
+    if "truncated" in text.lower():
+        return f"truncated: {text}"
+    if isinstance(exc, (zlib.error, SyntaxError, OSError, ValueError, EOFError)):
+        return f"corrupt: {text}"
+    return f"corrupt: {type(exc).__name__}: {text}"
+
+
+def _encode_bytes(data: bytes, path: str, options: EncodeOptions) -> tuple[bytes, str]:
+    if options.pixels:
+        assert options.size is not None  # guaranteed by EncodeOptions validation
+        image = fit_image(load_rgb(data, size=options.size, fit=options.fit),
+                          options.size, options.fit)
+        return image.tobytes(), PIXELS_EXT
+    if options.transforms:
+        return _reencode(data, options)
+    return data, _checked_ext(data, path, options.check)
+
+
+def _checked_ext(data: bytes, path: str, check: Check) -> str:
+    """Pass-through: check as asked; name the extension after the real format when known."""
+    if check == "none":
+        suffix = path.rsplit(".", 1)[-1].lower() if "." in path else "bin"
+        return "jpg" if suffix == "jpeg" else suffix
+    image = check_decodes(data) if check == "decode" else open_image(data)
+    return FORMAT_EXT.get(image.format or "", (image.format or "bin").lower())
+
+
+def _reencode(data: bytes, options: EncodeOptions) -> tuple[bytes, str]:
+    image = load_rgb(data, size=options.size, fit=options.fit, shorter=options.resize,
+                     upscale=options.upscale)
+    if options.size is not None:
+        image = fit_image(image, options.size, options.fit)
+    elif options.resize is not None:
+        image = resize_shorter(image, options.resize, options.upscale)
+    codec = options.codec or "jpeg"
+    out = io.BytesIO()
+    save_args: dict[str, Any] = {"quality": options.quality} if codec != "png" else {}
+    image.save(out, format=codec.upper(), **save_args)
+    return out.getvalue(), CODEC_EXT[codec]

@@ -1,0 +1,34 @@
+"""Errors the toolkit raises on bad input or damaged data.
+
+Each one also inherits the builtin that fits, so callers that catch `ValueError` or
+`FileNotFoundError` keep working. The message is one line that says what, where,
+and how to fix it; the CLI prints it as it is.
+"""
+
+
+class PackError(Exception):
+    """Base class: a user-facing problem with a one-line message."""
+
+
+class SourceError(PackError, ValueError):
+    """The source folder or manifest cannot be used."""
+
+
+class BadInputError(PackError, ValueError):
+    """An input image was rejected while `--on-error fail` was in force."""
+
+
+class IncompleteDatasetError(PackError, FileNotFoundError):
+    """A dataset folder has no index.json: its conversion did not finish."""
+
+
+class DatasetExistsError(PackError, FileExistsError):
+    """The destination already holds a complete dataset."""
+
+
+class CorruptDatasetError(PackError, ValueError):
+    """A packed dataset does not match its index (damaged file, record or index)."""
+
+
+class MissingDependencyError(PackError, ImportError):
+    """An optional library needed for this format or option is not installed."""

@@ -1,0 +1,156 @@
+"""LMDB: one environment `data.lmdb/`, one key per sample, readable by py-lmdb.
+
+    data.lmdb/data.mdb
+      key   = the sample key, UTF-8 (sorted, so a cursor walks samples in index order)
+      value = [8 B label, int64 little-endian][8 B extension, ASCII, NUL-padded][image bytes]
+
+Writes are batched in large transactions; when the map fills, the map size doubles
+and the transaction is replayed, so there is no user-visible `map_size`. The folder
+is written as `data.lmdb.partial/` and renamed when complete. LMDB is one file, so
+resume redoes it from the start.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import lmdb
+
+from packer.atomic import commit, fsync_dir, partial_path
+from packer.errors import BadInputError, CorruptDatasetError
+from packer.formats.base import Location, WriterPlan, checked
+from packer.index import Index, SampleTable, ShardInfo
+from packer.record import Record
+from packer.verify_hash import sha256_file
+
+NAME = "lmdb"
+FOLDER = "data.lmdb"
+FILES = (FOLDER,)
+HEADER = struct.Struct("<q8s")
+TXN_BYTES = 64 << 20
+INITIAL_MAP = 1 << 30
+MAX_KEY_BYTES = 511
+
+
+def pack_value(label: int, ext: str, data: bytes) -> bytes:
+    return HEADER.pack(label, ext.encode("ascii")) + data
+
+
+def unpack_value(value: bytes) -> tuple[int, str, bytes]:
+    label, ext = HEADER.unpack_from(value)
+    return int(label), ext.rstrip(b"\0").decode("ascii"), value[HEADER.size :]
+
+
+class LmdbWriter:
+    """Buffers records and writes them in large append-only transactions."""
+
+    resumable = False
+
+    def __init__(self, plan: WriterPlan) -> None:
+        self.folder = plan.folder / FOLDER
+        self.tmp = partial_path(self.folder)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.env: Any = lmdb.open(str(self.tmp), map_size=INITIAL_MAP, subdir=True,
+                                  readahead=False, meminit=True, max_dbs=0, sync=False)
+        self._batch: list[tuple[bytes, bytes]] = []
+        self._batch_bytes = 0
+        self._count = 0
+
+    def part_full(self, next_size: int) -> bool:
+        return False
+
+    def add(self, record: Record) -> Location:
+        key = record.key.encode("utf-8")
+        if len(key) > MAX_KEY_BYTES:
+            raise BadInputError(
+                f"key {record.key[:60]!r}... is {len(key)} bytes; LMDB keys are at most "
+                f"{MAX_KEY_BYTES}: shorten the file path or use another format"
+            )
+        value = pack_value(record.label, record.ext, record.data)
+        self._batch.append((key, value))
+        self._batch_bytes += len(value)
+        self._count += 1
+        if self._batch_bytes >= TXN_BYTES:
+            self._flush()
+        return Location(-1, len(record.data))
+
+    def _flush(self) -> None:
+        while self._batch:
+            try:
+                with self.env.begin(write=True) as txn:
+                    cursor = txn.cursor()
+                    consumed, added = cursor.putmulti(self._batch, append=True)
+                    if added != len(self._batch):
+                        raise CorruptDatasetError(f"{self.tmp}: duplicate key in the batch")
+                self._batch.clear()
+                self._batch_bytes = 0
+            except lmdb.MapFullError:
+                self.env.set_mapsize(self.env.info()["map_size"] * 2)
+
+    def end_part(self) -> None:
+        self._flush()
+
+    def finish(self, table: SampleTable) -> tuple[ShardInfo, ...]:
+        self._flush()
+        self.env.sync(True)
+        self.env.close()
+        lock = self.tmp / "lock.mdb"
+        if lock.exists():
+            lock.unlink()
+        shutil.rmtree(self.folder, ignore_errors=True)
+        commit(self.tmp, self.folder)
+        fsync_dir(self.folder)
+        data = self.folder / "data.mdb"
+        digest = sha256_file(data)
+        return (ShardInfo(f"{FOLDER}/data.mdb", self._count, data.stat().st_size, digest),)
+
+    def abort(self) -> None:
+        self.env.close()
+
+
+def open_writer(plan: WriterPlan) -> LmdbWriter:
+    return LmdbWriter(plan)
+
+
+class LmdbReader:
+    """Read-only, lock-free, no readahead: right for random access from many workers."""
+
+    def __init__(self, folder: Path, index: Index, table: SampleTable) -> None:
+        self.path = folder / FOLDER
+        self.table = table
+        if not (self.path / "data.mdb").is_file():
+            raise CorruptDatasetError(f"{self.path / 'data.mdb'}: missing; reconvert")
+        self.env: Any = lmdb.open(str(self.path), readonly=True, lock=False, readahead=False,
+                                  subdir=True, max_readers=512)
+        self.pid = os.getpid()
+
+    def _get(self, txn: Any, i: int) -> bytes:
+        value = txn.get(self.table.key(i).encode("utf-8"))
+        if value is None:
+            raise CorruptDatasetError(
+                f"{self.path}: sample {i} ({self.table.key(i)!r}) is missing; reconvert"
+            )
+        return checked(self.table, i, unpack_value(value)[2], self.path / "data.mdb")
+
+    def read(self, i: int) -> bytes:
+        with self.env.begin(buffers=False) as txn:
+            return self._get(txn, i)
+
+    def read_many(self, indices: Sequence[int]) -> list[bytes]:
+        with self.env.begin(buffers=False) as txn:
+            return [self._get(txn, i) for i in indices]
+
+    def read_range(self, start: int, stop: int) -> Iterator[bytes]:
+        yield from self.read_many(range(start, stop))
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def open_reader(folder: Path, index: Index, table: SampleTable) -> LmdbReader:
+    return LmdbReader(folder, index, table)

@@ -1,0 +1,138 @@
+"""NPY: decoded, resized pixels that `np.load(path, mmap_mode="r")` opens; no decode at train time.
+
+    images.npy   [128 B npy v1.0 header: |u1, shape (N, H, W, 3)][N * H * W * 3 bytes, C order]
+    labels.npy   int64 (N,)
+
+Records (raw RGB, all the same size) are appended after a reserved 128-byte header;
+the header is written when the count is final, so rejected inputs leave no holes.
+A part ends every PART_SAMPLES samples with an fsync: resume truncates the file to the
+last durable part and continues, giving the same bytes as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import os
+from array import array
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+from packer.atomic import atomic_writer, commit, fsync_file, partial_path
+from packer.errors import CorruptDatasetError
+from packer.formats.base import Location, WriterPlan, checked
+from packer.index import Index, SampleTable, ShardInfo
+from packer.record import Record
+from packer.verify_hash import sha256_file
+
+NAME = "npy"
+IMAGES = "images.npy"
+LABELS = "labels.npy"
+FILES = (IMAGES, LABELS)
+HEADER_BYTES = 128
+PART_SAMPLES = 2048
+
+
+def npy_header(shape: tuple[int, ...]) -> bytes:
+    """A version 1.0 header for a C-ordered uint8 array, padded to HEADER_BYTES."""
+    text = "{'descr': '|u1', 'fortran_order': False, 'shape': %r, }" % (shape,)
+    body = text.ljust(HEADER_BYTES - 10 - 1) + "\n"
+    header = b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body.encode("latin1")
+    if len(header) != HEADER_BYTES:
+        raise ValueError(f"shape {shape} does not fit a {HEADER_BYTES}-byte npy header")
+    return header
+
+
+class NpyWriter:
+    """Appends fixed-size pixel records; resumable every PART_SAMPLES samples."""
+
+    resumable = True
+
+    def __init__(self, plan: WriterPlan) -> None:
+        if plan.encode.size is None:
+            raise ValueError("npy needs a fixed image size")
+        self.height, self.width = plan.encode.size
+        self.sample_bytes = self.height * self.width * 3
+        self.folder = plan.folder
+        self.tmp = partial_path(plan.folder / IMAGES)
+        self.count = plan.done_samples
+        self.labels = array("q")
+        self._in_part = 0
+        self._handle = self._open(plan.done_samples)
+
+    def _open(self, done: int) -> BinaryIO:
+        mode = "r+b" if done and self.tmp.exists() else "wb"
+        handle = open(self.tmp, mode)
+        handle.truncate(HEADER_BYTES + done * self.sample_bytes)
+        handle.seek(HEADER_BYTES + done * self.sample_bytes)
+        return handle
+
+    def part_full(self, next_size: int) -> bool:
+        return self._in_part >= PART_SAMPLES
+
+    def add(self, record: Record) -> Location:
+        if len(record.data) != self.sample_bytes:
+            raise ValueError(f"{record.key}: {len(record.data)} pixel bytes, expected "
+                             f"{self.sample_bytes}")
+        self._handle.write(record.data)
+        self.count += 1
+        self._in_part += 1
+        return Location(HEADER_BYTES + (self.count - 1) * self.sample_bytes, self.sample_bytes)
+
+    def end_part(self) -> None:
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+        self._in_part = 0
+
+    def finish(self, table: SampleTable) -> tuple[ShardInfo, ...]:
+        with atomic_writer(self.folder / LABELS) as handle:
+            np.save(handle, np.ascontiguousarray(table.labels, dtype=np.int64))
+        self._handle.seek(0)
+        self._handle.write(npy_header((self.count, self.height, self.width, 3)))
+        self._handle.close()
+        fsync_file(self.tmp)
+        path = self.folder / IMAGES
+        commit(self.tmp, path)
+        return (ShardInfo(IMAGES, self.count, path.stat().st_size, sha256_file(path)),)
+
+    def abort(self) -> None:
+        self._handle.close()
+
+
+def open_writer(plan: WriterPlan) -> NpyWriter:
+    return NpyWriter(plan)
+
+
+class NpyReader:
+    """Reads pixel rows from a read-only memmap (pages shared by every worker)."""
+
+    def __init__(self, folder: Path, index: Index, table: SampleTable) -> None:
+        self.path = folder / IMAGES
+        self.table = table
+        try:
+            self.images = np.load(self.path, mmap_mode="r")
+        except (OSError, ValueError) as exc:
+            raise CorruptDatasetError(f"{self.path}: cannot open ({exc}); reconvert") from exc
+        if len(self.images) != index.num_samples:
+            raise CorruptDatasetError(
+                f"{self.path}: {len(self.images)} images, index says {index.num_samples}; "
+                "reconvert"
+            )
+
+    def read(self, i: int) -> bytes:
+        return checked(self.table, i, self.images[i].tobytes(), self.path)
+
+    def read_many(self, indices: Sequence[int]) -> list[bytes]:
+        return [self.read(i) for i in indices]
+
+    def read_range(self, start: int, stop: int) -> Iterator[bytes]:
+        for i in range(start, stop):
+            yield self.read(i)
+
+    def close(self) -> None:
+        self.images = None  # type: ignore[assignment]
+
+
+def open_reader(folder: Path, index: Index, table: SampleTable) -> NpyReader:
+    return NpyReader(folder, index, table)

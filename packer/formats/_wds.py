@@ -1,0 +1,201 @@
+"""WebDataset: POSIX tar shards that stock `webdataset` reads.
+
+    shard-00000.tar
+      [512 B header (+ pax header for long / non-ASCII names)] <key>.<ext>  image bytes, padded to 512
+      [512 B header] <key>.cls   label as decimal text, padded to 512
+      ... next sample ...
+      [1024 B of zeros]   end of archive
+
+Member metadata is fixed (mtime 0, uid/gid 0, mode 0644), so the same input gives
+byte-identical shards. Webdataset splits a member name at the first dot of its base
+name, so keys are percent-encoded (`%` -> `%25`, `.` -> `%2E`): stock webdataset yields
+the encoded key as `__key__`, and `urllib.parse.unquote` gives the original back.
+The per-sample table records the byte offset of each image inside its shard, so the
+map-style reader seeks straight to it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tarfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import BinaryIO
+
+from packer.atomic import commit, partial_path
+from packer.errors import CorruptDatasetError
+from packer.formats.base import Location, WriterPlan, checked
+from packer.index import Index, SampleTable, ShardInfo
+from packer.record import Record
+
+NAME = "wds"
+FILES = ("shard-*.tar",)
+BLOCK = 512
+END_OF_ARCHIVE = bytes(2 * BLOCK)
+
+
+def shard_name(number: int) -> str:
+    return f"shard-{number:05d}.tar"
+
+
+def encode_key(key: str) -> str:
+    """Make a key safe from webdataset's split at the first dot."""
+    return key.replace("%", "%25").replace(".", "%2E")
+
+
+def member_header(name: str, size: int) -> bytes:
+    """A deterministic tar header (pax extension when the name needs it)."""
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mtime = 0
+    info.mode = 0o644
+    return info.tobuf(tarfile.PAX_FORMAT, encoding="utf-8", errors="strict")
+
+
+def padding(size: int) -> bytes:
+    return bytes(-size % BLOCK)
+
+
+class WdsWriter:
+    """Writes tar shards, rolling at the shard limits; one shard is one resumable part."""
+
+    resumable = True
+
+    def __init__(self, plan: WriterPlan) -> None:
+        self.plan = plan
+        self.shards: list[ShardInfo] = list(plan.done_shards)
+        self._handle: BinaryIO | None = None
+        self._hash = hashlib.sha256()
+        self._bytes = 0
+        self._samples = 0
+
+    def part_full(self, next_size: int) -> bool:
+        if self._samples == 0:
+            return False
+        limit = self.plan.shards.max_samples
+        if limit is not None and self._samples >= limit:
+            return True
+        return self._bytes + next_size + 3 * BLOCK > self.plan.shards.max_bytes
+
+    def add(self, record: Record) -> Location:
+        if self._handle is None:
+            self._open()
+        name = encode_key(record.key)
+        header = member_header(f"{name}.{record.ext}", len(record.data))
+        label = str(record.label).encode("ascii")
+        offset = self._bytes + len(header)
+        self._write(header)
+        self._write(record.data)
+        self._write(padding(len(record.data)))
+        self._write(member_header(f"{name}.cls", len(label)))
+        self._write(label + padding(len(label)))
+        self._samples += 1
+        return Location(offset, len(record.data))
+
+    def _open(self) -> None:
+        path = self._current_path()
+        self._handle = open(partial_path(path), "wb", buffering=8 << 20)
+        self._hash = hashlib.sha256()
+        self._bytes = 0
+        self._samples = 0
+
+    def _current_path(self) -> Path:
+        return self.plan.folder / shard_name(len(self.shards))
+
+    def _write(self, data: bytes) -> None:
+        assert self._handle is not None
+        self._handle.write(data)
+        self._hash.update(data)
+        self._bytes += len(data)
+
+    def end_part(self) -> None:
+        if self._handle is None:
+            return
+        self._write(END_OF_ARCHIVE)
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+        self._handle.close()
+        self._handle = None
+        path = self._current_path()
+        commit(partial_path(path), path)
+        self.shards.append(ShardInfo(path.name, self._samples, self._bytes, self._hash.hexdigest()))
+
+    def finish(self, table: SampleTable) -> tuple[ShardInfo, ...]:
+        self.end_part()
+        return tuple(self.shards)
+
+    def abort(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+
+def open_writer(plan: WriterPlan) -> WdsWriter:
+    return WdsWriter(plan)
+
+
+class WdsReader:
+    """Reads images from tar shards by the offsets recorded at pack time."""
+
+    def __init__(self, folder: Path, index: Index, table: SampleTable) -> None:
+        self.folder = folder
+        self.index = index
+        self.table = table
+        self._fds: dict[int, int] = {}
+
+    def _fd(self, shard: int) -> int:
+        fd = self._fds.get(shard)
+        if fd is None:
+            path = self.folder / self.index.shards[shard].name
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError as exc:
+                raise CorruptDatasetError(f"{path}: shard is missing; reconvert") from exc
+            self._fds[shard] = fd
+        return fd
+
+    def _pread(self, shard: int, offset: int, size: int, sample: int) -> bytes:
+        data = os.pread(self._fd(shard), size, offset)
+        if len(data) != size:
+            name = self.folder / self.index.shards[shard].name
+            raise CorruptDatasetError(
+                f"{name}: truncated at sample {sample} ({self.table.key(sample)!r}); "
+                "the shard is damaged, reconvert or restore it"
+            )
+        return data
+
+    def read(self, i: int) -> bytes:
+        shard = self.index.shard_of(i)
+        data = self._pread(shard, int(self.table.offsets[i]), int(self.table.sizes[i]), i)
+        return checked(self.table, i, data, self.folder / self.index.shards[shard].name)
+
+    def read_many(self, indices: Sequence[int]) -> list[bytes]:
+        return [self.read(i) for i in indices]
+
+    def read_range(self, start: int, stop: int) -> Iterator[bytes]:
+        """One large read per shard span, sliced into samples."""
+        i = start
+        while i < stop:
+            shard = self.index.shard_of(i)
+            end = min(stop, int(self.index.shard_starts[shard + 1]))
+            first = int(self.table.offsets[i])
+            last = int(self.table.offsets[end - 1] + self.table.sizes[end - 1])
+            block = memoryview(self._pread(shard, first, last - first, end - 1))
+            where = self.folder / self.index.shards[shard].name
+            for j in range(i, end):
+                offset = int(self.table.offsets[j]) - first
+                yield checked(self.table, j, bytes(block[offset : offset + int(self.table.sizes[j])]), where)
+            i = end
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def open_reader(folder: Path, index: Index, table: SampleTable) -> WdsReader:
+    return WdsReader(folder, index, table)

@@ -1,0 +1,114 @@
+"""The contracts every format implements: a Writer (pack time) and a RecordReader.
+
+A conversion is a sequence of *parts*. A part is the unit that resume keeps: when a
+writer ends a part, everything in it is durable on disk. wds ends a part at each
+shard; npy every few thousand samples; lmdb and hdf5 are one file each, so their only
+part ends with the file and an interrupted run redoes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from packer.encode import EncodeOptions, digest_of
+from packer.errors import CorruptDatasetError
+from packer.index import Index, SampleTable, ShardInfo
+from packer.record import Record
+
+
+@dataclass(frozen=True)
+class ShardOptions:
+    """When a writer ends a shard: at `max_bytes` or `max_samples`, whichever comes first."""
+
+    max_bytes: int = 256 * 1024 * 1024
+    max_samples: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_bytes < 1:
+            raise ValueError(f"shard size must be positive, not {self.max_bytes}")
+        if self.max_samples is not None and self.max_samples < 1:
+            raise ValueError(f"shard samples must be positive, not {self.max_samples}")
+
+
+@dataclass(frozen=True)
+class WriterPlan:
+    """Everything a writer needs to know before the first record."""
+
+    folder: Path
+    capacity: int
+    encode: EncodeOptions
+    shards: ShardOptions
+    done_samples: int = 0
+    done_shards: tuple[ShardInfo, ...] = ()
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a record's bytes landed inside its shard (-1 offset where not applicable)."""
+
+    offset: int
+    size: int
+
+
+class Writer(Protocol):
+    """Writes records in order; one writer per conversion, in the main process."""
+
+    resumable: bool
+
+    def part_full(self, next_size: int) -> bool:
+        """Whether the current part should end before a record of `next_size` bytes."""
+
+    def add(self, record: Record) -> Location:
+        """Append one record to the current part."""
+
+    def end_part(self) -> None:
+        """Make everything added so far durable."""
+
+    def finish(self, table: SampleTable) -> tuple[ShardInfo, ...]:
+        """End the last part, move files to their final names and describe every shard.
+
+        `table` holds every sample written, resumed parts included.
+        """
+
+    def abort(self) -> None:
+        """Release handles after a failure, keeping what is durable for resume."""
+
+
+class RecordReader(Protocol):
+    """Reads the stored bytes of samples; opened lazily in the process that reads."""
+
+    def read(self, i: int) -> bytes:
+        """The stored bytes of sample i."""
+
+    def read_many(self, indices: Sequence[int]) -> list[bytes]:
+        """Several samples, batched where the format allows it."""
+
+    def read_range(self, start: int, stop: int) -> Iterator[bytes]:
+        """Samples start..stop-1 in order, with large sequential reads."""
+
+    def close(self) -> None:
+        """Release file handles."""
+
+
+class FormatModule(Protocol):
+    """What `packer.formats.load(name)` returns."""
+
+    NAME: str
+    FILES: tuple[str, ...]
+
+    def open_writer(self, plan: WriterPlan) -> Writer: ...
+
+    def open_reader(self, folder: Path, index: Index, table: SampleTable) -> RecordReader: ...
+
+
+def checked(table: SampleTable, i: int, data: bytes, where: Path) -> bytes:
+    """Return `data` if it matches sample i's digest, else name the file and the sample."""
+    if digest_of(data) != table.digest(i):
+        raise CorruptDatasetError(
+            f"{where}: sample {i} ({table.key(i)!r}) does not match its digest; the file is "
+            "damaged, restore it or reconvert the dataset"
+        )
+    return data

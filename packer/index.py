@@ -1,0 +1,263 @@
+"""The index of a packed dataset: `index.json` plus a compact per-sample table.
+
+    index.json     format, version, counts, class names, shards (name, samples, bytes,
+                   sha256), encode options, rejects; written last: its presence means
+                   the dataset is complete
+    samples.npy    structured array, one row per sample: label, key start in keys.npy,
+                   byte offset and size of the stored data inside its shard, digest
+    keys.npy       uint8: all keys, UTF-8, concatenated
+
+Both tables open with `mmap_mode="r"`, so an index of a million samples loads in
+milliseconds and DataLoader workers share its pages instead of copying Python lists.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from packer.atomic import atomic_writer, write_atomic
+from packer.errors import CorruptDatasetError, IncompleteDatasetError
+
+INDEX_NAME = "index.json"
+SAMPLES_NAME = "samples.npy"
+KEYS_NAME = "keys.npy"
+REJECTS_NAME = "rejects.jsonl"
+FORMAT_VERSION = 1
+SAMPLE_HASH = "xxh3-128"
+DIGEST_BYTES = 16
+
+SAMPLE_DTYPE = np.dtype(
+    [
+        ("label", "<i8"),
+        ("key_start", "<i8"),
+        ("offset", "<i8"),
+        ("size", "<i8"),
+        ("digest", "u1", (DIGEST_BYTES,)),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """One data file of a dataset and what it must contain."""
+
+    name: str
+    num_samples: int
+    num_bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Index:
+    """What index.json says about a complete dataset."""
+
+    format: str
+    num_samples: int
+    class_names: tuple[str, ...]
+    shards: tuple[ShardInfo, ...]
+    encode: dict[str, Any]
+    num_rejected: int = 0
+    num_ignored: int = 0
+    image_size: tuple[int, int] | None = None
+    format_version: int = FORMAT_VERSION
+    sample_hash: str = SAMPLE_HASH
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def shard_starts(self) -> npt.NDArray[np.int64]:
+        """Index of the first sample of each shard, plus the total at the end."""
+        counts = [shard.num_samples for shard in self.shards]
+        return np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
+
+    def shard_of(self, sample: int) -> int:
+        """Which shard holds sample `sample`."""
+        return int(np.searchsorted(self.shard_starts, sample, side="right") - 1)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["class_names"] = list(self.class_names)
+        data["image_size"] = list(self.image_size) if self.image_size else None
+        return data
+
+
+class SampleTable:
+    """Per-sample keys, labels, locations and digests as numpy arrays (copy-on-read safe)."""
+
+    def __init__(self, rows: npt.NDArray[np.void], keys_blob: npt.NDArray[np.uint8]) -> None:
+        self.rows = rows
+        self.keys_blob = keys_blob
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def labels(self) -> npt.NDArray[np.int64]:
+        return self.rows["label"]
+
+    @property
+    def offsets(self) -> npt.NDArray[np.int64]:
+        return self.rows["offset"]
+
+    @property
+    def sizes(self) -> npt.NDArray[np.int64]:
+        return self.rows["size"]
+
+    @property
+    def digests(self) -> npt.NDArray[np.uint8]:
+        return self.rows["digest"]
+
+    def key(self, i: int) -> str:
+        start = int(self.rows["key_start"][i])
+        stop = int(self.rows["key_start"][i + 1]) if i + 1 < len(self.rows) else len(self.keys_blob)
+        return bytes(self.keys_blob[start:stop]).decode("utf-8")
+
+    def keys(self) -> list[str]:
+        return [self.key(i) for i in range(len(self))]
+
+    def digest(self, i: int) -> bytes:
+        return bytes(self.rows["digest"][i])
+
+
+class TableBuilder:
+    """Accumulates per-sample rows compactly while a conversion runs."""
+
+    def __init__(self) -> None:
+        self._rows: list[npt.NDArray[np.void]] = []
+        self._pending: list[tuple[int, int, int, int, bytes]] = []
+        self._keys = bytearray()
+
+    def __len__(self) -> int:
+        return sum(len(block) for block in self._rows) + len(self._pending)
+
+    def add(self, key: str, label: int, offset: int, size: int, digest: bytes) -> None:
+        self._pending.append((label, len(self._keys), offset, size, digest))
+        self._keys += key.encode("utf-8")
+        if len(self._pending) >= 65536:
+            self._flush()
+
+    def extend(self, table: SampleTable) -> None:
+        """Append the rows of an earlier part (resume), rebasing key positions."""
+        self._flush()
+        rows = np.array(table.rows, copy=True)
+        rows["key_start"] += len(self._keys)
+        self._rows.append(rows)
+        self._keys += bytes(table.keys_blob)
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        block = np.empty(len(self._pending), dtype=SAMPLE_DTYPE)
+        for j, (label, key_start, offset, size, digest) in enumerate(self._pending):
+            block[j] = (label, key_start, offset, size, np.frombuffer(digest, np.uint8))
+        self._rows.append(block)
+        self._pending.clear()
+
+    def build(self) -> SampleTable:
+        self._flush()
+        rows = np.concatenate(self._rows) if self._rows else np.empty(0, SAMPLE_DTYPE)
+        return SampleTable(rows, np.frombuffer(bytes(self._keys), dtype=np.uint8))
+
+
+def save_table(folder: Path, table: SampleTable, prefix: str = "") -> None:
+    """Write the per-sample table atomically."""
+    with atomic_writer(folder / (prefix + SAMPLES_NAME)) as handle:
+        np.save(handle, np.ascontiguousarray(table.rows))
+    with atomic_writer(folder / (prefix + KEYS_NAME)) as handle:
+        np.save(handle, np.ascontiguousarray(table.keys_blob))
+
+
+def load_table(folder: Path, prefix: str = "", mmap: bool = True) -> SampleTable:
+    """Open the per-sample table, memory-mapped by default."""
+    mode: Any = "r" if mmap else None
+    try:
+        rows = np.load(folder / (prefix + SAMPLES_NAME), mmap_mode=mode)
+        keys = np.load(folder / (prefix + KEYS_NAME), mmap_mode=mode)
+    except (OSError, ValueError) as exc:
+        raise CorruptDatasetError(
+            f"{folder / (prefix + SAMPLES_NAME)}: per-sample table unreadable ({exc}); "
+            "reconvert the dataset"
+        ) from exc
+    if rows.dtype != SAMPLE_DTYPE or keys.dtype != np.uint8:
+        raise CorruptDatasetError(
+            f"{folder / (prefix + SAMPLES_NAME)}: unexpected table layout; reconvert the dataset"
+        )
+    return SampleTable(rows, keys)
+
+
+def write_index(folder: Path, index: Index) -> None:
+    """Write index.json last: from now on the dataset counts as complete."""
+    text = json.dumps(index.to_json(), indent=1, sort_keys=True, ensure_ascii=False)
+    write_atomic(folder / INDEX_NAME, (text + "\n").encode("utf-8"))
+
+
+def read_index(folder: str | Path) -> Index:
+    """Read and validate index.json, refusing an unfinished or damaged dataset."""
+    folder = Path(folder)
+    path = folder / INDEX_NAME
+    if not folder.is_dir():
+        raise IncompleteDatasetError(f"{folder}: no such dataset folder; check the path")
+    if not path.is_file():
+        raise IncompleteDatasetError(
+            f"no {INDEX_NAME} in {folder}: the conversion did not finish; rerun the same "
+            "`pack convert SRC DST --to FMT` command with --resume"
+        )
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptDatasetError(f"{path}: not valid JSON ({exc}); reconvert the dataset") from exc
+    return index_from_json(data, path)
+
+
+def index_from_json(data: Any, path: Path) -> Index:
+    """Build an Index from parsed JSON, naming the file on any inconsistency."""
+    if not isinstance(data, dict):
+        raise CorruptDatasetError(f"{path}: expected a JSON object; reconvert the dataset")
+    version = data.get("format_version")
+    if version != FORMAT_VERSION:
+        raise CorruptDatasetError(
+            f"{path}: format_version {version!r} is not supported (this toolkit reads "
+            f"{FORMAT_VERSION}); upgrade the toolkit or reconvert the dataset"
+        )
+    try:
+        shards = tuple(ShardInfo(**shard) for shard in data["shards"])
+        size = data.get("image_size")
+        index = Index(
+            format=str(data["format"]),
+            num_samples=int(data["num_samples"]),
+            class_names=tuple(str(name) for name in data["class_names"]),
+            shards=shards,
+            encode=dict(data["encode"]),
+            num_rejected=int(data["num_rejected"]),
+            num_ignored=int(data.get("num_ignored", 0)),
+            image_size=(int(size[0]), int(size[1])) if size else None,
+            sample_hash=str(data["sample_hash"]),
+            extra=dict(data.get("extra", {})),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptDatasetError(f"{path}: missing or bad field ({exc}); reconvert") from exc
+    if sum(shard.num_samples for shard in shards) != index.num_samples or index.num_samples < 0:
+        raise CorruptDatasetError(
+            f"{path}: shard sample counts do not add up to num_samples={index.num_samples}; "
+            "the index is damaged, reconvert the dataset"
+        )
+    return index
+
+
+def open_dataset(folder: str | Path) -> tuple[Index, SampleTable]:
+    """Read index.json and the per-sample table, checking they agree."""
+    folder = Path(folder)
+    index = read_index(folder)
+    table = load_table(folder)
+    if len(table) != index.num_samples:
+        raise CorruptDatasetError(
+            f"{folder / SAMPLES_NAME}: {len(table)} rows but index.json says "
+            f"{index.num_samples} samples; reconvert the dataset"
+        )
+    return index, table
