@@ -18,7 +18,7 @@ from packer.encode import EncodeOptions, encode_batch
 from packer.errors import BadInputError
 from packer.executors import map_ordered
 from packer.formats.base import ShardOptions, Writer, WriterPlan
-from packer.index import REJECTS_NAME, Index, TableBuilder, save_table, write_index
+from packer.index import REJECTS_NAME, Index, ShardInfo, TableBuilder, save_table, write_index
 from packer.journal import Journal, Progress, ResumeRefused, fingerprint
 from packer.record import Record, Reject, SourceItem
 from packer.scan import Source, scan
@@ -72,7 +72,8 @@ def convert(src: str | Path, dst: str | Path, fmt: str,
     folder = Path(dst)
     prepare(folder, run.resume, run.overwrite)
     journal = Journal(folder)
-    settings = {"format": fmt, "encode": options.to_json(), "shards": dataclasses.asdict(run.shards)}
+    settings = {"format": fmt, "encode": options.to_json(),
+                "shards": dataclasses.asdict(run.shards)}
     done = resume_point(journal, fingerprint(source, settings), run.resume, module.FILES, folder)
     plan = WriterPlan(folder, len(source.items), options, run.shards, done.num_samples,
                       done.shards)
@@ -180,7 +181,7 @@ def _shard_intact(folder: Path, shard: dict[str, object]) -> bool:
 
 
 def finalize(folder: Path, fmt: str, source: Source, options: EncodeOptions, job: _Job,
-             shards: tuple) -> Index:  # type: ignore[type-arg]
+             shards: tuple[ShardInfo, ...]) -> Index:
     """Write the table and rejects, then index.json last, then drop the resume state."""
     rejects = sorted(source.rejects + job.done.rejects + job.part_rejects,
                      key=lambda r: (r.position, r.path))

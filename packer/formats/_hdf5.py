@@ -151,3 +151,8 @@ class Hdf5Reader:
 
 def open_reader(folder: Path, index: Index, table: SampleTable) -> Hdf5Reader:
     return Hdf5Reader(folder, index, table)
+
+
+def read_labels(folder: Path, index: Index) -> np.ndarray:
+    with h5py.File(folder / FILE, "r", locking=False) as h5:
+        return np.asarray(h5["labels"][:], dtype=np.int64)

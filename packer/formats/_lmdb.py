@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import lmdb
+import numpy as np
 
 from packer.atomic import commit, fsync_dir, partial_path
 from packer.errors import BadInputError, CorruptDatasetError
@@ -84,7 +85,7 @@ class LmdbWriter:
             try:
                 with self.env.begin(write=True) as txn:
                     cursor = txn.cursor()
-                    consumed, added = cursor.putmulti(self._batch, append=True)
+                    _, added = cursor.putmulti(self._batch, append=True)
                     if added != len(self._batch):
                         raise CorruptDatasetError(f"{self.tmp}: duplicate key in the batch")
                 self._batch.clear()
@@ -154,3 +155,13 @@ class LmdbReader:
 
 def open_reader(folder: Path, index: Index, table: SampleTable) -> LmdbReader:
     return LmdbReader(folder, index, table)
+
+
+def read_labels(folder: Path, index: Index) -> np.ndarray:
+    """Labels from the value headers, in key order (which is sample order)."""
+    env = lmdb.open(str(folder / FOLDER), readonly=True, lock=False, subdir=True)
+    try:
+        with env.begin() as txn:
+            return np.asarray([unpack_value(value)[0] for _, value in txn.cursor()], np.int64)
+    finally:
+        env.close()

@@ -36,7 +36,7 @@ PART_SAMPLES = 2048
 
 def npy_header(shape: tuple[int, ...]) -> bytes:
     """A version 1.0 header for a C-ordered uint8 array, padded to HEADER_BYTES."""
-    text = "{'descr': '|u1', 'fortran_order': False, 'shape': %r, }" % (shape,)
+    text = f"{{'descr': '|u1', 'fortran_order': False, 'shape': {shape!r}, }}"
     body = text.ljust(HEADER_BYTES - 10 - 1) + "\n"
     header = b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body.encode("latin1")
     if len(header) != HEADER_BYTES:
@@ -63,7 +63,7 @@ class NpyWriter:
 
     def _open(self, done: int) -> BinaryIO:
         mode = "r+b" if done and self.tmp.exists() else "wb"
-        handle = open(self.tmp, mode)
+        handle: BinaryIO = open(self.tmp, mode)  # type: ignore[assignment]
         handle.truncate(HEADER_BYTES + done * self.sample_bytes)
         handle.seek(HEADER_BYTES + done * self.sample_bytes)
         return handle
@@ -131,8 +131,15 @@ class NpyReader:
             yield self.read(i)
 
     def close(self) -> None:
-        self.images = None  # type: ignore[assignment]
+        self.images = None
 
 
 def open_reader(folder: Path, index: Index, table: SampleTable) -> NpyReader:
     return NpyReader(folder, index, table)
+
+
+def read_labels(folder: Path, index: Index) -> np.ndarray:
+    try:
+        return np.asarray(np.load(folder / LABELS), dtype=np.int64)
+    except (OSError, ValueError) as exc:
+        raise CorruptDatasetError(f"{folder / LABELS}: unreadable ({exc}); reconvert") from exc

@@ -1,7 +1,8 @@
 """WebDataset: POSIX tar shards that stock `webdataset` reads.
 
     shard-00000.tar
-      [512 B header (+ pax header for long / non-ASCII names)] <key>.<ext>  image bytes, padded to 512
+      [512 B header (+ pax header for long or non-ASCII names)] <key>.<ext>
+                                                        image bytes, padded to 512
       [512 B header] <key>.cls   label as decimal text, padded to 512
       ... next sample ...
       [1024 B of zeros]   end of archive
@@ -22,6 +23,8 @@ import tarfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
+
+import numpy as np
 
 from packer.atomic import commit, partial_path
 from packer.errors import CorruptDatasetError
@@ -185,7 +188,8 @@ class WdsReader:
             where = self.folder / self.index.shards[shard].name
             for j in range(i, end):
                 offset = int(self.table.offsets[j]) - first
-                yield checked(self.table, j, bytes(block[offset : offset + int(self.table.sizes[j])]), where)
+                data = bytes(block[offset : offset + int(self.table.sizes[j])])
+                yield checked(self.table, j, data, where)
             i = end
 
     def close(self) -> None:
@@ -199,3 +203,20 @@ class WdsReader:
 
 def open_reader(folder: Path, index: Index, table: SampleTable) -> WdsReader:
     return WdsReader(folder, index, table)
+
+
+def read_labels(folder: Path, index: Index) -> np.ndarray:
+    """Labels from the `.cls` members, walking the tars as stock tools do."""
+    labels: list[int] = []
+    for shard in index.shards:
+        path = folder / shard.name
+        try:
+            with tarfile.open(path, "r:") as tar:
+                for member in tar:
+                    if member.name.endswith(".cls"):
+                        handle = tar.extractfile(member)
+                        labels.append(int(handle.read()) if handle else -1)
+        except (tarfile.TarError, ValueError, OSError) as exc:
+            raise CorruptDatasetError(f"{path}: not a valid tar ({exc}); restore or reconvert") \
+                from exc
+    return np.asarray(labels, dtype=np.int64)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+import numpy as np
+
 from packer.encode import EncodeOptions, digest_of
 from packer.errors import CorruptDatasetError
 from packer.index import Index, SampleTable, ShardInfo
@@ -102,6 +104,8 @@ class FormatModule(Protocol):
     def open_writer(self, plan: WriterPlan) -> Writer: ...
 
     def open_reader(self, folder: Path, index: Index, table: SampleTable) -> RecordReader: ...
+
+    def read_labels(self, folder: Path, index: Index) -> np.ndarray: ...
 
 
 def checked(table: SampleTable, i: int, data: bytes, where: Path) -> bytes:

@@ -1,0 +1,1 @@
+"""Training side: PyTorch datasets over packed datasets (work in progress)."""
