@@ -7,9 +7,11 @@ Ctrl-C exits 130 with a hint to resume.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,13 +32,12 @@ UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MI
 
 
 def parse_bytes(text: str) -> int:
-    """'256MB' -> 256000000; plain numbers are bytes."""
-    number = text.strip().upper().rstrip()
-    digits = number.rstrip("KMGIB")
-    unit = number[len(digits):]
-    if unit not in UNITS or not digits.replace(".", "", 1).isdigit():
+    """'256MB' -> 256000000; plain numbers are bytes; fractions round to whole bytes."""
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*", text)
+    unit = match.group(2).upper() if match else ""
+    if match is None or unit not in UNITS:
         raise click.BadParameter(f"{text!r} is not a size like 256MB, 1GiB or 1000000")
-    return int(float(digits) * UNITS[unit])
+    return int((Decimal(match.group(1)) * UNITS[unit]).to_integral_value(ROUND_HALF_UP))
 
 
 def parse_size(text: str | None) -> tuple[int, int] | None:
@@ -44,7 +45,8 @@ def parse_size(text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
     parts = text.lower().split("x")
-    if len(parts) not in (1, 2) or not all(p.isdigit() and int(p) > 0 for p in parts):
+    if len(parts) not in (1, 2) or not all(re.fullmatch("[0-9]+", p) and int(p) > 0
+                                           for p in parts):
         raise click.BadParameter(f"{text!r} is not a size like 256x256 (height x width)")
     height = int(parts[0])
     return (height, int(parts[-1]))
@@ -58,6 +60,9 @@ def user_errors() -> Iterator[None]:
     except PackError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
+    except click.BadParameter as exc:
+        click.echo(f"error: {exc.message}", err=True)
+        sys.exit(2)
     except ValueError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
@@ -190,3 +195,7 @@ def verify_command(dst: Path, source: Path | None, as_json: bool) -> None:
         click.echo(f"error: {report.problem}", err=True)
     if not report.ok:
         sys.exit(1)
+
+
+# Registers `pack bench`, `pack tune` and `pack profile` on the group above.
+from packer import cli_loader  # noqa: E402, F401

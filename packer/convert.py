@@ -13,12 +13,20 @@ from typing import Literal
 
 from packer import formats
 from packer.atomic import write_atomic
-from packer.destination import prepare
+from packer.destination import prepare, refuse_inside_source
 from packer.encode import EncodeOptions, encode_batch
 from packer.errors import BadInputError
 from packer.executors import map_ordered
 from packer.formats.base import ShardOptions, Writer, WriterPlan
-from packer.index import REJECTS_NAME, Index, ShardInfo, TableBuilder, save_table, write_index
+from packer.index import (
+    REJECTS_NAME,
+    Index,
+    SampleTable,
+    ShardInfo,
+    TableBuilder,
+    save_table,
+    write_index,
+)
 from packer.journal import Journal, Progress, ResumeRefused, fingerprint
 from packer.record import Record, Reject, SourceItem
 from packer.scan import Source, scan
@@ -26,6 +34,7 @@ from packer.verify_hash import sha256_file
 
 OnError = Literal["skip", "fail"]
 DEFAULT_NPY_SIZE = (256, 256)
+PROGRESS_EVERY = 64
 
 
 @dataclass(frozen=True)
@@ -68,8 +77,11 @@ def convert(src: str | Path, dst: str | Path, fmt: str,
     module = formats.load(fmt)
     options = effective_options(fmt, options or EncodeOptions())
     run = run or ConvertOptions()
-    source = scan(src)
     folder = Path(dst)
+    refuse_inside_source(Path(src), folder)
+    source = scan(src)
+    if run.on_error == "fail" and source.rejects:
+        raise rejected(source.rejects[0])
     prepare(folder, run.resume, run.overwrite)
     journal = Journal(folder)
     settings = {"format": fmt, "encode": options.to_json(),
@@ -85,7 +97,7 @@ def convert(src: str | Path, dst: str | Path, fmt: str,
     job = _Job(writer, journal, done, run.on_error, progress)
     try:
         job.consume(encoded(source.items[done.src_stop :], options, run.num_workers))
-        shards = writer.finish(job.table.build())
+        shards = writer.finish(job.build_table())
     except BaseException:
         writer.abort()
         raise
@@ -94,15 +106,31 @@ def convert(src: str | Path, dst: str | Path, fmt: str,
 
 def encoded(items: list[SourceItem], options: EncodeOptions,
             workers: int) -> Iterator[Record | Reject]:
-    """Encode items in order, in batches sized so inter-process overhead stays small."""
-    size = 8 if options.transforms or options.pixels else 64
+    """Encode items in order on `workers` threads (see executors for why threads).
+
+    A task is a batch: large for pass-through, where an image costs microseconds and
+    per-task overhead would dominate; small when every image is decoded and resized,
+    so the window of finished-but-unwritten pixels stays small.
+    """
+    size = batch_size(options)
     batches = (items[i : i + size] for i in range(0, len(items), size))
     for batch in map_ordered(partial(encode_batch, options=options), batches, workers):
         yield from batch
 
 
+def batch_size(options: EncodeOptions) -> int:
+    if options.transforms or options.pixels:
+        return 8
+    return 64 if options.check == "none" else 32
+
+
 class _Job:
-    """The writer loop: route records and rejects, end parts, journal them."""
+    """The writer loop: route records and rejects, end parts, journal them.
+
+    Runs once per sample in the main thread, so it stays lean: one table row per
+    sample (the part's; parts join the whole table when they end) and progress
+    reported every PROGRESS_EVERY samples.
+    """
 
     def __init__(self, writer: Writer, journal: Journal, done: Progress, on_error: OnError,
                  progress: Callable[[int], None] | None) -> None:
@@ -119,39 +147,57 @@ class _Job:
         self.num_parts = len(done.tables)
 
     def consume(self, results: Iterator[Record | Reject]) -> None:
+        progress = self.progress
+        unreported = 0
         for result in results:
             if isinstance(result, Reject):
                 self.reject(result)
             else:
                 self.add(result)
-            if self.progress is not None:
-                self.progress(1)
+            unreported += 1
+            if unreported == PROGRESS_EVERY and progress is not None:
+                progress(unreported)
+                unreported = 0
+        if unreported and progress is not None:
+            progress(unreported)
 
     def reject(self, reject: Reject) -> None:
         if self.on_error == "fail":
-            raise BadInputError(f"{reject.path}: {reject.reason}; fix or remove the file, "
-                                "or pass --on-error skip to list it in rejects.jsonl")
+            raise rejected(reject)
         self.part_rejects.append(reject)
 
     def add(self, record: Record) -> None:
         if self.writer.part_full(len(record.data)):
             self.end_part(record.position)
         location = self.writer.add(record)
-        for builder in (self.table, self.part):
-            builder.add(record.key, record.label, location.offset, location.size, record.digest)
+        self.part.add(record.key, record.label, location.offset, location.size, record.digest)
 
     def end_part(self, src_stop: int) -> None:
         self.writer.end_part()
+        part = self.part.build()
+        self.table.extend(part)
         self.done.rejects += self.part_rejects
         if self.writer.resumable:
             self.done.src_stop = src_stop
             self.done.num_samples = len(self.table)
             self.done.shards = tuple(getattr(self.writer, "shards", ()))
-            self.journal.record_part(self.num_parts, self.done, self.part.build(),
-                                     self.part_rejects)
+            self.journal.record_part(self.num_parts, self.done, part, self.part_rejects)
             self.num_parts += 1
         self.part = TableBuilder()
         self.part_rejects = []
+
+    def build_table(self) -> SampleTable:
+        """Every sample so far: resumed parts, ended parts and the current one."""
+        if len(self.part):
+            self.table.extend(self.part.build())
+            self.part = TableBuilder()
+        return self.table.build()
+
+
+def rejected(reject: Reject) -> BadInputError:
+    """The error `--on-error fail` stops with."""
+    return BadInputError(f"{reject.path}: {reject.reason}; fix or remove the file, "
+                         "or pass --on-error skip to list it in rejects.jsonl")
 
 
 def resume_point(journal: Journal, job: str, resume: bool, files: tuple[str, ...],
@@ -185,7 +231,7 @@ def finalize(folder: Path, fmt: str, source: Source, options: EncodeOptions, job
     """Write the table and rejects, then index.json last, then drop the resume state."""
     rejects = sorted(source.rejects + job.done.rejects + job.part_rejects,
                      key=lambda r: (r.position, r.path))
-    table = job.table.build()
+    table = job.build_table()
     save_table(folder, table)
     lines = "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in rejects)
     write_atomic(folder / REJECTS_NAME, lines.encode("utf-8"))

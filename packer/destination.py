@@ -5,13 +5,28 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from packer.errors import DatasetExistsError
+from packer.errors import DatasetExistsError, SourceError
 from packer.index import INDEX_NAME
 from packer.journal import STATE_DIR
 
 OUR_NAMES = ("index.json", "samples.npy", "keys.npy", "rejects.jsonl", "data.lmdb", "data.h5",
              "images.npy", "labels.npy", STATE_DIR)
 OUR_PATTERNS = ("shard-*.tar", "*.partial")
+
+
+def refuse_inside_source(src: Path, folder: Path) -> None:
+    """Refuse a DST inside an image-folder SRC: writing it would change the source.
+
+    (A manifest's folder is fine: only the files the manifest lists are the source.)
+    """
+    if not src.is_dir():
+        return
+    root, dst = src.resolve(), folder.resolve()
+    if dst == root or root in dst.parents:
+        raise SourceError(
+            f"{folder}: inside the source folder {src}, which is never modified (and the "
+            "dataset would become a class of its own source); choose a DST outside it"
+        )
 
 
 def prepare(folder: Path, resume: bool, overwrite: bool) -> None:

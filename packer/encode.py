@@ -7,6 +7,7 @@ understands, so the writer decides (skip or fail) and nothing vanishes silently.
 from __future__ import annotations
 
 import io
+import os
 import zlib
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
@@ -15,6 +16,8 @@ import xxhash
 from PIL import Image, UnidentifiedImageError
 
 from packer.imaging import Fit, check_decodes, fit_image, load_rgb, open_image, resize_shorter
+from packer.jpeg import decodes as jpeg_decodes
+from packer.jpeg import load_rgb_fast
 from packer.record import Record, Reject, SourceItem
 
 Check = Literal["decode", "header", "none"]
@@ -101,15 +104,31 @@ class _RejectReason(Exception):
 
 
 def read_input(path: str) -> bytes:
+    """The whole file in four system calls (open, fstat, read, close), no file object."""
     try:
-        with open(path, "rb") as handle:
-            return handle.read()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return _read_all(fd)
+        finally:
+            os.close(fd)
     except FileNotFoundError as exc:
         raise _RejectReason("missing file: it does not exist") from exc
     except IsADirectoryError as exc:
         raise _RejectReason("unreadable: it is a folder") from exc
     except OSError as exc:
         raise _RejectReason(f"unreadable: {exc.strerror or exc}") from exc
+
+
+def _read_all(fd: int) -> bytes:
+    """Read to the end; one read() for a file whose size fstat reports correctly."""
+    size = os.fstat(fd).st_size
+    data = os.read(fd, size + 1)
+    if len(data) == size:  # all that fstat promised, and nothing beyond: the end
+        return data
+    chunks = [data]  # the file changed size, or a short read (some network file systems)
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def describe_failure(exc: BaseException) -> str:
@@ -129,12 +148,16 @@ def describe_failure(exc: BaseException) -> str:
 def _encode_bytes(data: bytes, path: str, options: EncodeOptions) -> tuple[bytes, str]:
     if options.pixels:
         assert options.size is not None  # guaranteed by EncodeOptions validation
-        image = fit_image(load_rgb(data, size=options.size, fit=options.fit),
-                          options.size, options.fit)
-        return image.tobytes(), PIXELS_EXT
+        return rgb_pixels(data, options.size, options.fit), PIXELS_EXT
     if options.transforms:
         return _reencode(data, options)
     return data, _checked_ext(data, path, options.check)
+
+
+def rgb_pixels(data: bytes, size: tuple[int, int], fit: Fit) -> bytes:
+    """Raw RGB at exactly `size`: DCT-scaled decode, then one antialiased resize."""
+    image = load_rgb_fast(data, size, fit) or load_rgb(data, size=size, fit=fit)
+    return fit_image(image, size, fit).tobytes("raw", "RGB")
 
 
 def _checked_ext(data: bytes, path: str, check: Check) -> str:
@@ -142,6 +165,8 @@ def _checked_ext(data: bytes, path: str, check: Check) -> str:
     if check == "none":
         suffix = path.rsplit(".", 1)[-1].lower() if "." in path else "bin"
         return "jpg" if suffix == "jpeg" else suffix
+    if check == "decode" and jpeg_decodes(data):
+        return "jpg"
     image = check_decodes(data) if check == "decode" else open_image(data)
     return FORMAT_EXT.get(image.format or "", (image.format or "bin").lower())
 

@@ -62,7 +62,8 @@ class Journal:
         self.parts_path = self.state / "parts.jsonl"
 
     def exists(self) -> bool:
-        return self.state.is_dir()
+        """Whether an earlier run recorded a job (killed inside start(), it did not)."""
+        return (self.state / "job.json").is_file()
 
     def start(self, job_fingerprint: str) -> None:
         """Begin a fresh job, forgetting any earlier state."""
@@ -125,6 +126,8 @@ class Journal:
 
     def truncate(self, keep: int) -> None:
         """Forget parts from `keep` on (their data did not survive)."""
+        if not self.parts_path.exists():
+            return  # no part ended before the interruption: nothing to forget
         lines = self.parts_path.read_text(encoding="utf-8").splitlines()[:keep]
         write_atomic(self.parts_path, "".join(line + "\n" for line in lines).encode("utf-8"))
 

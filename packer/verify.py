@@ -7,6 +7,7 @@ restore or reconvert.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,14 +77,16 @@ def _check_samples(folder: Path, index: Index, table: SampleTable) -> None:
     try:
         for _ in reader.read_range(0, index.num_samples):
             pass
-        stored = module.read_labels(folder, index)
     finally:
-        reader.close()
+        reader.close()  # first: py-lmdb refuses a second open of one environment
+    stored = module.read_labels(folder, index)
     labels = np.asarray(table.labels)
     if len(stored) != len(labels) or not np.array_equal(stored, labels):
         bad = _first_difference(stored, labels)
-        raise PackError(f"{folder}: stored label of sample {bad} ({table.key(bad)!r}) differs "
-                        "from the index; reconvert")
+        labels_file = getattr(module, "LABELS", None)  # npy keeps labels beside the shards
+        where = folder / (labels_file or index.shards[index.shard_of(bad)].name)
+        raise PackError(f"{where}: stored label of sample {bad} ({table.key(bad)!r}) differs "
+                        "from the index; restore the file or reconvert")
     if len(labels) and (labels.min() < 0 or labels.max() >= len(index.class_names)):
         raise PackError(f"{folder}: a label is outside the {len(index.class_names)} classes")
 
@@ -100,26 +103,50 @@ def _check_source(folder: Path, index: Index, table: SampleTable, src: Path) -> 
     positions = {table.key(i): i for i in range(len(table))}
     passthrough = index.encode.get("mode") == "passthrough"
     for item in source.items:
-        if item.path in rejected:
-            continue
-        i = positions.get(item.key)
+        i = positions.pop(item.key, None)
         if i is None:
+            if _was_rejected(item.path, source.root, rejected):
+                continue
             raise PackError(f"{item.path}: in the source but not in {folder} (key "
                             f"{item.key!r}); reconvert")
         if int(table.labels[i]) != item.label:
             raise PackError(f"{item.path}: label {item.label} in the source, "
                             f"{int(table.labels[i])} in {folder}; reconvert")
-        if passthrough and digest_of(read_input(item.path)) != table.digest(i):
+        if passthrough and digest_of(_read_source(item.path)) != table.digest(i):
             raise PackError(f"{item.path}: bytes differ from sample {i} in {folder}; the "
                             "source changed or the dataset is damaged")
-    extra = len(table) - (len(source.items) - len(rejected & {i.path for i in source.items}))
-    if extra > 0:
-        raise PackError(f"{folder}: {extra} samples are not in the source {src}")
+    if positions:
+        raise PackError(f"{folder}: {len(positions)} samples are not in the source {src} "
+                        f"(first: {min(positions, key=positions.__getitem__)!r})")
+
+
+def _read_source(path: str) -> bytes:
+    try:
+        return read_input(path)
+    except Exception as exc:  # read_input words its reasons for rejects.jsonl
+        raise PackError(f"{path}: cannot read the source image ({exc})") from exc
+
+
+def _was_rejected(path: str, root: Path, rejected: set[str]) -> bool:
+    """Whether rejects.jsonl lists `path`, however the source was spelled at convert time.
+
+    Reject paths are written as the scan saw them (relative or absolute, from the working
+    folder of that run), so compare absolute paths, then paths relative to the root.
+    `rejected` holds each listed path as written and made absolute.
+    """
+    if path in rejected or os.path.abspath(path) in rejected:
+        return True
+    tail = os.sep + os.path.relpath(path, root)
+    return any(r.endswith(tail) for r in rejected)
 
 
 def _rejected_paths(folder: Path) -> set[str]:
     path = folder / REJECTS_NAME
     if not path.exists():
         return set()
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return {str(json.loads(line)["path"]) for line in lines if line.strip()}
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        paths = {str(json.loads(line)["path"]) for line in lines if line.strip()}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise PackError(f"{path}: unreadable rejects list ({exc}); reconvert") from exc
+    return paths | {os.path.abspath(p) for p in paths}

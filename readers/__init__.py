@@ -1,1 +1,18 @@
-"""Training side: PyTorch datasets over packed datasets (work in progress)."""
+"""Training side: PyTorch datasets over packed datasets, split exactly once across DDP ranks.
+
+    from readers import PackedDataset, PackedIterableDataset, ChunkSampler
+
+`readers` depends on `packer`, never the reverse.
+"""
+
+from readers.datasets import PackedDataset, PackedIterableDataset, Sample
+from readers.sampler import PAD_LABEL, ChunkSampler, PaddedIndex
+
+__all__ = [
+    "PAD_LABEL",
+    "ChunkSampler",
+    "PackedDataset",
+    "PackedIterableDataset",
+    "PaddedIndex",
+    "Sample",
+]

@@ -10,9 +10,9 @@
 
 The blob is contiguous (no chunking): a reader then finds its file offset once and
 reads samples with plain `pread`/memmap, skipping h5py's per-call overhead, which is
-what makes random access fast. Since the blob size is known only at the end, records
-are spooled to `data.h5.blob.partial` and copied in large blocks into the HDF5 file
-when it is built. Timestamps are off, so the same input gives the same bytes.
+what makes random access fast. The writer (in `_hdf5_writer`) puts the image bytes
+where the blob will be from the start and builds the HDF5 metadata around them at the
+end. Timestamps are off, so the same input gives the same bytes.
 """
 
 from __future__ import annotations
@@ -21,78 +21,19 @@ import mmap
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
 
 import h5py
 import numpy as np
 
-from packer.atomic import commit, fsync_file, partial_path
 from packer.errors import CorruptDatasetError
-from packer.formats.base import Location, WriterPlan, checked
-from packer.index import Index, SampleTable, ShardInfo
-from packer.record import Record
-from packer.verify_hash import sha256_file
+from packer.formats._hdf5_writer import Hdf5Writer
+from packer.formats.base import WriterPlan, checked
+from packer.index import Index, SampleTable
 
 NAME = "hdf5"
 FILE = "data.h5"
 FILES = (FILE,)
 COPY_BLOCK = 64 << 20
-
-
-class Hdf5Writer:
-    """Spools bytes, then writes the HDF5 file in one pass at the end."""
-
-    resumable = False
-
-    def __init__(self, plan: WriterPlan) -> None:
-        self.path = plan.folder / FILE
-        self.spool_path = plan.folder / (FILE + ".blob" + ".partial")
-        self._spool: BinaryIO = open(self.spool_path, "wb", buffering=8 << 20)
-        self._size = 0
-        self._exts: list[str] = []
-
-    def part_full(self, next_size: int) -> bool:
-        return False
-
-    def add(self, record: Record) -> Location:
-        offset = self._size
-        self._spool.write(record.data)
-        self._size += len(record.data)
-        self._exts.append(record.ext)
-        return Location(offset, len(record.data))
-
-    def end_part(self) -> None:
-        self._spool.flush()
-
-    def finish(self, table: SampleTable) -> tuple[ShardInfo, ...]:
-        self._spool.close()
-        tmp = partial_path(self.path)
-        offsets = np.concatenate([table.offsets, [self._size]]).astype(np.int64)
-        with h5py.File(tmp, "w", track_order=False) as h5:
-            self._write_blob(h5)
-            h5.create_dataset("offsets", data=offsets, track_times=False)
-            h5.create_dataset("labels", data=np.asarray(table.labels, np.int64),
-                              track_times=False)
-            h5.create_dataset("keys", data=table.keys(), dtype=h5py.string_dtype("utf-8"),
-                              track_times=False)
-            h5.create_dataset("exts", data=self._exts, dtype=h5py.string_dtype("ascii"),
-                              track_times=False)
-        fsync_file(tmp)
-        commit(tmp, self.path)
-        self.spool_path.unlink()
-        size = self.path.stat().st_size
-        return (ShardInfo(FILE, len(table), size, sha256_file(self.path)),)
-
-    def _write_blob(self, h5: Any) -> None:
-        blob = h5.create_dataset("images", shape=(self._size,), dtype=np.uint8, track_times=False)
-        with open(self.spool_path, "rb", buffering=0) as spool:
-            position = 0
-            while block := spool.read(COPY_BLOCK):
-                blob[position : position + len(block)] = np.frombuffer(block, np.uint8)
-                position += len(block)
-
-    def abort(self) -> None:
-        self._spool.close()
 
 
 def open_writer(plan: WriterPlan) -> Hdf5Writer:

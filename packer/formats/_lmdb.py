@@ -25,9 +25,9 @@ import numpy as np
 from packer.atomic import commit, fsync_dir, partial_path
 from packer.errors import BadInputError, CorruptDatasetError
 from packer.formats.base import Location, WriterPlan, checked
+from packer.formats.stream import Writeback, hash_while
 from packer.index import Index, SampleTable, ShardInfo
 from packer.record import Record
-from packer.verify_hash import sha256_file
 
 NAME = "lmdb"
 FOLDER = "data.lmdb"
@@ -61,6 +61,9 @@ class LmdbWriter:
         self._batch: list[tuple[bytes, bytes]] = []
         self._batch_bytes = 0
         self._count = 0
+        # Start writing committed pages to disk early, so the final sync waits for little.
+        self._sync_fd = os.open(self.tmp / "data.mdb", os.O_RDONLY | os.O_CLOEXEC)
+        self._writeback = Writeback(self._sync_fd)
 
     def part_full(self, next_size: int) -> bool:
         return False
@@ -90,6 +93,7 @@ class LmdbWriter:
                         raise CorruptDatasetError(f"{self.tmp}: duplicate key in the batch")
                 self._batch.clear()
                 self._batch_bytes = 0
+                self._writeback.wanted.set()
             except lmdb.MapFullError:
                 self.env.set_mapsize(self.env.info()["map_size"] * 2)
 
@@ -98,8 +102,8 @@ class LmdbWriter:
 
     def finish(self, table: SampleTable) -> tuple[ShardInfo, ...]:
         self._flush()
-        self.env.sync(True)
-        self.env.close()
+        self._stop_writeback()
+        digest = hash_while(self.tmp / "data.mdb", self._sync_and_close)
         lock = self.tmp / "lock.mdb"
         if lock.exists():
             lock.unlink()
@@ -107,10 +111,20 @@ class LmdbWriter:
         commit(self.tmp, self.folder)
         fsync_dir(self.folder)
         data = self.folder / "data.mdb"
-        digest = sha256_file(data)
         return (ShardInfo(f"{FOLDER}/data.mdb", self._count, data.stat().st_size, digest),)
 
+    def _sync_and_close(self) -> None:
+        self.env.sync(True)
+        self.env.close()
+
+    def _stop_writeback(self, timeout: float | None = None) -> None:
+        if self._sync_fd >= 0:
+            self._writeback.stop(timeout)
+            os.close(self._sync_fd)
+            self._sync_fd = -1
+
     def abort(self) -> None:
+        self._stop_writeback(timeout=2.0)
         self.env.close()
 
 

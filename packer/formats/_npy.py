@@ -19,12 +19,12 @@ from typing import BinaryIO
 
 import numpy as np
 
-from packer.atomic import atomic_writer, commit, fsync_file, partial_path
+from packer.atomic import atomic_writer, commit, partial_path
 from packer.errors import CorruptDatasetError
 from packer.formats.base import Location, WriterPlan, checked
+from packer.formats.stream import StreamHash, hash_while
 from packer.index import Index, SampleTable, ShardInfo
 from packer.record import Record
-from packer.verify_hash import sha256_file
 
 NAME = "npy"
 IMAGES = "images.npy"
@@ -60,9 +60,22 @@ class NpyWriter:
         self.labels = array("q")
         self._in_part = 0
         self._handle = self._open(plan.done_samples)
+        self._stream = StreamHash(self._handle.fileno(), self._expected_header(plan))
+
+    def _expected_header(self, plan: WriterPlan) -> bytes | None:
+        """The final header if every input is accepted; None when resuming."""
+        if plan.done_samples:
+            return None
+        return npy_header((plan.capacity, self.height, self.width, 3))
 
     def _open(self, done: int) -> BinaryIO:
-        mode = "r+b" if done and self.tmp.exists() else "wb"
+        need = HEADER_BYTES + done * self.sample_bytes
+        if done and (not self.tmp.exists() or self.tmp.stat().st_size < need):
+            raise CorruptDatasetError(
+                f"{self.tmp}: missing or shorter than the {done} samples the interrupted run "
+                "recorded; rerun with --overwrite to start over"
+            )
+        mode = "r+b" if done else "wb"
         handle: BinaryIO = open(self.tmp, mode)  # type: ignore[assignment]
         handle.truncate(HEADER_BYTES + done * self.sample_bytes)
         handle.seek(HEADER_BYTES + done * self.sample_bytes)
@@ -76,6 +89,7 @@ class NpyWriter:
             raise ValueError(f"{record.key}: {len(record.data)} pixel bytes, expected "
                              f"{self.sample_bytes}")
         self._handle.write(record.data)
+        self._stream.wrote(record.data)
         self.count += 1
         self._in_part += 1
         return Location(HEADER_BYTES + (self.count - 1) * self.sample_bytes, self.sample_bytes)
@@ -88,15 +102,23 @@ class NpyWriter:
     def finish(self, table: SampleTable) -> tuple[ShardInfo, ...]:
         with atomic_writer(self.folder / LABELS) as handle:
             np.save(handle, np.ascontiguousarray(table.labels, dtype=np.int64))
-        self._handle.seek(0)
-        self._handle.write(npy_header((self.count, self.height, self.width, 3)))
+        header = npy_header((self.count, self.height, self.width, 3))
+        self._handle.flush()
+        digest = self._stream.finish(header)
+        if digest is None:  # some inputs were rejected, or a resumed run: hash the file
+            self._handle.seek(0)
+            self._handle.write(header)
+            self._handle.flush()
+            digest = hash_while(self.tmp, lambda: os.fsync(self._handle.fileno()))
+        else:
+            os.fsync(self._handle.fileno())
         self._handle.close()
-        fsync_file(self.tmp)
         path = self.folder / IMAGES
         commit(self.tmp, path)
-        return (ShardInfo(IMAGES, self.count, path.stat().st_size, sha256_file(path)),)
+        return (ShardInfo(IMAGES, self.count, path.stat().st_size, digest),)
 
     def abort(self) -> None:
+        self._stream.stop()
         self._handle.close()
 
 

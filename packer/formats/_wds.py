@@ -17,18 +17,18 @@ map-style reader seeks straight to it.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tarfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import BinaryIO
 
 import numpy as np
 
 from packer.atomic import commit, partial_path
 from packer.errors import CorruptDatasetError
+from packer.formats._tar import member_header, padding
 from packer.formats.base import Location, WriterPlan, checked
+from packer.formats.stream import ShardFile
 from packer.index import Index, SampleTable, ShardInfo
 from packer.record import Record
 
@@ -47,29 +47,19 @@ def encode_key(key: str) -> str:
     return key.replace("%", "%25").replace(".", "%2E")
 
 
-def member_header(name: str, size: int) -> bytes:
-    """A deterministic tar header (pax extension when the name needs it)."""
-    info = tarfile.TarInfo(name)
-    info.size = size
-    info.mtime = 0
-    info.mode = 0o644
-    return info.tobuf(tarfile.PAX_FORMAT, encoding="utf-8", errors="strict")
-
-
-def padding(size: int) -> bytes:
-    return bytes(-size % BLOCK)
-
-
 class WdsWriter:
-    """Writes tar shards, rolling at the shard limits; one shard is one resumable part."""
+    """Writes tar shards, rolling at the shard limits; one shard is one resumable part.
+
+    Each sample goes out as three pieces (header, image bytes, the rest up to the next
+    sample) through a ShardFile, which hashes and writes back in threads.
+    """
 
     resumable = True
 
     def __init__(self, plan: WriterPlan) -> None:
         self.plan = plan
         self.shards: list[ShardInfo] = list(plan.done_shards)
-        self._handle: BinaryIO | None = None
-        self._hash = hashlib.sha256()
+        self._file: ShardFile | None = None
         self._bytes = 0
         self._samples = 0
 
@@ -79,59 +69,55 @@ class WdsWriter:
         limit = self.plan.shards.max_samples
         if limit is not None and self._samples >= limit:
             return True
-        return self._bytes + next_size + 3 * BLOCK > self.plan.shards.max_bytes
+        # Header, padded image, .cls member, end of archive (a pax header for a long or
+        # non-ASCII name comes on top): a shard stays within max_bytes unless one sample
+        # alone is larger.
+        need = BLOCK + next_size + (-next_size % BLOCK) + 2 * BLOCK + len(END_OF_ARCHIVE)
+        return self._bytes + need > self.plan.shards.max_bytes
 
     def add(self, record: Record) -> Location:
-        if self._handle is None:
-            self._open()
+        file = self._file or self._open()
         name = encode_key(record.key)
-        header = member_header(f"{name}.{record.ext}", len(record.data))
+        data = record.data
+        header = member_header(f"{name}.{record.ext}", len(data))
         label = str(record.label).encode("ascii")
+        rest = b"".join((padding(len(data)), member_header(f"{name}.cls", len(label)), label,
+                         padding(len(label))))
         offset = self._bytes + len(header)
-        self._write(header)
-        self._write(record.data)
-        self._write(padding(len(record.data)))
-        self._write(member_header(f"{name}.cls", len(label)))
-        self._write(label + padding(len(label)))
+        file.write([header, data, rest])
+        self._bytes = offset + len(data) + len(rest)
         self._samples += 1
-        return Location(offset, len(record.data))
+        return Location(offset, len(data))
 
-    def _open(self) -> None:
-        path = self._current_path()
-        self._handle = open(partial_path(path), "wb", buffering=8 << 20)
-        self._hash = hashlib.sha256()
+    def _open(self) -> ShardFile:
+        self._file = ShardFile(partial_path(self._current_path()))
         self._bytes = 0
         self._samples = 0
+        return self._file
 
     def _current_path(self) -> Path:
         return self.plan.folder / shard_name(len(self.shards))
 
-    def _write(self, data: bytes) -> None:
-        assert self._handle is not None
-        self._handle.write(data)
-        self._hash.update(data)
-        self._bytes += len(data)
-
     def end_part(self) -> None:
-        if self._handle is None:
+        if self._file is None:
             return
-        self._write(END_OF_ARCHIVE)
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
-        self._handle.close()
-        self._handle = None
+        self._file.write([END_OF_ARCHIVE])
+        self._bytes += len(END_OF_ARCHIVE)
+        self._file.close()
+        digest = self._file.hexdigest()
+        self._file = None
         path = self._current_path()
         commit(partial_path(path), path)
-        self.shards.append(ShardInfo(path.name, self._samples, self._bytes, self._hash.hexdigest()))
+        self.shards.append(ShardInfo(path.name, self._samples, self._bytes, digest))
 
     def finish(self, table: SampleTable) -> tuple[ShardInfo, ...]:
         self.end_part()
         return tuple(self.shards)
 
     def abort(self) -> None:
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
+        if self._file is not None:
+            self._file.abort()
+            self._file = None
 
 
 def open_writer(plan: WriterPlan) -> WdsWriter:

@@ -25,7 +25,7 @@ from packer.record import Record
 class ShardOptions:
     """When a writer ends a shard: at `max_bytes` or `max_samples`, whichever comes first."""
 
-    max_bytes: int = 256 * 1024 * 1024
+    max_bytes: int = 256_000_000  # the CLI default, 256MB
     max_samples: int | None = None
 
     def __post_init__(self) -> None:

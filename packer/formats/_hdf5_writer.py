@@ -1,0 +1,133 @@
+"""The HDF5 writer: image bytes go once, straight to where HDF5 will keep them.
+
+    data.h5.partial   [hole: HDF5 metadata, BLOB_START bytes][images ...][hole: the rest]
+    data.h5.meta.partial   the same HDF5 file built by h5py at the end, blob left unwritten
+
+The blob's size is known only at the end, but its file offset is not: h5py puts a
+contiguous, early-allocated dataset created first right after the file's opening
+metadata, at the same offset whatever its size. So records are written at that
+offset from the start (vectored writes, writeback in a thread). At the end h5py builds
+the real file with the blob allocated but never written (a sparse hole), and its
+metadata before and after the blob is copied into the holes. That saves a copy of
+every image (spool -> HDF5) and a re-read for the hash, which is computed while the
+fsync runs. If h5py ever puts the blob elsewhere, the bytes are copied there instead.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from packer.atomic import commit, fsync_file, partial_path
+from packer.formats.base import Location, WriterPlan
+from packer.formats.stream import ShardFile, hash_while
+from packer.index import SAMPLE_DTYPE, SampleTable, ShardInfo
+from packer.record import Record
+
+FILE = "data.h5"
+META_SUFFIX = ".meta.partial"
+
+
+def _blob_dataset(h5: Any, size: int) -> Any:
+    """/images: contiguous, allocated at creation, never filled (we write it ourselves)."""
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_layout(h5py.h5d.CONTIGUOUS)
+    dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+    dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
+    dcpl.set_obj_track_times(False)
+    space = h5py.h5s.create_simple((size,))
+    return h5py.h5d.create(h5.id, b"images", h5py.h5t.NATIVE_UINT8, space, dcpl=dcpl)
+
+
+def build_layout(path: Path, size: int, table: SampleTable | None = None,
+                 exts: list[str] | None = None) -> int | None:
+    """Write the HDF5 file for a blob of `size` bytes (left unwritten); its offset."""
+    with h5py.File(path, "w", track_order=False) as h5:
+        offset = _blob_dataset(h5, size).get_offset()
+        rows = table if table is not None else SampleTable(np.empty(0, SAMPLE_DTYPE),
+                                                            np.empty(0, np.uint8))
+        offsets = np.concatenate([rows.offsets, [size]]).astype(np.int64)
+        h5.create_dataset("offsets", data=offsets, track_times=False)
+        h5.create_dataset("labels", data=np.asarray(rows.labels, np.int64), track_times=False)
+        h5.create_dataset("keys", data=rows.keys(), dtype=h5py.string_dtype("utf-8"),
+                          track_times=False)
+        h5.create_dataset("exts", data=exts or [], dtype=h5py.string_dtype("ascii"),
+                          track_times=False)
+    return None if offset is None else int(offset)
+
+
+class Hdf5Writer:
+    """Writes the blob in place during the run and the HDF5 metadata around it at the end."""
+
+    resumable = False
+
+    def __init__(self, plan: WriterPlan) -> None:
+        self.path = plan.folder / FILE
+        self.tmp = partial_path(self.path)
+        self.meta = plan.folder / (FILE + META_SUFFIX)
+        self.blob_start = build_layout(self.meta, 1) or 0
+        self.meta.unlink()
+        self._file = ShardFile(self.tmp, start=self.blob_start, hashed=False)
+        self._exts: list[str] = []
+
+    def part_full(self, next_size: int) -> bool:
+        return False
+
+    def add(self, record: Record) -> Location:
+        offset = self._file.size
+        self._file.write([record.data])
+        self._exts.append(record.ext)
+        return Location(offset, len(record.data))
+
+    def end_part(self) -> None:
+        self._file.flush()
+
+    def finish(self, table: SampleTable) -> tuple[ShardInfo, ...]:
+        self._file.flush()
+        size = self._file.size
+        offset = build_layout(self.meta, size, table, self._exts)
+        if offset == self.blob_start and size > 0:
+            self._fill_holes(size)
+            self.meta.unlink()
+            digest = hash_while(self.tmp, self._file.close)
+        else:
+            self._file.close()
+            self._move_blob(offset, size)
+            digest = hash_while(self.tmp, lambda: fsync_file(self.tmp))
+        commit(self.tmp, self.path)
+        return (ShardInfo(FILE, len(table), self.path.stat().st_size, digest),)
+
+    def _fill_holes(self, size: int) -> None:
+        """Copy the metadata before and after the blob from the h5py-built file."""
+        end = self.blob_start + size
+        with open(self.meta, "rb") as meta:
+            head = meta.read(self.blob_start)
+            meta.seek(end)
+            tail = meta.read()
+        os.pwrite(self._file.fd, head, 0)
+        os.pwrite(self._file.fd, tail, end)
+        os.ftruncate(self._file.fd, end + len(tail))
+
+    def _move_blob(self, offset: int | None, size: int) -> None:
+        """Fallback: copy the blob to where h5py put it, and use h5py's file."""
+        if size:
+            if offset is None:
+                raise RuntimeError(f"{self.meta}: h5py did not allocate /images")
+            with open(self.tmp, "rb") as src, open(self.meta, "r+b") as dst:
+                _copy_range(src.fileno(), self.blob_start, dst.fileno(), offset, size)
+        os.replace(self.meta, self.tmp)
+
+    def abort(self) -> None:
+        self._file.abort()
+
+
+def _copy_range(src: int, src_at: int, dst: int, dst_at: int, size: int) -> None:
+    while size > 0:
+        done = os.copy_file_range(src, dst, size, src_at, dst_at)
+        if done <= 0:
+            raise OSError(f"copy_file_range stopped with {size} bytes left")
+        src_at, dst_at, size = src_at + done, dst_at + done, size - done

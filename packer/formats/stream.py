@@ -1,0 +1,234 @@
+"""A data file written sequentially by a writer: vectored writes, sha256 and writeback in threads.
+
+Why: at 25,000 small images/s the main thread has ~40 µs per image. Copying each image
+into a userspace buffer (BufferedWriter) costs ~10 µs of that and hashing it ~17 µs.
+Here pieces (headers, image bytes, padding) go to the kernel with one `writev` per
+batch (no userspace copy), a background thread hashes the same pieces (hashlib
+releases the GIL, so it runs on the other core), and another thread asks the kernel
+to write back every WRITEBACK_BYTES, so the fsync that ends the file waits for the
+last stretch only instead of the whole file (~0.15 s per 200 MB here).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+FLUSH_BYTES = 1 << 20
+MAX_PIECES = 1000  # below IOV_MAX (1024 on Linux)
+WRITEBACK_BYTES = 32 << 20
+
+
+def write_all(fd: int, pieces: list[bytes]) -> int:
+    """Write every piece in order with as few system calls as possible; returns bytes written."""
+    total = 0
+    for start in range(0, len(pieces), MAX_PIECES):
+        chunk = pieces[start : start + MAX_PIECES]
+        want = sum(len(piece) for piece in chunk)
+        done = os.writev(fd, chunk)
+        if done < want:  # a short write (e.g. a signal): finish with plain writes
+            rest = memoryview(b"".join(chunk))[done:]
+            while rest:
+                rest = rest[os.write(fd, rest) :]
+        total += want
+    return total
+
+
+def sha256_of(path: Path, block: int = 64 << 20) -> str:
+    """sha256 of a whole file, hashed straight from a memory map (no read copies)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        if os.fstat(handle.fileno()).st_size == 0:
+            return digest.hexdigest()
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            view = memoryview(mapped)
+            try:
+                for start in range(0, len(view), block):
+                    digest.update(view[start : start + block])
+            finally:
+                view.release()
+    return digest.hexdigest()
+
+
+class Hasher(threading.Thread):
+    """sha256 of everything fed to it, in order, off the main thread.
+
+    The queue is bounded, so a writer that outruns the hash waits instead of piling
+    up memory.
+    """
+
+    def __init__(self, max_queued: int = 64) -> None:
+        super().__init__(name="packer-sha256", daemon=True)
+        self.digest = hashlib.sha256()
+        self.queue: queue.Queue[list[bytes] | None] = queue.Queue(max_queued)
+        self.start()
+
+    def feed(self, pieces: list[bytes]) -> None:
+        self.queue.put(pieces)
+
+    def run(self) -> None:
+        while (pieces := self.queue.get()) is not None:
+            for piece in pieces:
+                self.digest.update(piece)
+
+    def hexdigest(self) -> str:
+        """Wait for everything fed so far, then the digest (the thread ends)."""
+        self.queue.put(None)
+        self.join()
+        return self.digest.hexdigest()
+
+    def stop(self) -> None:
+        """End the thread without hashing what is still queued (a failed run)."""
+        while True:
+            try:
+                self.queue.get_nowait()
+            except queue.Empty:
+                break
+        self.queue.put(None)  # room is certain: we are the only producer
+
+
+class Writeback(threading.Thread):
+    """Starts writing dirty pages to disk while the main thread keeps producing."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__(name="packer-writeback", daemon=True)
+        self.fd = fd
+        self.wanted = threading.Event()
+        self.stopping = False
+        self.start()
+
+    def run(self) -> None:
+        while True:
+            self.wanted.wait()
+            self.wanted.clear()
+            if self.stopping:
+                return
+            try:
+                os.fdatasync(self.fd)
+            except OSError:
+                return  # the final fsync reports real problems
+
+    def stop(self, timeout: float | None = None) -> None:
+        self.stopping = True
+        self.wanted.set()
+        self.join(timeout)
+
+
+class ShardFile:
+    """Append-only file: `write` pieces, `close` (fsync), then `hexdigest` of the pieces.
+
+    `start` leaves a hole of that many bytes before the first piece; hdf5 uses it to
+    put its blob where the HDF5 metadata will end. `hashed=False` skips the sha256
+    (a writer that must hash the finished file anyway).
+    """
+
+    def __init__(self, path: Path, start: int = 0, hashed: bool = True) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        os.lseek(self.fd, start, os.SEEK_SET)
+        self.size = 0
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._unsynced = 0
+        self._hasher = Hasher() if hashed else None
+        self._writeback = Writeback(self.fd)
+
+    def write(self, pieces: list[bytes]) -> None:
+        """Queue pieces; they reach the file in order by the next flush."""
+        size = sum(len(piece) for piece in pieces)
+        self._pending += pieces
+        self._pending_bytes += size
+        self.size += size
+        if self._pending_bytes >= FLUSH_BYTES or len(self._pending) >= MAX_PIECES:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        pieces, self._pending = self._pending, []
+        self._unsynced += write_all(self.fd, pieces)
+        self._pending_bytes = 0
+        if self._hasher is not None:
+            self._hasher.feed(pieces)
+        if self._unsynced >= WRITEBACK_BYTES:
+            self._unsynced = 0
+            self._writeback.wanted.set()
+
+    def close(self) -> None:
+        """Flush, fsync and close."""
+        self.flush()
+        self._writeback.stop()
+        os.fsync(self.fd)
+        os.close(self.fd)
+
+    def hexdigest(self) -> str:
+        """sha256 of every piece written (after `close`)."""
+        if self._hasher is None:
+            raise ValueError("this ShardFile was opened with hashed=False")
+        return self._hasher.hexdigest()
+
+    def abort(self) -> None:
+        """Release the file without making it durable (a failed or interrupted run)."""
+        if self._hasher is not None:
+            self._hasher.stop()
+        self._writeback.stop(timeout=2.0)
+        os.close(self.fd)
+
+
+def hash_while(path: Path, action: Callable[[], None]) -> str:
+    """sha256 of the finished file at `path`, computed while `action` (an fsync) runs.
+
+    Both release the GIL: hashing keeps a core busy while the fsync waits for the disk.
+    """
+    with ThreadPoolExecutor(1, thread_name_prefix="packer-sha256") as pool:
+        digest = pool.submit(sha256_of, path)
+        action()
+        return digest.result()
+
+
+class StreamHash:
+    """Hash a file as it is written although its header is written last.
+
+    npy's header holds the sample count, known only at the end. If every input is
+    accepted, the count is the number of inputs, so that header is written and hashed
+    first and each record hashed as it goes (on another core). If the final header
+    differs (rejects, or a resumed run given header=None), `finish` returns None and
+    the caller hashes the finished file. Also starts writeback as data accumulates.
+    """
+
+    def __init__(self, fd: int, header: bytes | None) -> None:
+        self.header = header
+        self._hasher = Hasher() if header is not None else None
+        if header is not None and self._hasher is not None:
+            os.pwrite(fd, header, 0)
+            self._hasher.feed([header])
+        self._writeback = Writeback(fd)
+        self._unsynced = 0
+
+    def wrote(self, data: bytes) -> None:
+        if self._hasher is not None:
+            self._hasher.feed([data])
+        self._unsynced += len(data)
+        if self._unsynced >= WRITEBACK_BYTES:
+            self._unsynced = 0
+            self._writeback.wanted.set()
+
+    def finish(self, header: bytes) -> str | None:
+        """The file's sha256 if `header` is the one predicted, else None."""
+        self._writeback.stop()
+        if self._hasher is None:
+            return None
+        if header != self.header:
+            self._hasher.stop()
+            return None
+        return self._hasher.hexdigest()
+
+    def stop(self) -> None:
+        if self._hasher is not None:
+            self._hasher.stop()
+        self._writeback.stop(timeout=2.0)

@@ -1,0 +1,265 @@
+"""PyTorch datasets over a packed dataset of any format, found by its index.json.
+
+    PackedDataset          map-style: ds[i] in index order, batched `__getitems__`, chunk cache
+    PackedIterableDataset  streams chunks, split exactly once across ranks and workers
+
+Handles (LMDB env, tar fds, memmaps) open lazily in the process that reads, one reader
+per folder per process shared by all datasets on it, and are dropped when pickled. A
+forked child closes the readers it inherited at once (`os.register_at_fork`) and opens
+its own on first read: fork, spawn and forkserver workers all work, also when the
+parent read first.
+
+Epochs reach persistent workers through a one-element int64 tensor in shared memory,
+created in `__init__`: forked workers inherit the mapping and spawn/forkserver workers
+receive it through torch's multiprocessing reductions, so `set_epoch(e)` in the parent
+is what every worker reads when its next pass starts. (Counting `__iter__` calls in
+each worker would break as soon as a pass is abandoned or an epoch is repeated.) A
+plain `pickle`/`deepcopy` copies the value, giving an independent dataset.
+
+Samples are `(image, label)` or, with `with_keys=True`, `(image, label, key)`. A repeat
+added to even out the ranks (drop_last=False) has label `PAD_LABEL` (-1): mask it with
+`labels >= 0`, or train with `CrossEntropyLoss(ignore_index=PAD_LABEL)`.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, get_args
+
+import torch
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
+
+from packer import formats
+from packer.formats.base import RecordReader
+from packer.index import INDEX_NAME, SampleTable, open_dataset
+from readers.cache import DEFAULT_CACHE_BYTES, CachedReader
+from readers.decode import Mode
+from readers.decode import decode as decode_record
+from readers.sampler import (
+    DEFAULT_BUFFER_SIZE,
+    DEFAULT_CHUNK_SIZE,
+    PAD_LABEL,
+    PaddedIndex,
+    resolve_rank,
+)
+from readers.sharding import ShardPlan, Spans, buffered_shuffle, check_epoch, epoch_rng
+
+Sample = tuple[Any, ...]
+Transform = Callable[[Any], Any]
+
+
+class _Opened:
+    """One folder's sample table and reader, shared by every dataset on it in a process.
+
+    Shared because py-lmdb refuses to open an environment twice in one process.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.pid = os.getpid()
+        index, self.table = open_dataset(path)
+        self.reader: RecordReader = formats.load(index.format).open_reader(path, index, self.table)
+
+
+# A folder and the version of its index.json (rewritten by rename when reconverted),
+# so a dataset reconverted in place is not served by the reader of the old one.
+Identity = tuple[Path, int, int]
+_OPENED: weakref.WeakValueDictionary[Identity, _Opened] = weakref.WeakValueDictionary()
+
+
+def identity(path: Path) -> Identity:
+    info = (path / INDEX_NAME).stat()
+    return path, info.st_ino, info.st_mtime_ns
+
+
+def opened(key: Identity) -> _Opened:
+    """This process's reader of the folder, opened on first use."""
+    entry = _OPENED.get(key)
+    if entry is None or entry.pid != os.getpid():
+        entry = _OPENED[key] = _Opened(key[0])
+    return entry
+
+
+def _close_inherited() -> None:
+    """In a forked child, close the readers inherited from the parent, right away.
+
+    LMDB forbids using an environment after fork, and py-lmdb counts an inherited one
+    as open, refusing to open the same files again in the child (by us or by anyone)
+    until it is closed. Closing only unmaps and closes the child's copies; the parent's
+    handles are untouched. Datasets notice the missing entry and reopen on next read.
+    """
+    for key, entry in list(_OPENED.items()):
+        if entry.pid != os.getpid():
+            _OPENED.pop(key, None)
+            entry.reader.close()
+
+
+os.register_at_fork(after_in_child=_close_inherited)
+
+
+class _Handles:
+    """What one dataset reads through in one process: the shared reader plus its own cache."""
+
+    def __init__(self, key: Identity, chunk_size: int, cache_bytes: int) -> None:
+        self.opened = opened(key)
+        self.table = self.opened.table
+        self.reader = self.opened.reader
+        self.cached = CachedReader(self.reader, len(self.table), chunk_size, cache_bytes)
+
+
+class _PackedBase:
+    """Opening, per-process handles and sample building, shared by both datasets."""
+
+    def __init__(self, path: str | Path, decode: Mode, size: tuple[int, int] | None,
+                 transform: Transform | None, with_keys: bool, chunk_size: int,
+                 cache_bytes: int) -> None:
+        if decode not in get_args(Mode):
+            raise ValueError(f"decode must be one of {', '.join(get_args(Mode))}, not {decode!r}")
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be at least 1, not {chunk_size}")
+        self.path = Path(path).resolve()
+        self.index, _ = open_dataset(self.path)  # refuses a folder without index.json
+        self._key = identity(self.path)
+        formats.load(self.index.format)  # a missing library fails here, not in a worker
+        self.decode: Mode = decode
+        self.size = size
+        self.transform = transform
+        self.with_keys = with_keys
+        self.chunk_size = chunk_size
+        self.cache_bytes = cache_bytes
+        pixels = self.index.encode.get("mode") == "pixels"
+        self.pixels_shape = self.index.image_size if pixels else None
+        self._handles: _Handles | None = None
+
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        return self.index.class_names
+
+    def _local(self) -> _Handles:
+        """This process's handles, opened on first use (again after a fork)."""
+        handles = self._handles
+        if handles is None or handles.opened is not _OPENED.get(self._key) \
+                or handles.opened.pid != os.getpid():
+            handles = self._handles = _Handles(self._key, self.chunk_size, self.cache_bytes)
+        return handles
+
+    def _sample(self, table: SampleTable, i: int, data: bytes, padded: bool) -> Sample:
+        image = decode_record(data, self.decode, self.size, pixels_shape=self.pixels_shape)
+        if self.transform is not None:
+            image = self.transform(image)
+        label = PAD_LABEL if padded else int(table.labels[i])
+        return (image, label, table.key(i)) if self.with_keys else (image, label)
+
+    def close(self) -> None:
+        """Release this process's handles of the folder, for every dataset on it.
+
+        They reopen on the next read.
+        """
+        self._handles = None
+        entry = _OPENED.pop(self._key, None)
+        if entry is not None and entry.pid == os.getpid():
+            entry.reader.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Handles never travel: the receiving process opens its own."""
+        state = self.__dict__.copy()
+        state["_handles"] = None
+        return state
+
+
+class PackedDataset(_PackedBase, Dataset[Sample]):
+    """Map-style access in index order, with a per-process chunk cache (see readers.cache).
+
+    `cache_bytes` (default 256 MiB) bounds each process's cache; 0 turns it off.
+    Pair with ChunkSampler under DDP so reads stay local.
+    """
+
+    def __init__(self, path: str | Path, decode: Mode = "rgb8",
+                 size: tuple[int, int] | None = None, transform: Transform | None = None,
+                 with_keys: bool = False, cache_bytes: int = DEFAULT_CACHE_BYTES, *,
+                 chunk_size: int = DEFAULT_CHUNK_SIZE) -> None:
+        if cache_bytes < 0:
+            raise ValueError(f"cache_bytes must be 0 (off) or positive, not {cache_bytes}")
+        super().__init__(path, decode, size, transform, with_keys, chunk_size, cache_bytes)
+
+    def __len__(self) -> int:
+        return self.index.num_samples
+
+    def __getitem__(self, i: int) -> Sample:
+        return self.__getitems__([i])[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Sample]:
+        """A batch in one go: cache hits, whole chunks, then one read_many for the rest."""
+        positions = [self._position(i) for i in indices]
+        local = self._local()
+        records = local.cached.read_many(positions)
+        return [
+            self._sample(local.table, i, data, isinstance(original, PaddedIndex))
+            for original, i, data in zip(indices, positions, records, strict=True)
+        ]
+
+    def _position(self, i: int) -> int:
+        n = self.index.num_samples
+        if not -n <= i < n:
+            raise IndexError(f"sample {i} out of range for {n} samples in {self.path}")
+        return int(i) % n
+
+
+class PackedIterableDataset(_PackedBase, IterableDataset[Sample]):
+    """Streams this rank's share of chunks, split among DataLoader workers.
+
+    Chunks are read in order with `read_range` (tar shards sequentially) and shuffled
+    within `buffer_size` samples; the buffer then holds about buffer_size / chunk_size
+    chunks, which sets how well classes mix (index order is sorted by key). `len()` is
+    the exact number of samples this rank yields per epoch.
+    """
+
+    def __init__(self, path: str | Path, shuffle: bool = True, seed: int = 0,
+                 decode: Mode = "rgb8", size: tuple[int, int] | None = None,
+                 transform: Transform | None = None, with_keys: bool = False,
+                 drop_last: bool = True, rank: int | None = None,
+                 world_size: int | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
+                 buffer_size: int = DEFAULT_BUFFER_SIZE) -> None:
+        super().__init__(path, decode, size, transform, with_keys, chunk_size, cache_bytes=0)
+        if buffer_size < 0:
+            raise ValueError(f"buffer_size must be 0 (chunk order only) or more, "
+                             f"not {buffer_size}")
+        self.rank, self.world_size = resolve_rank(rank, world_size)
+        self.plan = ShardPlan(self.index.num_samples, chunk_size, self.world_size, shuffle,
+                              drop_last, seed)
+        self.buffer_size = buffer_size
+        self._epoch = torch.zeros(1, dtype=torch.int64)
+        self._epoch.share_memory_()  # type: ignore[no-untyped-call]
+
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch[0])
+
+    def set_epoch(self, epoch: int) -> None:
+        """Choose the coming epoch's order; reaches running (persistent) workers too."""
+        self._epoch[0] = check_epoch(epoch)
+
+    def __len__(self) -> int:
+        return self.plan.num_per_rank
+
+    def __iter__(self) -> Iterator[Sample]:
+        info = get_worker_info()
+        worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        epoch = self.epoch
+        spans = self.plan.worker_spans(epoch, self.rank, worker, num_workers)
+        local = self._local()
+        records = self._records(local.reader, spans)
+        if self.plan.shuffle:
+            rng = epoch_rng(self.plan.seed, epoch, self.rank, worker, 2)
+            records = buffered_shuffle(records, self.buffer_size, rng)
+        for i, padded, data in records:
+            yield self._sample(local.table, i, data, padded)
+
+    @staticmethod
+    def _records(reader: RecordReader, spans: Spans) -> Iterator[tuple[int, bool, bytes]]:
+        """(index, padded, stored bytes) span by span, each span one sequential read."""
+        for start, stop, padded in spans.tolist():
+            for i, data in zip(range(start, stop), reader.read_range(start, stop), strict=True):
+                yield i, bool(padded), data

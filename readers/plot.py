@@ -1,0 +1,36 @@
+"""Throughput against workers, one line per prefetch setting (matplotlib, optional)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from packer.errors import MissingDependencyError
+from readers.tuning import Measurement
+
+
+def plot_throughput(results: list[Measurement], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise MissingDependencyError(
+            "--plot needs matplotlib; run `pip install matplotlib` (or `pip install .[plot]`)"
+        ) from exc
+    lines: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for r in results:
+        lines[f"prefetch {r.config.prefetch_factor or '-'}"].append(
+            (r.config.num_workers, r.images_per_s))
+    figure, axes = plt.subplots(figsize=(6, 4))
+    for name, points in sorted(lines.items()):
+        xs, ys = zip(*sorted(points), strict=True)
+        axes.plot(xs, ys, marker="o", label=name)
+    axes.set_xlabel("num_workers")
+    axes.set_ylabel("images/s")
+    axes.legend()
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)

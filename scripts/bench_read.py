@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Read a photo folder packed in every format through a DataLoader; compare with baselines.
+
+    python scripts/bench_read.py /tmp/photos10k --work /tmp/bench-read [--runs 3]
+        [--formats wds,lmdb,hdf5,npy] [--quick]
+
+The folder comes from `python ../shared/bench/photo_folder.py OUT --count 10000`.
+Packed copies are cached under --work. Prints a markdown table (medians of --runs
+interleaved runs, ratios against the baselines run in the same process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from readers.bench_support import FORMATS, Settings, build_cases, markdown, pack_all, run_cases
+
+QUICK_COUNT = 1000
+
+
+def parse_args(argv: list[str] | None) -> Settings:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("src", type=Path, help="image folder (class sub-folders)")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/bench-read"),
+                        help="where packed copies are cached")
+    parser.add_argument("--runs", type=int, default=None, help="default 3 (1 with --quick)")
+    parser.add_argument("--formats", default=",".join(FORMATS),
+                        help=f"comma-separated subset of {','.join(FORMATS)}")
+    parser.add_argument("--count", type=int, default=None, help="use this many images")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"{QUICK_COUNT} images, 1 run: a smoke test")
+    args = parser.parse_args(argv)
+    formats = tuple(name for name in args.formats.split(",") if name)
+    unknown = set(formats) - set(FORMATS)
+    if unknown:
+        parser.error(f"unknown format(s) {', '.join(sorted(unknown))}")
+    runs = args.runs if args.runs is not None else 1 if args.quick else 3
+    if runs < 1:
+        parser.error("--runs must be at least 1")
+    count = QUICK_COUNT if args.quick and args.count is None else args.count
+    return Settings(src=args.src, work=args.work, formats=formats,
+                    runs=runs, count=count)
+
+
+def main(argv: list[str] | None = None) -> None:
+    settings = parse_args(argv)
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    src, packed = pack_all(settings, progress)
+    cases = build_cases(settings, src, packed)
+    run_cases(cases, settings, progress)
+    print(markdown(cases, settings))
+
+
+if __name__ == "__main__":
+    main()

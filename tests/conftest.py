@@ -1,0 +1,171 @@
+"""Shared fixtures for the packer tests: generated image folders and tree hashing.
+
+Everything is generated here (no committed binary data, no network). Session-scoped
+sources are shared by many tests, so tests must never write into them; the contract
+tests check that by hashing the tree before and after.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from packer import formats
+from packer.formats.base import Writer
+from packer.record import Record
+from packer.sample import make_sample_folder, synthetic_image
+
+# Names that stress keys: dots, spaces, quotes, '%', non-ASCII, a dotted folder.
+ODD_NAMES = (
+    "a.b.c.jpg",
+    "with space.jpg",
+    "quote'single.jpg",
+    'quote"double.png',
+    "100%.jpg",
+    "%2E literal.jpg",
+    "naïve_日本語.png",
+    "Ünïcödé €.jpg",
+    "dir.with.dots/x.y.z.jpg",
+    "plain.jpeg",
+    "a_long_name_" + "x" * 120 + ".jpg",  # over tar's 100-byte name field
+    "tab\tand\nnewline.png",
+    "__meta__.jpg",
+)
+
+
+def tree_hashes(root: Path, skip: tuple[str, ...] = (".pack-state",)) -> dict[str, str]:
+    """Relative path -> sha256 of every file below `root` (links by target, modes included)."""
+    out: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in skip)
+        rel_dir = Path(dirpath).relative_to(root)
+        for name in dirnames:
+            out[str(rel_dir / name) + "/"] = "dir"
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            info = path.lstat()
+            if stat.S_ISLNK(info.st_mode):
+                digest = "link:" + os.readlink(path)
+            elif stat.S_ISREG(info.st_mode):
+                digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            else:
+                digest = f"special:{stat.S_IFMT(info.st_mode)}"
+            out[str(rel_dir / name)] = f"{digest}:{stat.S_IMODE(info.st_mode):o}"
+    return out
+
+
+def jpeg_bytes(image: Image.Image, quality: int = 90, **save: object) -> bytes:
+    out = io.BytesIO()
+    image.save(out, format="JPEG", quality=quality, **save)
+    return out.getvalue()
+
+
+def png_bytes(image: Image.Image, **save: object) -> bytes:
+    out = io.BytesIO()
+    image.save(out, format="PNG", **save)
+    return out.getvalue()
+
+
+def random_image(width: int, height: int, seed: int = 0) -> Image.Image:
+    return synthetic_image(np.random.default_rng(seed), width, height)
+
+
+def pack_command() -> list[str]:
+    """The installed `pack` console script of this interpreter, or an equivalent."""
+    script = Path(sys.executable).parent / "pack"
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-c", "from packer.cli import main; main()"]
+
+
+@pytest.fixture(scope="session")
+def src(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """24 small images in 3 classes (a few PNG among the JPEGs)."""
+    return make_sample_folder(tmp_path_factory.mktemp("plain") / "src", count=24, classes=3,
+                              min_side=48, max_side=120)
+
+
+@pytest.fixture(scope="session")
+def odd_src(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """File and folder names that stress key encoding, in two classes (one non-ASCII)."""
+    root = tmp_path_factory.mktemp("odd") / "src"
+    for n, name in enumerate(ODD_NAMES):
+        path = root / ("cls" if n % 2 else "klasse ß") / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        image = random_image(40 + n, 56 - n, seed=n)
+        path.write_bytes(png_bytes(image) if name.endswith(".png") else jpeg_bytes(image))
+    return root
+
+
+@pytest.fixture(scope="session")
+def mixed_src(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """40 images plus two bad inputs (zero bytes, text named .jpg): for resume and kills."""
+    root = make_sample_folder(tmp_path_factory.mktemp("mixed") / "src", count=40, classes=3,
+                              min_side=40, max_side=96, seed=7)
+    (root / "class_01" / "img_000013_empty.jpg").write_bytes(b"")
+    (root / "class_02" / "img_000026_text.jpg").write_text("not an image\n")
+    return root
+
+
+@pytest.fixture
+def writable_src(tmp_path: Path, src: Path) -> Iterator[Path]:
+    """A private copy of `src` that a test may change."""
+    copy = tmp_path / "src-copy"
+    shutil.copytree(src, copy)
+    yield copy
+
+
+def wait_for_state(proc: subprocess.Popen[bytes], dst: Path) -> float | None:
+    """Wait until the conversion starts writing (its journal appears) or ends."""
+    while proc.poll() is None:
+        if (dst / ".pack-state").exists():
+            return time.monotonic()
+        time.sleep(0.001)
+    return None
+
+
+class count_adds:
+    """Count Writer.add calls of this format's writers; optionally fail after N of them."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, fmt: str,
+                 fail_after: int | None = None) -> None:
+        self.monkeypatch = monkeypatch
+        self.module = formats.load(fmt)
+        self.real_open: Callable[..., Writer] = self.module.open_writer
+        self.fail_after = fail_after
+        self.adds = [0]
+
+    def __enter__(self) -> list[int]:
+        real_open, adds, fail_after = self.real_open, self.adds, self.fail_after
+
+        def open_writer(plan: Any) -> Writer:
+            writer = real_open(plan)
+            real_add = writer.add
+
+            def add(record: Record) -> Any:
+                if fail_after is not None and adds[0] >= fail_after:
+                    raise RuntimeError("injected failure in the writer")
+                adds[0] += 1
+                return real_add(record)
+
+            writer.add = add  # type: ignore[method-assign]
+            return writer
+
+        self.monkeypatch.setattr(self.module, "open_writer", open_writer)
+        return self.adds
+
+    def __exit__(self, *exc: object) -> None:
+        self.monkeypatch.setattr(self.module, "open_writer", self.real_open)
