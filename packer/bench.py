@@ -1,8 +1,8 @@
 """Measure `convert` against simple baselines on the same files, in the same process.
 
 Used by `scripts/bench_pack.py`. A 2-core machine shared with other work is noisy, so
-every measurement here is one wall-clock timing; the script interleaves ours and the
-baselines and takes medians, and the numbers worth quoting are the ratios.
+every measurement here is one timing (wall clock and CPU); the script interleaves ours
+and the baselines and takes medians, and the numbers worth quoting are the ratios.
 
 Baselines: stock `webdataset.ShardWriter` writing the same file bytes, `tar cf` of the
 same files, and a plain single-process PIL loop that resizes into a memmap.
@@ -11,6 +11,7 @@ same files, and a plain single-process PIL loop that resizes into a memmap.
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import subprocess
 import time
@@ -87,24 +88,42 @@ def warm(src: Path) -> int:
     return total
 
 
-def timed(action: Callable[[], object]) -> float:
-    """Seconds one call takes, after flushing earlier writes so they do not interfere."""
+@dataclass(frozen=True)
+class Timing:
+    """Wall-clock seconds of one run and the CPU seconds it used (all threads, children).
+
+    CPU time barely moves when other work shares the machine, so it says what a run
+    costs even when the wall clock says mostly how busy the machine was.
+    """
+
+    wall: float
+    cpu: float
+
+
+def _cpu_now() -> float:
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def timed(action: Callable[[], object]) -> Timing:
+    """Time one call, after flushing earlier writes so they do not interfere."""
     os.sync()
+    cpu = _cpu_now()
     start = time.perf_counter()
     action()
-    return time.perf_counter() - start
+    return Timing(time.perf_counter() - start, _cpu_now() - cpu)
 
 
-def run_ours(case: Case, src: Path, dst: Path, workers: int | None = None) -> float:
-    """Seconds for one `convert` of `src` into a fresh `dst`."""
+def run_ours(case: Case, src: Path, dst: Path, workers: int | None = None) -> Timing:
+    """One `convert` of `src` into a fresh `dst`."""
     shutil.rmtree(dst, ignore_errors=True)
     run = ConvertOptions(workers=workers, overwrite=True)
-    seconds = timed(lambda: convert(src, dst, case.fmt, case.options(), run))
+    timing = timed(lambda: convert(src, dst, case.fmt, case.options(), run))
     shutil.rmtree(dst, ignore_errors=True)
-    return seconds
+    return timing
 
 
-def run_shardwriter(src: Path, dst: Path) -> float:
+def run_shardwriter(src: Path, dst: Path) -> Timing:
     """Stock webdataset.ShardWriter writing the same bytes (pass-through)."""
     import webdataset
 
@@ -119,21 +138,21 @@ def run_shardwriter(src: Path, dst: Path) -> float:
                 with open(path, "rb") as handle:
                     sink.write({"__key__": key, "jpg": handle.read(), "cls": label})
 
-    seconds = timed(write)
+    timing = timed(write)
     shutil.rmtree(dst, ignore_errors=True)
-    return seconds
+    return timing
 
 
-def run_tar(src: Path, dst: Path) -> float:
+def run_tar(src: Path, dst: Path) -> Timing:
     """`tar cf` of the same files, for reference (C, no hashing, no fsync)."""
     dst.unlink(missing_ok=True)
-    seconds = timed(lambda: subprocess.run(["tar", "cf", str(dst), "-C", str(src), "."],
+    timing = timed(lambda: subprocess.run(["tar", "cf", str(dst), "-C", str(src), "."],
                                            check=True))
     dst.unlink(missing_ok=True)
-    return seconds
+    return timing
 
 
-def run_pil_loop(src: Path, dst: Path, size: tuple[int, int]) -> float:
+def run_pil_loop(src: Path, dst: Path, size: tuple[int, int]) -> Timing:
     """A plain single-process loop: open, RGB, resize to `size`, into a memmap."""
     files = source_files(src)
     height, width = size
@@ -147,6 +166,6 @@ def run_pil_loop(src: Path, dst: Path, size: tuple[int, int]) -> float:
         out.flush()
         del out
 
-    seconds = timed(write)
+    timing = timed(write)
     dst.unlink(missing_ok=True)
-    return seconds
+    return timing

@@ -22,8 +22,10 @@ from packer.cli_info import describe
 from packer.convert import ConvertOptions, convert
 from packer.encode import EncodeOptions
 from packer.errors import PackError
+from packer.executors import EXECUTORS
 from packer.formats import FORMATS
 from packer.formats.base import ShardOptions
+from packer.remote import convert_remote, describe_remote, is_url, parse_storage_options
 from packer.verify import verify
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -85,7 +87,7 @@ def main() -> None:
 
 @main.command("convert")
 @click.argument("src", type=click.Path(path_type=Path))
-@click.argument("dst", type=click.Path(path_type=Path))
+@click.argument("dst")
 @click.option("--to", "fmt", type=click.Choice(list(FORMATS)), required=True,
               help="Output format.")
 @click.option("--shard-size", default="256MB", show_default=True,
@@ -105,14 +107,30 @@ def main() -> None:
 @click.option("--on-error", type=click.Choice(["skip", "fail"]), default="skip",
               show_default=True, help="skip: list bad inputs in rejects.jsonl; fail: stop.")
 @click.option("--workers", type=click.IntRange(0), default=None,
-              help="Encoding processes (default: number of CPUs; 0: in-process).")
+              help="Encoding threads (default: number of CPUs; 0: in-process); with "
+                   "--executor ray, the cluster CPUs to use (default: all).")
+@click.option("--executor", type=click.Choice(list(EXECUTORS)), default="local",
+              show_default=True,
+              help="Where images are encoded: local threads, or Ray tasks on a cluster "
+                   "(pip install 'packer[ray]'); the output is the same.")
+@click.option("--ray-address", default=None, metavar="ADDR",
+              help="Ray cluster to join: auto, or HOST:PORT of the head "
+                   "(default: start a local Ray instance).")
 @click.option("--resume", is_flag=True, help="Continue an interrupted conversion.")
 @click.option("--overwrite", is_flag=True, help="Replace a complete dataset in DST.")
+@click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
+              help="URL DST: an fsspec/s3fs option, repeatable (endpoint_url=http://host:9000, "
+                   "anon=true, client_kwargs.region_name=eu-west-1); default: AWS_* variables.")
+@click.option("--staging", type=click.Path(path_type=Path), default=None,
+              help="URL DST: convert in this folder before uploading, and keep it so "
+                   "--resume works (default: a temporary folder, shards dropped once sent).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def convert_command(src: Path, dst: Path, fmt: str, shard_size: str, shard_samples: int | None,
+def convert_command(src: Path, dst: str, fmt: str, shard_size: str, shard_samples: int | None,
                     resize: int | None, size: str | None, fit: str, codec: str | None,
                     quality: int, upscale: bool, check: str, on_error: str, workers: int | None,
-                    resume: bool, overwrite: bool, quiet: bool) -> None:
+                    executor: str, ray_address: str | None, resume: bool, overwrite: bool,
+                    storage_options: tuple[str, ...], staging: Path | None,
+                    quiet: bool) -> None:
     """Convert SRC (an image folder or a .csv/.jsonl manifest) into DST.
 
     \b
@@ -121,12 +139,15 @@ def convert_command(src: Path, dst: Path, fmt: str, shard_size: str, shard_sampl
     pack convert list.csv out.h5 --to hdf5 --check header --on-error fail
     pack convert photos/ out.npy --to npy --size 224x224 --fit crop
     pack convert photos/ out.wds --to wds --resume
+    pack convert photos/ s3://bucket/photos.wds --to wds --storage-option endpoint_url=URL
+    pack convert /shared/photos /shared/out.wds --to wds --executor ray --ray-address auto
     """
     with user_errors():
         options = EncodeOptions(check=check, resize=resize, size=parse_size(size),  # type: ignore[arg-type]
                                 fit=fit, codec=codec, quality=quality, upscale=upscale)  # type: ignore[arg-type]
         run = ConvertOptions(ShardOptions(parse_bytes(shard_size), shard_samples), workers,
-                             on_error, resume, overwrite)  # type: ignore[arg-type]
+                             on_error, resume, overwrite,  # type: ignore[arg-type]
+                             executor=executor, ray_address=ray_address)  # type: ignore[arg-type]
         bar = tqdm(unit="img", disable=quiet or not sys.stderr.isatty(), desc=f"pack {fmt}")
         def on_total(total: int) -> None:
             bar.total = total
@@ -134,29 +155,49 @@ def convert_command(src: Path, dst: Path, fmt: str, shard_size: str, shard_sampl
         def advance(count: int) -> None:
             bar.update(count)
 
+        remote = is_url(dst)
+        if not remote and (storage_options or staging is not None):
+            raise click.BadParameter("--storage-option and --staging apply to a URL DST "
+                                     "(s3://bucket/prefix, file:///path)")
         try:
-            index = convert(src, dst, fmt, options, run, progress=advance, on_total=on_total)
+            if remote:
+                index = convert_remote(src, dst, fmt, options, run,
+                                       storage_options=parse_storage_options(storage_options),
+                                       staging=staging, progress=advance, on_total=on_total)
+            else:
+                index = convert(src, Path(dst), fmt, options, run, progress=advance,
+                                on_total=on_total)
         finally:
             bar.close()
-        summary = (f"packed {index.num_samples} samples into {dst} "
+        where = dst.rstrip("/") if remote else str(Path(dst))
+        summary = (f"packed {index.num_samples} samples into {where} "
                    f"({fmt}, {len(index.shards)} shard(s))")
         if index.num_rejected:
-            summary += f"; {index.num_rejected} rejected inputs listed in {dst / 'rejects.jsonl'}"
+            rejects = f"{where}/rejects.jsonl" if remote else str(Path(dst) / "rejects.jsonl")
+            summary += f"; {index.num_rejected} rejected inputs listed in {rejects}"
         click.echo(summary)
 
 
 @main.command("info")
-@click.argument("dst", type=click.Path(path_type=Path))
+@click.argument("dst")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def info_command(dst: Path, as_json: bool) -> None:
+@click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
+              help="URL DST: an fsspec/s3fs option, repeatable (see `pack convert --help`).")
+def info_command(dst: str, as_json: bool, storage_options: tuple[str, ...]) -> None:
     """Describe a packed dataset: format, samples, classes, shards, options, rejects.
 
     \b
     pack info photos.wds
     pack info photos.wds --json | jq .num_samples
+    pack info s3://bucket/photos.wds
     """
     with user_errors():
-        facts = describe(dst)
+        if is_url(dst):
+            facts = describe_remote(dst, parse_storage_options(storage_options))
+        elif storage_options:
+            raise click.BadParameter("--storage-option applies to a URL (s3://..., file://...)")
+        else:
+            facts = describe(Path(dst))
         click.echo(json.dumps(facts, indent=1, ensure_ascii=False) if as_json
                    else render(facts))
 

@@ -5,18 +5,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 from packer import formats
 from packer.atomic import write_atomic
-from packer.destination import prepare, refuse_inside_source
-from packer.encode import EncodeOptions, encode_batch
+from packer.destination import prepare, refuse_inside_source, write_errors
+from packer.encode import EncodeOptions
 from packer.errors import BadInputError
-from packer.executors import map_ordered
+from packer.executors import EXECUTORS, Executor, encode_ordered
 from packer.formats.base import ShardOptions, Writer, WriterPlan
 from packer.index import (
     REJECTS_NAME,
@@ -29,6 +28,7 @@ from packer.index import (
 )
 from packer.journal import Journal, Progress, ResumeRefused, fingerprint
 from packer.record import Record, Reject, SourceItem
+from packer.remote import is_url
 from packer.scan import Source, scan
 from packer.verify_hash import sha256_file
 
@@ -46,75 +46,119 @@ class ConvertOptions:
     on_error: OnError = "skip"
     resume: bool = False
     overwrite: bool = False
+    executor: Executor = "local"
+    ray_address: str | None = None
 
     def __post_init__(self) -> None:
         if self.on_error not in ("skip", "fail"):
             raise ValueError(f"on_error must be skip or fail, not {self.on_error!r}")
         if self.resume and self.overwrite:
             raise ValueError("--resume and --overwrite exclude each other")
+        if self.executor not in EXECUTORS:
+            raise ValueError(f"executor must be local or ray, not {self.executor!r}")
+        if self.executor != "ray" and self.ray_address is not None:
+            raise ValueError("--ray-address needs --executor ray")
+        if self.executor == "ray" and self.workers == 0:
+            raise ValueError("--workers 0 encodes in-process; it does not combine with "
+                             "--executor ray (omit --workers to use every cluster CPU)")
 
     @property
     def num_workers(self) -> int:
         return os.cpu_count() or 1 if self.workers is None else self.workers
 
 
-def effective_options(fmt: str, options: EncodeOptions) -> EncodeOptions:
-    """npy always stores raw pixels at a fixed size (256x256 unless given)."""
+def effective_options(fmt: str, options: EncodeOptions,
+                      pixels_in: tuple[int, int] | None = None) -> EncodeOptions:
+    """npy always stores raw pixels at a fixed size (256x256 unless given).
+
+    `pixels_in`: the source is an npy dataset of raw pixels of that size. npy keeps its
+    size unless given; the other formats store images, PNG unless --encode says otherwise.
+    """
     if fmt != "npy":
         if options.pixels:
             raise ValueError("raw pixels are only stored by the npy format")
+        if pixels_in is not None and options.codec is None:
+            return dataclasses.replace(options, codec="png")
         return options
     if options.resize is not None or options.codec is not None:
         raise ValueError("npy stores raw pixels: use --size HxW, not --resize or --encode")
-    return dataclasses.replace(options, pixels=True, size=options.size or DEFAULT_NPY_SIZE)
+    size = options.size or pixels_in or DEFAULT_NPY_SIZE
+    return dataclasses.replace(options, pixels=True, size=size)
 
 
 def convert(src: str | Path, dst: str | Path, fmt: str,
             options: EncodeOptions | None = None, run: ConvertOptions | None = None,
             progress: Callable[[int], None] | None = None,
-            on_total: Callable[[int], None] | None = None) -> Index:
-    """Pack `src` into `dst` in format `fmt`; returns the index of the complete dataset."""
+            on_total: Callable[[int], None] | None = None,
+            on_part: Callable[[tuple[ShardInfo, ...]], None] | None = None) -> Index:
+    """Pack `src` into `dst` in format `fmt`; returns the index of the complete dataset.
+
+    `dst` may be a URL (s3://bucket/prefix, file://...): see packer.remote. `on_part`
+    receives the finished shards each time the writer ends a part.
+    """
+    if is_url(dst):
+        from packer.remote import convert_remote  # fsspec is an optional extra
+
+        return convert_remote(src, str(dst), fmt, options, run, progress=progress,
+                              on_total=on_total)
     module = formats.load(fmt)
-    options = effective_options(fmt, options or EncodeOptions())
+    asked = options or EncodeOptions()
+    options = effective_options(fmt, asked)  # refuse bad options before the scan
     run = run or ConvertOptions()
     folder = Path(dst)
     refuse_inside_source(Path(src), folder)
     source = scan(src)
+    if source.origin is not None:  # a packed dataset: format to format
+        options = effective_options(fmt, asked, source.origin.pixel_size)
     if run.on_error == "fail" and source.rejects:
         raise rejected(source.rejects[0])
-    prepare(folder, run.resume, run.overwrite)
-    journal = Journal(folder)
-    settings = {"format": fmt, "encode": options.to_json(),
-                "shards": dataclasses.asdict(run.shards)}
-    done = resume_point(journal, fingerprint(source, settings), run.resume, module.FILES, folder)
-    plan = WriterPlan(folder, len(source.items), options, run.shards, done.num_samples,
-                      done.shards)
-    writer = module.open_writer(plan)
-    if on_total is not None:
-        on_total(len(source.items))
-    if progress is not None:
-        progress(done.src_stop)
-    job = _Job(writer, journal, done, run.on_error, progress)
-    try:
-        job.consume(encoded(source.items[done.src_stop :], options, run.num_workers))
-        shards = writer.finish(job.build_table())
-    except BaseException:
-        writer.abort()
-        raise
-    return finalize(folder, fmt, source, options, job, shards)
+    with write_errors(folder):  # disk full, permissions: one line that says what to do
+        leftover = prepare(folder, run.resume, run.overwrite)
+        journal = Journal(folder)
+        settings = {"format": fmt, "encode": options.to_json(),
+                    "shards": dataclasses.asdict(run.shards)}
+        job_id = fingerprint(source, settings)
+        if leftover:  # complete, but killed while removing its resume state
+            return journal.finish_removal(job_id)
+        done = resume_point(journal, job_id, run.resume, module.FILES, folder)
+        plan = WriterPlan(folder, len(source.items), options, run.shards, done.num_samples,
+                          done.shards)
+        writer = module.open_writer(plan)
+        if on_total is not None:
+            on_total(len(source.items))
+        if progress is not None:
+            progress(done.src_stop)
+        job = _Job(writer, journal, done, run.on_error, progress, on_part)
+        try:
+            if source.origin is not None:
+                source.origin.open()  # a source that cannot be read stops here, not per sample
+            job.consume(encoded(source.items[done.src_stop :], options, run.workers,
+                                run.executor, run.ray_address))
+            shards = writer.finish(job.build_table())
+        except BaseException:
+            writer.abort()
+            raise
+        finally:
+            if source.origin is not None:
+                source.origin.close()
+        return finalize(folder, fmt, source, options, job, shards)
 
 
-def encoded(items: list[SourceItem], options: EncodeOptions,
-            workers: int) -> Iterator[Record | Reject]:
-    """Encode items in order on `workers` threads (see executors for why threads).
+def encoded(items: Sequence[SourceItem], options: EncodeOptions, workers: int | None,
+            executor: Executor = "local", address: str | None = None,
+            ) -> Iterator[Record | Reject]:
+    """Encode items in order on `workers` threads (see executors for why threads), or Ray.
 
     A task is a batch: large for pass-through, where an image costs microseconds and
     per-task overhead would dominate; small when every image is decoded and resized,
     so the window of finished-but-unwritten pixels stays small.
     """
     size = batch_size(options)
-    batches = (items[i : i + size] for i in range(0, len(items), size))
-    for batch in map_ordered(partial(encode_batch, options=options), batches, workers):
+    # Slices of the scan's SourceItems are views: each batch builds its SourceItem
+    # objects in the worker, and pickles (Ray) with only its own keys and paths.
+    batches = cast(Iterator[list[SourceItem]],
+                   (items[i : i + size] for i in range(0, len(items), size)))
+    for batch in encode_ordered(batches, options, workers, executor, address):
         yield from batch
 
 
@@ -133,8 +177,10 @@ class _Job:
     """
 
     def __init__(self, writer: Writer, journal: Journal, done: Progress, on_error: OnError,
-                 progress: Callable[[int], None] | None) -> None:
+                 progress: Callable[[int], None] | None,
+                 on_part: Callable[[tuple[ShardInfo, ...]], None] | None = None) -> None:
         self.writer = writer
+        self.on_part = on_part
         self.journal = journal
         self.done = done
         self.on_error = on_error
@@ -174,6 +220,8 @@ class _Job:
 
     def end_part(self, src_stop: int) -> None:
         self.writer.end_part()
+        if self.on_part is not None:  # e.g. upload the finished shards (packer.remote)
+            self.on_part(tuple(getattr(self.writer, "shards", ())))
         part = self.part.build()
         self.table.extend(part)
         self.done.rejects += self.part_rejects
@@ -188,7 +236,9 @@ class _Job:
 
     def build_table(self) -> SampleTable:
         """Every sample so far: resumed parts, ended parts and the current one."""
-        if len(self.part):
+        if len(self.part) and not len(self.table):  # one part (lmdb, hdf5): no copy
+            self.table, self.part = self.part, TableBuilder()
+        elif len(self.part):
             self.table.extend(self.part.build())
             self.part = TableBuilder()
         return self.table.build()
@@ -229,7 +279,7 @@ def _shard_intact(folder: Path, shard: dict[str, object]) -> bool:
 def finalize(folder: Path, fmt: str, source: Source, options: EncodeOptions, job: _Job,
              shards: tuple[ShardInfo, ...]) -> Index:
     """Write the table and rejects, then index.json last, then drop the resume state."""
-    rejects = sorted(source.rejects + job.done.rejects + job.part_rejects,
+    rejects = sorted(source.rejects + source.inherited + job.done.rejects + job.part_rejects,
                      key=lambda r: (r.position, r.path))
     table = job.build_table()
     save_table(folder, table)
@@ -238,7 +288,9 @@ def finalize(folder: Path, fmt: str, source: Source, options: EncodeOptions, job
     index = Index(format=fmt, num_samples=len(table), class_names=source.class_names,
                   shards=tuple(shards), encode=options.to_json(), num_rejected=len(rejects),
                   num_ignored=source.num_ignored,
-                  image_size=options.size if options.pixels else None)
+                  image_size=options.size if options.pixels else None,
+                  extra={} if source.origin is None else
+                  {"source": source.origin.lineage(options)})
     write_index(folder, index)
     job.journal.remove()
     return index

@@ -1,7 +1,11 @@
 """Turn a SourceItem into a Record: pass-through, resize + re-encode, or raw pixels.
 
-Runs in the worker processes. Every failure becomes a Reject with a reason a person
+Runs in the worker threads. Every failure becomes a Reject with a reason a person
 understands, so the writer decides (skip or fail) and nothing vanishes silently.
+
+An item's bytes come from its file, or, for a sample of a packed dataset, from
+`item.origin` (see packer.packed): an encoded image, or raw RGB pixels (npy), which
+are re-encoded (PNG unless asked otherwise) or resized as the options say.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import io
 import os
 import zlib
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -26,6 +31,8 @@ CODEC_EXT = {"jpeg": "jpg", "png": "png", "webp": "webp"}
 FORMAT_EXT = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp", "GIF": "gif", "BMP": "bmp",
               "TIFF": "tif", "PPM": "ppm"}
 PIXELS_EXT = "rgb"
+MAGIC_EXT = ((b"\xff\xd8\xff", "jpg"), (b"\x89PNG\r\n\x1a\n", "png"), (b"GIF8", "gif"),
+             (b"BM", "bmp"), (b"II*\x00", "tif"), (b"MM\x00*", "tif"), (b"RIFF", "riff"))
 
 
 @dataclass(frozen=True)
@@ -82,25 +89,29 @@ def digest_of(data: bytes) -> bytes:
 
 def encode_item(item: SourceItem, options: EncodeOptions) -> Record | Reject:
     """Read, check and encode one input; any problem becomes a Reject."""
+    origin = item.origin
     try:
-        data = read_input(item.path)
-        if not data:
-            return Reject(item.position, item.path, "zero bytes: the file is empty")
-        stored, ext = _encode_bytes(data, item.path, options)
-    except _RejectReason as reason:
+        if origin is None:
+            data = read_input(item.path)
+            if not data:
+                return Reject(item.position, item.path, "zero bytes: the file is empty")
+            stored, ext = _encode_bytes(data, item.path, options)
+        else:
+            stored, ext = _encode_packed(origin.read(item), origin.pixel_size, options)
+    except RejectReason as reason:
         return Reject(item.position, item.path, str(reason))
     except Exception as exc:  # a damaged file can make any decoder raise anything
         return Reject(item.position, item.path, describe_failure(exc))
     return Record(item.position, item.key, item.label, stored, ext, digest_of(stored))
 
 
-def encode_batch(items: list[SourceItem], options: EncodeOptions) -> list[Record | Reject]:
+def encode_batch(items: Iterable[SourceItem], options: EncodeOptions) -> list[Record | Reject]:
     """Worker entry point: one task covers several items to amortize inter-process cost."""
     return [encode_item(item, options) for item in items]
 
 
-class _RejectReason(Exception):
-    """Internal: an input problem already worded for rejects.jsonl."""
+class RejectReason(Exception):
+    """An input problem already worded for rejects.jsonl (raised by readers of inputs)."""
 
 
 def read_input(path: str) -> bytes:
@@ -112,11 +123,11 @@ def read_input(path: str) -> bytes:
         finally:
             os.close(fd)
     except FileNotFoundError as exc:
-        raise _RejectReason("missing file: it does not exist") from exc
+        raise RejectReason("missing file: it does not exist") from exc
     except IsADirectoryError as exc:
-        raise _RejectReason("unreadable: it is a folder") from exc
+        raise RejectReason("unreadable: it is a folder") from exc
     except OSError as exc:
-        raise _RejectReason(f"unreadable: {exc.strerror or exc}") from exc
+        raise RejectReason(f"unreadable: {exc.strerror or exc}") from exc
 
 
 def _read_all(fd: int) -> bytes:
@@ -145,13 +156,31 @@ def describe_failure(exc: BaseException) -> str:
     return f"corrupt: {type(exc).__name__}: {text}"
 
 
-def _encode_bytes(data: bytes, path: str, options: EncodeOptions) -> tuple[bytes, str]:
+def _encode_bytes(data: bytes, path: str | None, options: EncodeOptions) -> tuple[bytes, str]:
+    """Encode a file's bytes (`path` names its extension; None: tell it from the bytes)."""
     if options.pixels:
         assert options.size is not None  # guaranteed by EncodeOptions validation
         return rgb_pixels(data, options.size, options.fit), PIXELS_EXT
     if options.transforms:
-        return _reencode(data, options)
+        image = load_rgb(data, size=options.size, fit=options.fit, shorter=options.resize,
+                         upscale=options.upscale)
+        return _save(_resized(image, options), options.codec or "jpeg", options.quality)
     return data, _checked_ext(data, path, options.check)
+
+
+def _encode_packed(data: bytes, pixel_size: tuple[int, int] | None,
+                   options: EncodeOptions) -> tuple[bytes, str]:
+    """Encode a packed sample: an image like a file's, or raw RGB pixels of `pixel_size`."""
+    if pixel_size is None:
+        return _encode_bytes(data, None, options)
+    height, width = pixel_size
+    if options.pixels and options.size == pixel_size:
+        return data, PIXELS_EXT  # npy to npy at the same size: the pixels as they are
+    image = Image.frombuffer("RGB", (width, height), data, "raw", "RGB", 0, 1)
+    if options.pixels:
+        assert options.size is not None  # guaranteed by EncodeOptions validation
+        return fit_image(image, options.size, options.fit).tobytes("raw", "RGB"), PIXELS_EXT
+    return _save(_resized(image, options), options.codec or "png", options.quality)
 
 
 def rgb_pixels(data: bytes, size: tuple[int, int], fit: Fit) -> bytes:
@@ -160,9 +189,11 @@ def rgb_pixels(data: bytes, size: tuple[int, int], fit: Fit) -> bytes:
     return fit_image(image, size, fit).tobytes("raw", "RGB")
 
 
-def _checked_ext(data: bytes, path: str, check: Check) -> str:
+def _checked_ext(data: bytes, path: str | None, check: Check) -> str:
     """Pass-through: check as asked; name the extension after the real format when known."""
     if check == "none":
+        if path is None:
+            return sniff_ext(data)
         suffix = path.rsplit(".", 1)[-1].lower() if "." in path else "bin"
         return "jpg" if suffix == "jpeg" else suffix
     if check == "decode" and jpeg_decodes(data):
@@ -171,15 +202,26 @@ def _checked_ext(data: bytes, path: str, check: Check) -> str:
     return FORMAT_EXT.get(image.format or "", (image.format or "bin").lower())
 
 
-def _reencode(data: bytes, options: EncodeOptions) -> tuple[bytes, str]:
-    image = load_rgb(data, size=options.size, fit=options.fit, shorter=options.resize,
-                     upscale=options.upscale)
+def sniff_ext(data: bytes) -> str:
+    """The extension of an encoded image, told from its first bytes ("bin" if unknown)."""
+    for magic, ext in MAGIC_EXT:
+        if data.startswith(magic):
+            return "webp" if ext == "riff" and data[8:12] == b"WEBP" else ext
+    if len(data) > 1 and data[:1] == b"P" and data[1:2] in b"123456":
+        return "ppm"
+    return "bin"
+
+
+def _resized(image: Image.Image, options: EncodeOptions) -> Image.Image:
     if options.size is not None:
-        image = fit_image(image, options.size, options.fit)
-    elif options.resize is not None:
-        image = resize_shorter(image, options.resize, options.upscale)
-    codec = options.codec or "jpeg"
+        return fit_image(image, options.size, options.fit)
+    if options.resize is not None:
+        return resize_shorter(image, options.resize, options.upscale)
+    return image
+
+
+def _save(image: Image.Image, codec: Codec, quality: int) -> tuple[bytes, str]:
     out = io.BytesIO()
-    save_args: dict[str, Any] = {"quality": options.quality} if codec != "png" else {}
+    save_args: dict[str, Any] = {"quality": quality} if codec != "png" else {}
     image.save(out, format=codec.upper(), **save_args)
     return out.getvalue(), CODEC_EXT[codec]

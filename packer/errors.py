@@ -32,3 +32,11 @@ class CorruptDatasetError(PackError, ValueError):
 
 class MissingDependencyError(PackError, ImportError):
     """An optional library needed for this format or option is not installed."""
+
+
+class DestinationError(PackError, OSError):
+    """Writing into DST failed (permissions, I/O error); what is durable stays for resume."""
+
+
+class DiskFullError(DestinationError):
+    """The disk holding DST filled up during a conversion."""

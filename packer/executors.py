@@ -5,7 +5,8 @@ and hashing, all of which release the GIL, so N threads keep N cores busy; and a
 result (an image's bytes, or 150 KB of pixels) reaches the writer without being
 pickled, piped and unpickled (three copies that cost more than a 1/8-scale JPEG
 decode on this hardware), with no pool start-up (~0.5 s for a forkserver pool).
-A process pool remains for work that holds the GIL.
+A process pool remains for work that holds the GIL. `--executor ray` sends the same
+batches to Ray tasks on a cluster instead (packer/executor_ray.py, imported only then).
 
 Tasks are submitted through a bounded window, so memory stays flat however large the
 source is, and results come back in submission order, so the output is identical for
@@ -18,14 +19,38 @@ from __future__ import annotations
 
 import collections
 import multiprocessing
+import os
 import signal
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from typing import Literal, TypeVar
+
+from packer.encode import EncodeOptions, encode_batch
+from packer.record import Record, Reject, SourceItem
 
 Task = TypeVar("Task")
 Result = TypeVar("Result")
 Kind = Literal["threads", "processes"]
+Executor = Literal["local", "ray"]
+EXECUTORS: tuple[Executor, ...] = ("local", "ray")
+
+
+def encode_ordered(batches: Iterable[list[SourceItem]], options: EncodeOptions,
+                   workers: int | None, executor: Executor = "local",
+                   address: str | None = None) -> Iterator[list[Record | Reject]]:
+    """Encode batches in submission order: on local threads, or as Ray tasks.
+
+    `workers`: local threads (default: one per CPU; 0: inline), or with Ray the cluster
+    CPUs used (default: all); `address` names the Ray cluster (None: a local instance).
+    """
+    if executor == "ray":
+        from packer.executor_ray import encode_batch_at, map_ordered_ray
+
+        func = partial(encode_batch_at, options=options, cwd=os.getcwd())
+        return map_ordered_ray(func, batches, workers, address)
+    threads = os.cpu_count() or 1 if workers is None else workers
+    return map_ordered(partial(encode_batch, options=options), batches, threads)
 
 
 def map_ordered(func: Callable[[Task], Result], tasks: Iterable[Task], workers: int,

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from packer import index_checks as checks
 from packer.atomic import atomic_writer, write_atomic
 from packer.errors import CorruptDatasetError, IncompleteDatasetError
 
@@ -117,7 +118,13 @@ class SampleTable:
     def key(self, i: int) -> str:
         start = int(self.rows["key_start"][i])
         stop = int(self.rows["key_start"][i + 1]) if i + 1 < len(self.rows) else len(self.keys_blob)
-        return bytes(self.keys_blob[start:stop]).decode("utf-8")
+        try:
+            return bytes(self.keys_blob[start:stop]).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CorruptDatasetError(
+                f"{KEYS_NAME}: the key of sample {i} is not UTF-8 ({exc.reason}); the "
+                "per-sample table is damaged, reconvert the dataset"
+            ) from exc
 
     def keys(self) -> list[str]:
         return [self.key(i) for i in range(len(self))]
@@ -183,7 +190,9 @@ class TableBuilder:
 
     def build(self) -> SampleTable:
         self._flush()
-        rows = np.concatenate(self._blocks) if self._blocks else np.empty(0, SAMPLE_DTYPE)
+        if len(self._blocks) > 1:  # one block from here on: later builds copy nothing
+            self._blocks = [np.concatenate(self._blocks)]
+        rows = self._blocks[0] if self._blocks else np.empty(0, SAMPLE_DTYPE)
         return SampleTable(rows, np.frombuffer(bytes(self._keys), dtype=np.uint8))
 
 
@@ -197,15 +206,8 @@ def save_table(folder: Path, table: SampleTable, prefix: str = "") -> None:
 
 def load_table(folder: Path, prefix: str = "", mmap: bool = True) -> SampleTable:
     """Open the per-sample table, memory-mapped by default."""
-    mode: Any = "r" if mmap else None
-    try:
-        rows = np.load(folder / (prefix + SAMPLES_NAME), mmap_mode=mode)
-        keys = np.load(folder / (prefix + KEYS_NAME), mmap_mode=mode)
-    except (OSError, ValueError) as exc:
-        raise CorruptDatasetError(
-            f"{folder / (prefix + SAMPLES_NAME)}: per-sample table unreadable ({exc}); "
-            "reconvert the dataset"
-        ) from exc
+    rows = checks.load_array(folder / (prefix + SAMPLES_NAME), mmap)
+    keys = checks.load_array(folder / (prefix + KEYS_NAME), mmap)
     if rows.dtype != SAMPLE_DTYPE or keys.dtype != np.uint8:
         raise CorruptDatasetError(
             f"{folder / (prefix + SAMPLES_NAME)}: unexpected table layout; reconvert the dataset"
@@ -231,47 +233,42 @@ def read_index(folder: str | Path) -> Index:
             "`pack convert SRC DST --to FMT` command with --resume"
         )
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CorruptDatasetError(f"{path}: not valid JSON ({exc}); reconvert the dataset") from exc
+        data = json.loads(path.read_bytes().decode("utf-8"), parse_constant=checks.no_constant)
+    except OSError as exc:
+        raise CorruptDatasetError(f"{path}: cannot read ({exc}); check the file") from exc
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise CorruptDatasetError(
+            f"{path}: not valid JSON ({reason}); reconvert the dataset"
+        ) from exc
     return index_from_json(data, path)
+
 
 
 def index_from_json(data: Any, path: Path) -> Index:
     """Build an Index from parsed JSON, naming the file on any inconsistency."""
-    if not isinstance(data, dict):
-        raise CorruptDatasetError(f"{path}: expected a JSON object; reconvert the dataset")
-    version = data.get("format_version")
-    if version != FORMAT_VERSION:
+    fmt = checks.version_and_format(data, path, FORMAT_VERSION)
+    shards = data.get("shards")
+    if not isinstance(shards, list):
+        raise checks.bad_field(path, f"shards must be a list, not {checks.quote(shards)}")
+    index = Index(
+        format=fmt,
+        num_samples=checks.count(data, "num_samples", path),
+        class_names=checks.class_names(data, path),
+        shards=tuple(ShardInfo(**checks.shard_fields(shard, path)) for shard in shards),
+        encode=checks.mapping(data, "encode", path),
+        num_rejected=checks.count(data, "num_rejected", path),
+        num_ignored=checks.count(data, "num_ignored", path, default=0),
+        image_size=checks.image_size(data, path),
+        sample_hash=checks.text(data, "sample_hash", path),
+        extra=checks.mapping(data, "extra", path),
+    )
+    if index.sample_hash != SAMPLE_HASH:
         raise CorruptDatasetError(
-            f"{path}: format_version {version!r} is not supported (this toolkit reads "
-            f"{FORMAT_VERSION}); upgrade the toolkit or reconvert the dataset"
+            f"{path}: sample_hash {checks.quote(index.sample_hash)} is not supported (this "
+            f"toolkit checks {SAMPLE_HASH}); upgrade the toolkit or reconvert the dataset"
         )
-    from packer.formats import FORMATS  # here: packer.formats imports this module
-
-    if data.get("format") not in FORMATS:
-        raise CorruptDatasetError(
-            f"{path}: unknown format {data.get('format')!r} (this toolkit reads "
-            f"{', '.join(FORMATS)}); upgrade the toolkit or reconvert the dataset"
-        )
-    try:
-        shards = tuple(ShardInfo(**shard) for shard in data["shards"])
-        size = data.get("image_size")
-        index = Index(
-            format=str(data["format"]),
-            num_samples=int(data["num_samples"]),
-            class_names=tuple(str(name) for name in data["class_names"]),
-            shards=shards,
-            encode=dict(data["encode"]),
-            num_rejected=int(data["num_rejected"]),
-            num_ignored=int(data.get("num_ignored", 0)),
-            image_size=(int(size[0]), int(size[1])) if size else None,
-            sample_hash=str(data["sample_hash"]),
-            extra=dict(data.get("extra", {})),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CorruptDatasetError(f"{path}: missing or bad field ({exc}); reconvert") from exc
-    if sum(shard.num_samples for shard in shards) != index.num_samples or index.num_samples < 0:
+    if sum(shard.num_samples for shard in index.shards) != index.num_samples:
         raise CorruptDatasetError(
             f"{path}: shard sample counts do not add up to num_samples={index.num_samples}; "
             "the index is damaged, reconvert the dataset"
@@ -289,4 +286,5 @@ def open_dataset(folder: str | Path) -> tuple[Index, SampleTable]:
             f"{folder / SAMPLES_NAME}: {len(table)} rows but index.json says "
             f"{index.num_samples} samples; reconvert the dataset"
         )
+    checks.check_rows(table.rows, table.keys_blob, len(index.class_names), folder / SAMPLES_NAME)
     return index, table

@@ -12,6 +12,7 @@ removed once index.json exists.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -21,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from packer.atomic import fsync_dir, write_atomic
-from packer.errors import PackError
-from packer.index import SampleTable, ShardInfo, load_table, save_table
+from packer.errors import DatasetExistsError, PackError
+from packer.index import Index, SampleTable, ShardInfo, load_table, read_index, save_table
 from packer.record import Reject
 from packer.scan import Source
 
@@ -41,16 +42,25 @@ class Progress:
 
 
 def fingerprint(source: Source, settings: dict[str, Any]) -> str:
-    """Identify a job: same files (size, mtime), labels and settings -> same fingerprint."""
+    """Identify a job: same files (size, mtime), labels and settings -> same fingerprint.
+
+    A packed source is identified by the hash of its index.json (which pins the sha256
+    of every shard) instead of a stat per sample.
+    """
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     digest.update(json.dumps(source.class_names).encode())
-    for item in source.items:
-        try:
-            stat = os.stat(item.path)
-            facts = f"{stat.st_size}:{stat.st_mtime_ns}"
-        except OSError:
-            facts = "missing"
-        digest.update(f"{item.key}\0{item.path}\0{item.label}\0{facts}\n".encode())
+    if source.origin is not None:
+        digest.update(f"packed:{source.origin.identity}\n".encode())
+    for key, path, label in source.items.rows():
+        if source.origin is not None:
+            facts = "packed"
+        else:
+            try:
+                stat = os.stat(path)
+                facts = f"{stat.st_size}:{stat.st_mtime_ns}"
+            except OSError:
+                facts = "missing"
+        digest.update(f"{key}\0{path}\0{label}\0{facts}\n".encode())
     return digest.hexdigest()
 
 
@@ -132,7 +142,35 @@ class Journal:
         write_atomic(self.parts_path, "".join(line + "\n" for line in lines).encode("utf-8"))
 
     def remove(self) -> None:
-        shutil.rmtree(self.state, ignore_errors=True)
+        """Delete the state, job.json last: a removal cut short still names its job."""
+        job = self.state / "job.json"
+        with contextlib.suppress(FileNotFoundError):
+            for path in self.state.iterdir():
+                if path != job:
+                    path.unlink(missing_ok=True)
+        job.unlink(missing_ok=True)
+        try:
+            self.state.rmdir()
+        except FileNotFoundError:
+            pass
+        except OSError:  # something unexpected inside: remove it all
+            shutil.rmtree(self.state, ignore_errors=True)
+
+    def finish_removal(self, job: str) -> Index:
+        """DST is complete, but the run that wrote index.json died removing this state.
+
+        The same job resumed: finish the clean-up and report the dataset. (Without
+        job.json the removal had reached its last step: the state is leftover either way.)
+        """
+        folder = self.state.parent
+        if self.fingerprint() not in (job, None):
+            raise DatasetExistsError(
+                f"{folder}: already holds a complete dataset made from another source or with "
+                "other options; pass --overwrite to replace it"
+            )
+        index = read_index(folder)
+        self.remove()
+        return index
 
 
 class ResumeRefused(PackError, ValueError):

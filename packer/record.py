@@ -3,6 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
+
+
+class Origin(Protocol):
+    """Where the bytes of items that are not files come from: a packed dataset.
+
+    `read` returns the stored bytes of the sample `item.position` (raw RGB at
+    `pixel_size` when the dataset stores pixels, else an encoded image) and raises
+    `packer.encode.RejectReason` when that sample is damaged. Objects travel to worker
+    processes by pickle, so they open their file handles lazily where they read.
+    """
+
+    @property
+    def pixel_size(self) -> tuple[int, int] | None: ...
+
+    def read(self, item: SourceItem) -> bytes: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -10,13 +26,16 @@ class SourceItem:
     """One input image found by the scan.
 
     `position` is the item's place in the sorted scan (rejected items included), which
-    is what resume counts in.
+    is what resume counts in. `origin` is None for a file at `path`; for a sample of a
+    packed dataset it reads the bytes, and `path` (the dataset folder joined with the
+    key) only names the sample.
     """
 
     position: int
     path: str
     key: str
     label: int
+    origin: Origin | None = None
 
 
 @dataclass(frozen=True, slots=True)

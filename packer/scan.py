@@ -1,4 +1,5 @@
-"""Find the input images: an image folder (class sub-folders) or a CSV/JSONL manifest.
+"""Find the inputs: an image folder (class sub-folders), a CSV/JSONL manifest, or a
+packed dataset (a folder with index.json: format to format, see packer.packed).
 
 Items come back sorted by key, so sample i is the same image in every format made from
 the same source. The key is the path relative to the root, without its extension,
@@ -13,11 +14,13 @@ import io
 import json
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from packer.errors import SourceError
-from packer.record import Reject, SourceItem
+from packer.packed import PackedSource, is_packed, read_rejects
+from packer.record import Reject
+from packer.sources import ItemsBuilder, SourceItems
 
 IMAGE_EXTENSIONS = frozenset(
     {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff", ".ppm", ".pgm", ".pbm"}
@@ -28,20 +31,29 @@ MAX_CLASSES = 1_000_000
 
 @dataclass(frozen=True)
 class Source:
-    """What a scan found: items to encode, class names, early rejects, ignored files."""
+    """What a scan found: items to encode, class names, early rejects, ignored files.
+
+    `origin` is set when SRC is a packed dataset: its items are that dataset's samples,
+    in its order, and `origin` reads their bytes; `inherited` are the rejects of the
+    conversion that made it (they carry over, so the lineage to the images stays whole).
+    """
 
     root: Path
-    items: list[SourceItem]
+    items: SourceItems
     class_names: tuple[str, ...]
     rejects: list[Reject]
     num_ignored: int
+    origin: PackedSource | None = None
+    inherited: list[Reject] = field(default_factory=list)
 
 
 def scan(src: str | Path) -> Source:
-    """Scan an image folder or a manifest file."""
+    """Scan an image folder, a manifest file, or a packed dataset (a folder with index.json)."""
     path = Path(src)
     if path.is_file() and path.suffix.lower() in MANIFEST_SUFFIXES:
         return scan_manifest(path)
+    if is_packed(path):
+        return scan_packed(path)
     if path.is_dir():
         return scan_folder(path)
     if path.exists():
@@ -49,10 +61,24 @@ def scan(src: str | Path) -> Source:
     raise SourceError(f"{path}: no such file or folder; check the source path")
 
 
+def scan_packed(folder: Path) -> Source:
+    """The samples of a packed dataset, in its order, with its keys, labels and classes."""
+    origin = PackedSource(folder)
+    index = origin.index
+    return Source(folder, origin.items(root_prefix(folder)), index.class_names, [],
+                  index.num_ignored, origin, read_rejects(folder))
+
+
 def key_of(relative: str) -> str:
     """The stable key of a file: relative posix path without the extension."""
     pure = PurePosixPath(relative)
     return str(pure.with_suffix("")) if pure.suffix else str(pure)
+
+
+def root_prefix(root: Path) -> str:
+    """What joins the root to a relative path, spelled as pathlib's `root / rel` spells it."""
+    text = str(root)
+    return "" if text == "." else os.path.join(text, "")
 
 
 def scan_folder(root: Path) -> Source:
@@ -71,13 +97,13 @@ def scan_folder(root: Path) -> Source:
     for name in classes:
         if not _is_utf8(name):
             raise SourceError(f"{root / name!s}: class folder name is not valid UTF-8; rename it")
-    found: list[tuple[str, str, int]] = []
+    prefix = root_prefix(root)
+    found = ItemsBuilder(prefix, errors="strict")  # names must be UTF-8 to become keys
     rejects: list[Reject] = []
     for label, name in enumerate(classes):
-        files, skipped = _walk_images(root / name, rejects)
-        ignored += skipped
-        found.extend((os.path.join(name, rel), str(root / name / rel), label) for rel in files)
-    return _build(root, found, tuple(classes), rejects, ignored)
+        ignored += _walk_images(prefix, name, label, found, rejects)
+    rejects.sort(key=lambda reject: reject.path)  # the same whatever order the disk lists
+    return Source(root, found.build(rejects), tuple(classes), rejects, ignored)
 
 
 def _kind(entry: os.DirEntry[str]) -> str:
@@ -94,10 +120,10 @@ def _kind(entry: os.DirEntry[str]) -> str:
         return "a broken link"
 
 
-def _ignored(name: str, kind: str) -> bool:
-    """Hidden entries, linked folders and names without an image extension."""
-    return (name.startswith(".") or kind == "linked folder"
-            or Path(name).suffix.lower() not in IMAGE_EXTENSIONS)
+def _image_name(name: str) -> bool:
+    """A visible name with an image extension (what pathlib calls the suffix)."""
+    dot = name.rfind(".")
+    return dot > 0 and not name.startswith(".") and name[dot:].lower() in IMAGE_EXTENSIONS
 
 
 def _is_utf8(name: str) -> bool:
@@ -109,58 +135,75 @@ def _is_utf8(name: str) -> bool:
     return True
 
 
-def _walk_images(folder: Path, rejects: list[Reject]) -> tuple[list[str], int]:
-    """Relative paths of image files below `folder` and the number of ignored entries.
+def _walk_images(prefix: str, name: str, label: int, found: ItemsBuilder,
+                 rejects: list[Reject]) -> int:
+    """Add the image files below class folder `name` to `found`; count ignored entries.
 
     Symlinked folders are not followed, so a symlink loop cannot trap the scan. Image
     names that are not regular files (a FIFO would block the reader forever, a broken
-    link), names that are not valid UTF-8 and unreadable folders become rejects.
+    link), names that are not valid UTF-8 and unreadable folders become rejects. Plain
+    strings and os.scandir, no pathlib: this runs once per file. The order of the walk
+    does not matter, the items are sorted by key afterwards.
     """
-    files: list[str] = []
     ignored = 0
-    pending = [""]
+    pending = [name]
     while pending:
         rel_dir = pending.pop()
         try:
-            with os.scandir(folder / rel_dir) as listing:
-                entries = sorted(listing, key=lambda entry: entry.name)
+            with os.scandir(prefix + rel_dir) as listing:
+                entries = list(listing)
         except OSError as exc:
             reason = f"unreadable folder: {exc.strerror or exc}; its images were not packed"
-            rejects.append(Reject(-1, str(folder / rel_dir), reason))
+            rejects.append(Reject(-1, prefix + rel_dir, reason))
             continue
         for entry in entries:
-            rel = os.path.join(rel_dir, entry.name) if rel_dir else entry.name
+            rel = rel_dir + os.sep + entry.name
             kind = _kind(entry)
             if kind == "folder":
                 pending.append(rel)
-            elif _ignored(entry.name, kind):
+            elif kind == "linked folder" or not _image_name(entry.name):
                 ignored += 1
-            elif not _is_utf8(rel):
-                printable = os.fsencode(folder / rel).decode("utf-8", "backslashreplace")
-                rejects.append(Reject(-1, printable, "file name is not valid UTF-8; rename it"))
-            elif kind != "file":
-                rejects.append(Reject(-1, str(folder / rel), f"unreadable: {kind}"))
-            else:
-                files.append(rel)
-    return files, ignored
+            elif kind != "file" or not _add_file(found, rel, label):
+                rejects.append(_unusable(prefix, rel, kind))
+    return ignored
+
+
+def _unusable(prefix: str, rel: str, kind: str) -> Reject:
+    """Why an image name cannot be packed: an undecodable name, or not a regular file."""
+    if not _is_utf8(rel):
+        printable = os.fsencode(prefix + rel).decode("utf-8", "backslashreplace")
+        return Reject(-1, printable, "file name is not valid UTF-8; rename it")
+    return Reject(-1, prefix + rel, f"unreadable: {kind}")
+
+
+def _add_file(found: ItemsBuilder, rel: str, label: int) -> bool:
+    """Add an image file; False if its name is not valid UTF-8 (nothing is added)."""
+    posix = rel if os.sep == "/" else rel.replace(os.sep, "/")
+    try:
+        found.add(posix[: posix.rfind(".")], rel, label)  # the key: no extension
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def scan_manifest(manifest: Path) -> Source:
-    """Scan a manifest of `path,label` rows; labels are class names or integers."""
-    rows = list(_read_manifest_rows(manifest))
+    """Scan a manifest of `path,label` rows; labels are class names or integers.
+
+    Two passes over the rows (class names first), so no list of rows is kept.
+    """
     root = manifest.parent
-    class_names = _class_names([label for _, label in rows], manifest)
+    class_names = _class_names(manifest)
     lookup = {name: i for i, name in enumerate(class_names)}
-    found: list[tuple[str, str, int]] = []
+    found = ItemsBuilder("")
     rejects: list[Reject] = []
-    for path_text, label_text in rows:
+    for path_text, label_text in _read_manifest_rows(manifest):
         full = path_text if os.path.isabs(path_text) else os.path.join(root, path_text)
         label = _label_of(label_text, lookup, len(class_names))
         if label is None:
             rejects.append(Reject(-1, full, f"unknown class {label_text!r} in the manifest"))
             continue
-        found.append((os.path.relpath(full, root), full, label))
-    return _build(root, found, class_names, rejects, 0)
+        found.add(key_of(os.path.relpath(full, root).replace(os.sep, "/")), full, label)
+    return Source(root, found.build(rejects), class_names, rejects, 0)
 
 
 def _read_manifest_rows(manifest: Path) -> Iterable[tuple[str, str]]:
@@ -198,17 +241,26 @@ def _is_int(text: str) -> bool:
     return True
 
 
-def _class_names(labels: list[str], manifest: Path) -> tuple[str, ...]:
+def _class_names(manifest: Path) -> tuple[str, ...]:
     """Named labels: the sorted names. All-integer labels: "0" .. str(max)."""
-    if labels and all(_is_int(label) for label in labels):
-        top = max(int(label) for label in labels)
+    names: set[str] = set()
+    top, all_int, any_row = -1, True, False
+    for _, label in _read_manifest_rows(manifest):
+        any_row = True
+        if _is_int(label):
+            top = max(top, int(label))
+        else:
+            all_int = False
+            if label:
+                names.add(label)
+    if any_row and all_int:
         if top >= MAX_CLASSES:  # one name per id: a stray big number would exhaust memory
             raise SourceError(
                 f"{manifest}: integer label {top} is not a class id (labels are 0..C-1, "
                 f"C at most {MAX_CLASSES}); fix the label column or use class names"
             )
         return tuple(str(i) for i in range(top + 1))
-    return tuple(sorted({label for label in labels if label and not _is_int(label)}))
+    return tuple(sorted(names))
 
 
 def _label_of(text: str, lookup: dict[str, int], num_classes: int) -> int | None:
@@ -217,26 +269,3 @@ def _label_of(text: str, lookup: dict[str, int], num_classes: int) -> int | None
         value = int(text)
         return value if 0 <= value < num_classes else None
     return lookup.get(text)
-
-
-def _build(
-    root: Path,
-    found: list[tuple[str, str, int]],
-    class_names: tuple[str, ...],
-    rejects: list[Reject],
-    ignored: int,
-) -> Source:
-    """Sort by key, number the items, and reject duplicate keys."""
-    keyed = sorted(
-        ((key_of(rel.replace(os.sep, "/")), full, label) for rel, full, label in found),
-        key=lambda row: (row[0], row[1]),
-    )
-    items: list[SourceItem] = []
-    previous = None
-    for key, full, label in keyed:
-        if key == previous:
-            rejects.append(Reject(-1, full, f"duplicate key {key!r}: another file has that name"))
-            continue
-        items.append(SourceItem(len(items), full, key, label))
-        previous = key
-    return Source(root, items, class_names, rejects, ignored)

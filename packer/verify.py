@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,7 +18,9 @@ from packer import formats
 from packer.encode import digest_of, read_input
 from packer.errors import PackError
 from packer.index import REJECTS_NAME, Index, SampleTable, open_dataset
-from packer.scan import scan
+from packer.packed import stores_original
+from packer.record import SourceItem
+from packer.scan import Source, scan
 from packer.verify_hash import sha256_file
 
 
@@ -98,10 +101,16 @@ def _first_difference(a: np.ndarray, b: np.ndarray) -> int:
 
 
 def _check_source(folder: Path, index: Index, table: SampleTable, src: Path) -> None:
+    """Every source item not rejected is a sample with its key, label (and bytes, when
+    the dataset must hold the same bytes as the source: see `_source_digest`)."""
     source = scan(src)
+    if source.class_names != index.class_names:
+        raise PackError(f"{folder}: class names differ from the source {src} "
+                        f"({len(index.class_names)} vs {len(source.class_names)} classes); "
+                        "reconvert")
     rejected = _rejected_paths(folder)
     positions = {table.key(i): i for i in range(len(table))}
-    passthrough = index.encode.get("mode") == "passthrough"
+    expected = _source_digest(index, source)
     for item in source.items:
         i = positions.pop(item.key, None)
         if i is None:
@@ -112,12 +121,30 @@ def _check_source(folder: Path, index: Index, table: SampleTable, src: Path) -> 
         if int(table.labels[i]) != item.label:
             raise PackError(f"{item.path}: label {item.label} in the source, "
                             f"{int(table.labels[i])} in {folder}; reconvert")
-        if passthrough and digest_of(_read_source(item.path)) != table.digest(i):
+        if expected is not None and expected(item) != table.digest(i):
             raise PackError(f"{item.path}: bytes differ from sample {i} in {folder}; the "
                             "source changed or the dataset is damaged")
     if positions:
         raise PackError(f"{folder}: {len(positions)} samples are not in the source {src} "
                         f"(first: {min(positions, key=positions.__getitem__)!r})")
+
+
+def _source_digest(index: Index, source: Source) -> Callable[[SourceItem], bytes] | None:
+    """How to get the digest a sample must have, or None when its bytes may differ.
+
+    Against image files: when the dataset stores the original files. Against a packed
+    dataset: when the dataset is a byte copy of it, or both store the original files.
+    """
+    origin = source.origin
+    if origin is None:
+        return (lambda item: digest_of(_read_source(item.path))) \
+            if stores_original(index) else None
+    made = index.extra.get("source")
+    copy_of_it = isinstance(made, dict) and bool(made.get("copy")) \
+        and made.get("index_sha256") == origin.identity
+    if copy_of_it or (stores_original(index) and stores_original(origin.index)):
+        return lambda item: origin.digest(item.position)
+    return None
 
 
 def _read_source(path: str) -> bytes:

@@ -6,6 +6,7 @@
 """
 
 from readers.datasets import PackedDataset, PackedIterableDataset, Sample
+from readers.resume import loop_state
 from readers.sampler import PAD_LABEL, ChunkSampler, PaddedIndex
 
 __all__ = [
@@ -15,4 +16,5 @@ __all__ = [
     "PackedIterableDataset",
     "PaddedIndex",
     "Sample",
+    "loop_state",
 ]

@@ -5,15 +5,17 @@
     stock_webdataset    webdataset.WebDataset(urls).decode("pil") + the same resize
     NaiveMemmapDataset  np.load(mmap_mode="r"), torch.from_numpy(images[i]) per item
     memcpy_rate         one thread copying the npy array in batches: the ceiling
+    one_thread_rate     a decode function alone, in this process, torch on one thread
 
 Each mirrors its usual form on purpose, slow parts included; that is the point.
 """
 
 from __future__ import annotations
 
+import io
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,12 @@ def pil_resize_to_tensor(image: Image.Image, size: Size) -> torch.Tensor:
     """Resize((H, W)) + PILToTensor as torchvision does them: CHW view of HWC pixels."""
     resized = image.resize((size[1], size[0]), Image.Resampling.BILINEAR)
     return torch.as_tensor(np.array(resized, copy=True)).permute(2, 0, 1)
+
+
+def pil_bytes_to_tensor(data: bytes, size: Size) -> torch.Tensor:
+    """The ImageFolder pipeline on bytes already in memory."""
+    image = Image.open(io.BytesIO(data)).convert("RGB")
+    return pil_resize_to_tensor(image, size)
 
 
 class PilFolderDataset(Dataset[tuple[torch.Tensor, int]]):
@@ -115,3 +123,19 @@ def memcpy_rate(images: Path, batch_size: int, epochs: int) -> tuple[float, floa
         one_pass()
     count = epochs * len(array)
     return count / (time.perf_counter() - begin), count / (time.process_time() - cpu_begin)
+
+
+def one_thread_rate(samples: Sequence[bytes], convert: Callable[[bytes], object]
+                    ) -> tuple[float, float]:
+    """Images per (wall, CPU) second of `convert`, as one DataLoader worker runs it."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # what DataLoader workers use; restored below
+    try:
+        convert(samples[0])
+        begin, cpu_begin = time.perf_counter(), time.process_time()
+        for data in samples:
+            convert(data)
+        wall, cpu = time.perf_counter() - begin, time.process_time() - cpu_begin
+    finally:
+        torch.set_num_threads(threads)
+    return len(samples) / wall, len(samples) / cpu

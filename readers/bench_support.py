@@ -1,9 +1,11 @@
 """The logic of scripts/bench_read.py: pack once, time DataLoaders, compare, tabulate.
 
-Every case (ours and the baselines) reads the same images through the same
-DataLoader settings; runs are interleaved (run 1 of every case, then run 2, ...) so
-the noise of a shared machine falls on all cases alike, and the table shows medians.
-A loader's clock starts at its first batch: worker start-up is not counted.
+Every loader case (ours and the baselines) reads the same images through the same
+DataLoader settings; two more cases time decode + resize alone on one core (ours
+and the PIL pipeline, same bytes), which separates the codec from the loader. Runs
+are interleaved (run 1 of every case, then run 2, ...) so the noise of a shared
+machine falls on all cases alike, and the table shows medians. A loader's clock
+starts at its first batch: worker start-up is not counted.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +29,7 @@ from torch.utils.data import DataLoader
 from packer.index import INDEX_NAME, read_index
 from packer.scan import scan
 from readers import bench_baselines as base
+from readers.decode import decode as decode_sample
 
 Progress = Callable[[str], None]
 JPEG_FORMATS = ("wds", "lmdb", "hdf5")
@@ -148,9 +152,26 @@ def build_cases(settings: Settings, src: Path, packed: dict[str, Path]) -> list[
         cases.append(Case("memcpy", "memcpy, 1 thread (d)", "npy", "bytes",
                           lambda: base.memcpy_rate(npy / "images.npy", settings.batch_size,
                                                    settings.epochs)))
+    cases += decode_cases(src, size)
     for fmt, path in packed.items():
         cases += our_cases(fmt, path, size)
     return cases
+
+
+def decode_cases(src: Path, size: tuple[int, int], count: int = 1000) -> list[Case]:
+    """Decode + resize alone on one core: ours against the PIL pipeline, same bytes."""
+    items = scan(src).items
+    step = max(1, len(items) // count)
+    samples = [Path(item.path).read_bytes() for item in items[::step][:count]]
+    shown = f"rgb8 {size[0]}x{size[1]}"
+    pil = partial(base.pil_bytes_to_tensor, size=size)
+    ours = partial(decode_sample, mode="rgb8", size=size)
+    return [
+        Case("pil-1t", "PIL open+resize, 1 thread", "bytes", shown,
+             lambda: base.one_thread_rate(samples, pil)),
+        Case("decode-1t", "readers.decode, 1 thread", "bytes", shown,
+             lambda: base.one_thread_rate(samples, ours), targets=(("pil-1t", 3.0),)),
+    ]
 
 
 def our_cases(fmt: str, path: Path, size: tuple[int, int]) -> list[Case]:
@@ -200,7 +221,8 @@ def loader_rate(dataset: Any, settings: Settings, shuffle: bool) -> tuple[float,
     elapsed = time.perf_counter() - start
     cpu = tree_cpu_seconds() - cpu_start
     del loader  # stops the persistent workers before the next case starts
-    return samples / elapsed, samples / cpu
+    # CPU clocks tick in 10 ms steps: a tiny run can show none
+    return samples / elapsed, samples / cpu if cpu > 0 else math.nan
 
 
 def tree_cpu_seconds() -> float:

@@ -16,6 +16,8 @@ is what every worker reads when its next pass starts. (Counting `__iter__` calls
 each worker would break as soon as a pass is abandoned or an epoch is repeated.) A
 plain `pickle`/`deepcopy` copies the value, giving an independent dataset.
 
+`state_dict()` / `load_state_dict()` resume an epoch mid-way (see readers.resume).
+
 Samples are `(image, label)` or, with `with_keys=True`, `(image, label, key)`. A repeat
 added to even out the ranks (drop_last=False) has label `PAD_LABEL` (-1): mask it with
 `labels >= 0`, or train with `CrossEntropyLoss(ignore_index=PAD_LABEL)`.
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, get_args
 
@@ -38,6 +40,8 @@ from packer.index import INDEX_NAME, SampleTable, open_dataset
 from readers.cache import DEFAULT_CACHE_BYTES, CachedReader
 from readers.decode import Mode
 from readers.decode import decode as decode_record
+from readers.remote import RemoteSource, remote_reader, remote_source
+from readers.resume import PendingResume, pass_records, pending_from_state
 from readers.sampler import (
     DEFAULT_BUFFER_SIZE,
     DEFAULT_CHUNK_SIZE,
@@ -45,7 +49,7 @@ from readers.sampler import (
     PaddedIndex,
     resolve_rank,
 )
-from readers.sharding import ShardPlan, Spans, buffered_shuffle, check_epoch, epoch_rng
+from readers.sharding import ShardPlan, Spans, check_epoch, epoch_rng, num_in
 
 Sample = tuple[Any, ...]
 Transform = Callable[[Any], Any]
@@ -57,10 +61,15 @@ class _Opened:
     Shared because py-lmdb refuses to open an environment twice in one process.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, remote: RemoteSource | None = None) -> None:
         self.pid = os.getpid()
         index, self.table = open_dataset(path)
-        self.reader: RecordReader = formats.load(index.format).open_reader(path, index, self.table)
+        module = formats.load(index.format)
+        self.reader: RecordReader = (
+            module.open_reader(path, index, self.table) if remote is None
+            # a URL's mirror: shards are fetched on demand (readers.remote)
+            else remote_reader(lambda: module.open_reader(path, index, self.table), remote, index)
+        )
 
 
 # A folder and the version of its index.json (rewritten by rename when reconverted),
@@ -74,11 +83,11 @@ def identity(path: Path) -> Identity:
     return path, info.st_ino, info.st_mtime_ns
 
 
-def opened(key: Identity) -> _Opened:
+def opened(key: Identity, remote: RemoteSource | None = None) -> _Opened:
     """This process's reader of the folder, opened on first use."""
     entry = _OPENED.get(key)
     if entry is None or entry.pid != os.getpid():
-        entry = _OPENED[key] = _Opened(key[0])
+        entry = _OPENED[key] = _Opened(key[0], remote)
     return entry
 
 
@@ -102,8 +111,9 @@ os.register_at_fork(after_in_child=_close_inherited)
 class _Handles:
     """What one dataset reads through in one process: the shared reader plus its own cache."""
 
-    def __init__(self, key: Identity, chunk_size: int, cache_bytes: int) -> None:
-        self.opened = opened(key)
+    def __init__(self, key: Identity, chunk_size: int, cache_bytes: int,
+                 remote: RemoteSource | None = None) -> None:
+        self.opened = opened(key, remote)
         self.table = self.opened.table
         self.reader = self.opened.reader
         self.cached = CachedReader(self.reader, len(self.table), chunk_size, cache_bytes)
@@ -114,12 +124,13 @@ class _PackedBase:
 
     def __init__(self, path: str | Path, decode: Mode, size: tuple[int, int] | None,
                  transform: Transform | None, with_keys: bool, chunk_size: int,
-                 cache_bytes: int) -> None:
+                 cache_bytes: int, remote: RemoteSource | None = None) -> None:
         if decode not in get_args(Mode):
             raise ValueError(f"decode must be one of {', '.join(get_args(Mode))}, not {decode!r}")
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be at least 1, not {chunk_size}")
-        self.path = Path(path).resolve()
+        self.remote = remote  # a URL's local mirror (readers.remote), or None
+        self.path = remote.folder if remote is not None else Path(path).resolve()
         self.index, _ = open_dataset(self.path)  # refuses a folder without index.json
         self._key = identity(self.path)
         formats.load(self.index.format)  # a missing library fails here, not in a worker
@@ -142,7 +153,8 @@ class _PackedBase:
         handles = self._handles
         if handles is None or handles.opened is not _OPENED.get(self._key) \
                 or handles.opened.pid != os.getpid():
-            handles = self._handles = _Handles(self._key, self.chunk_size, self.cache_bytes)
+            handles = self._handles = _Handles(self._key, self.chunk_size, self.cache_bytes,
+                                               self.remote)
         return handles
 
     def _sample(self, table: SampleTable, i: int, data: bytes, padded: bool) -> Sample:
@@ -174,15 +186,23 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
 
     `cache_bytes` (default 256 MiB) bounds each process's cache; 0 turns it off.
     Pair with ChunkSampler under DDP so reads stay local.
+
+    `path` may be a URL (s3://bucket/prefix, file://...): shards are fetched into
+    `cache_dir` on demand and evicted beyond `cache_dir_bytes` (default 8 GiB, shared by
+    the processes of the machine); `storage_options` go to fsspec (see readers.remote).
     """
 
     def __init__(self, path: str | Path, decode: Mode = "rgb8",
                  size: tuple[int, int] | None = None, transform: Transform | None = None,
                  with_keys: bool = False, cache_bytes: int = DEFAULT_CACHE_BYTES, *,
-                 chunk_size: int = DEFAULT_CHUNK_SIZE) -> None:
+                 chunk_size: int = DEFAULT_CHUNK_SIZE, cache_dir: str | Path | None = None,
+                 cache_dir_bytes: int | None = None,
+                 storage_options: Mapping[str, Any] | None = None) -> None:
         if cache_bytes < 0:
             raise ValueError(f"cache_bytes must be 0 (off) or positive, not {cache_bytes}")
-        super().__init__(path, decode, size, transform, with_keys, chunk_size, cache_bytes)
+        remote = remote_source(path, storage_options, cache_dir, cache_dir_bytes)
+        super().__init__(path, decode, size, transform, with_keys, chunk_size, cache_bytes,
+                         remote)
 
     def __len__(self) -> int:
         return self.index.num_samples
@@ -214,6 +234,11 @@ class PackedIterableDataset(_PackedBase, IterableDataset[Sample]):
     within `buffer_size` samples; the buffer then holds about buffer_size / chunk_size
     chunks, which sets how well classes mix (index order is sorted by key). `len()` is
     the exact number of samples this rank yields per epoch.
+
+    `path` may be a URL (s3://bucket/prefix, file://...): index.json and the tables are
+    fetched now, shards on demand into `cache_dir`, least recently used ones evicted
+    beyond `cache_bytes` (default 8 GiB, shared by the processes of the machine);
+    `storage_options` go to fsspec (see readers.remote).
     """
 
     def __init__(self, path: str | Path, shuffle: bool = True, seed: int = 0,
@@ -221,8 +246,12 @@ class PackedIterableDataset(_PackedBase, IterableDataset[Sample]):
                  transform: Transform | None = None, with_keys: bool = False,
                  drop_last: bool = True, rank: int | None = None,
                  world_size: int | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
-                 buffer_size: int = DEFAULT_BUFFER_SIZE) -> None:
-        super().__init__(path, decode, size, transform, with_keys, chunk_size, cache_bytes=0)
+                 buffer_size: int = DEFAULT_BUFFER_SIZE, *, cache_dir: str | Path | None = None,
+                 cache_bytes: int | None = None,
+                 storage_options: Mapping[str, Any] | None = None) -> None:
+        remote = remote_source(path, storage_options, cache_dir, cache_bytes)
+        super().__init__(path, decode, size, transform, with_keys, chunk_size, cache_bytes=0,
+                         remote=remote)
         if buffer_size < 0:
             raise ValueError(f"buffer_size must be 0 (chunk order only) or more, "
                              f"not {buffer_size}")
@@ -232,6 +261,9 @@ class PackedIterableDataset(_PackedBase, IterableDataset[Sample]):
         self.buffer_size = buffer_size
         self._epoch = torch.zeros(1, dtype=torch.int64)
         self._epoch.share_memory_()  # type: ignore[no-untyped-call]
+        self._resume: PendingResume | None = None
+        self._pass: tuple[int, int, int] | None = None  # (epoch, worker, num_workers) ...
+        self._seen = 0  # ... of this process's latest pass, and the samples it yielded
 
     @property
     def epoch(self) -> int:
@@ -245,21 +277,52 @@ class PackedIterableDataset(_PackedBase, IterableDataset[Sample]):
         return self.plan.num_per_rank
 
     def __iter__(self) -> Iterator[Sample]:
+        """This process's share of the epoch, less what a loaded state says it has seen.
+
+        Not a generator itself: the count restarts when the pass is created, so a
+        state_dict() taken before its first sample (StatefulDataLoader does) is right.
+        """
         info = get_worker_info()
         worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        epoch = self.epoch
+        epoch, resume, skip = self.epoch, self._resume, 0
+        if resume is not None:
+            worker = resume.worker_for(epoch, worker, num_workers)
         spans = self.plan.worker_spans(epoch, self.rank, worker, num_workers)
-        local = self._local()
-        records = self._records(local.reader, spans)
-        if self.plan.shuffle:
-            rng = epoch_rng(self.plan.seed, epoch, self.rank, worker, 2)
-            records = buffered_shuffle(records, self.buffer_size, rng)
-        for i, padded, data in records:
-            yield self._sample(local.table, i, data, padded)
+        if resume is not None:
+            skip = resume.take(epoch, worker, num_in(spans))
+        self._pass, self._seen = (epoch, worker, num_workers), skip
+        return self._stream(spans, epoch, worker, skip)
 
-    @staticmethod
-    def _records(reader: RecordReader, spans: Spans) -> Iterator[tuple[int, bool, bytes]]:
-        """(index, padded, stored bytes) span by span, each span one sequential read."""
-        for start, stop, padded in spans.tolist():
-            for i, data in zip(range(start, stop), reader.read_range(start, stop), strict=True):
-                yield i, bool(padded), data
+    def _stream(self, spans: Spans, epoch: int, worker: int, skip: int) -> Iterator[Sample]:
+        local = self._local()
+        rng = epoch_rng(self.plan.seed, epoch, self.rank, worker, 2) if self.plan.shuffle \
+            else None
+        records = pass_records(local.reader, spans, self.buffer_size, rng, skip)
+        for i, padded, data in records:
+            sample = self._sample(local.table, i, data, padded)
+            self._seen += 1
+            yield sample
+
+    def state_dict(self) -> dict[str, int]:
+        """{"epoch", "seed", "samples_seen", "worker", "num_workers"} of this process's pass.
+
+        In a DataLoader worker, that worker's share (StatefulDataLoader collects it from each
+        worker with every batch); the main process of a loader with workers knows nothing
+        of theirs: save `readers.resume.loop_state` there.
+        """
+        info = get_worker_info()
+        here = (self.epoch, *((info.id, info.num_workers) if info is not None else (0, 1)))
+        epoch, worker, num_workers = self._pass if self._pass is not None else here
+        return {"epoch": epoch, "seed": self.plan.seed, "samples_seen": self._seen,
+                "worker": worker, "num_workers": num_workers}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Make the next pass over state["epoch"] skip what was seen, worker by worker.
+
+        Takes one worker's `state_dict()` inside that worker (StatefulDataLoader does
+        this), or `loop_state(...)` in the main process before the DataLoader starts its
+        workers. Call `set_epoch` as usual; see `readers.resume`.
+        """
+        info = get_worker_info()
+        here = (info.id, info.num_workers) if info is not None else None
+        self._resume = pending_from_state(state, self.plan.seed, self.plan.num_per_rank, here)

@@ -9,15 +9,20 @@ cache serves most reads from a few large sequential ones.
 Padding (drop_last=False) yields `PaddedIndex` values: ints that PackedDataset turns
 into samples with label `PAD_LABEL` (-1), so evaluation can mask them out
 (`labels >= 0`) and `CrossEntropyLoss(ignore_index=PAD_LABEL)` skips them.
+
+`state_dict()` / `load_state_dict()` resume an epoch mid-way (see readers.resume).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sized
+from collections.abc import Iterator, Mapping, Sized
+from itertools import islice
+from typing import Any
 
 import torch.distributed as dist
 from torch.utils.data import Sampler
 
+from readers.resume import PendingResume, pending_from_state
 from readers.sharding import ShardPlan, buffered_shuffle, check_epoch, epoch_rng, expand
 
 PAD_LABEL = -1
@@ -72,6 +77,9 @@ class ChunkSampler(Sampler[int]):
                              f"not {buffer_size}")
         self.buffer_size = buffer_size
         self.epoch = 0
+        self._resume: PendingResume | None = None
+        self._pass_epoch: int | None = None  # the epoch of the latest pass, and its count
+        self._yielded = 0
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the permutation of the coming epoch (the same on every rank)."""
@@ -81,12 +89,44 @@ class ChunkSampler(Sampler[int]):
         return self.plan.num_per_rank
 
     def __iter__(self) -> Iterator[int]:
-        indices, padded = expand(self.plan.rank_spans(self.epoch, self.rank))
+        """This epoch's indices, less those a loaded state says were seen (the first ones).
+
+        Not a generator itself: the count restarts when the pass is created, so a
+        state_dict() taken before its first index (StatefulDataLoader does) is right.
+        """
+        epoch = self.epoch
+        skip = self._resume.take(epoch, 0, len(self)) if self._resume is not None else 0
+        self._pass_epoch, self._yielded = epoch, skip
+        indices, padded = expand(self.plan.rank_spans(epoch, self.rank))
         stream: Iterator[int] = (
             PaddedIndex(i) if pad else int(i)
             for i, pad in zip(indices.tolist(), padded.tolist(), strict=True)
         )
         if self.plan.shuffle:
-            rng = epoch_rng(self.plan.seed, self.epoch, self.rank, 1)
+            rng = epoch_rng(self.plan.seed, epoch, self.rank, 1)
             stream = buffered_shuffle(stream, self.buffer_size, rng)
-        return stream
+        return self._counted(islice(stream, skip, None))
+
+    def _counted(self, stream: Iterator[int]) -> Iterator[int]:
+        for i in stream:
+            self._yielded += 1
+            yield i
+
+    def state_dict(self) -> dict[str, int]:
+        """{"epoch", "seed", "samples_seen"}: indices drawn from this sampler this epoch.
+
+        Drawn is not consumed: a DataLoader draws the indices of the batches it prefetches.
+        StatefulDataLoader stores this with each batch it sends, which makes it exact; with
+        a plain DataLoader save `readers.resume.loop_state(...)` from the loop instead.
+        """
+        epoch = self.epoch if self._pass_epoch is None else self._pass_epoch
+        return {"epoch": epoch, "seed": self.plan.seed, "samples_seen": self._yielded}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Make the next pass over state["epoch"] skip the indices already seen.
+
+        Takes `state_dict()` or `loop_state(...)`. Call `set_epoch` as usual: a pass of
+        another epoch raises if the state stops mid-epoch and ignores a finished one.
+        """
+        self._resume = pending_from_state(state, self.plan.seed, self.plan.num_per_rank,
+                                          here=None, per_worker=False)

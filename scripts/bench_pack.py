@@ -14,6 +14,7 @@ N images with one of 10N (the same files linked under distinct names).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -83,8 +84,9 @@ def main() -> None:
     log(f"{count:,} images ({warm(src) / count / 1000:.1f} KB average) from {src}")
     cases = cases_for(args.formats)
     results = run_suite(src, args.work, count, cases, args.runs, log)
-    print(f"\n{count:,} images, median of {args.runs} run(s), images/s (higher is better)\n")
-    print(speed_table(results, cases))
+    print(f"\n{count:,} images, median of {args.runs} run(s), images/s (higher is better); "
+          "CPU µs/image counts every thread and child process\n")
+    print(speed_table(results, cases, os.cpu_count() or 1))
     if args.memory:
         rows = memory_rows(args.src, args.work, min(count, 10_000), args.formats)
         print("\nPeak memory of the process tree (`pack convert` subprocess)\n")

@@ -51,7 +51,8 @@ class Hdf5Reader:
                 blob = h5["images"]
                 start = blob.id.get_offset()
                 length = int(blob.shape[0])
-        except (OSError, KeyError) as exc:
+        except (OSError, KeyError, ValueError, TypeError, AttributeError, RuntimeError) as exc:
+            # h5py's error for a damaged file depends on where the damage is
             raise CorruptDatasetError(f"{self.path}: cannot open ({exc}); reconvert") from exc
         if start is None and length > 0:
             raise CorruptDatasetError(f"{self.path}: /images is not contiguous; reconvert")
@@ -73,7 +74,8 @@ class Hdf5Reader:
 
     def read(self, i: int) -> bytes:
         offset = self._start + int(self.table.offsets[i])
-        assert self._mmap is not None
+        if self._mmap is None:  # an empty file: nothing to read
+            raise CorruptDatasetError(f"{self.path}: empty; restore or reconvert")
         data = self._mmap[offset : offset + int(self.table.sizes[i])]
         return checked(self.table, i, data, self.path)
 
@@ -95,5 +97,9 @@ def open_reader(folder: Path, index: Index, table: SampleTable) -> Hdf5Reader:
 
 
 def read_labels(folder: Path, index: Index) -> np.ndarray:
-    with h5py.File(folder / FILE, "r", locking=False) as h5:
-        return np.asarray(h5["labels"][:], dtype=np.int64)
+    try:
+        with h5py.File(folder / FILE, "r", locking=False) as h5:
+            return np.asarray(h5["labels"][:], dtype=np.int64)
+    except (OSError, KeyError, ValueError, TypeError, RuntimeError) as exc:
+        raise CorruptDatasetError(f"{folder / FILE}: cannot read labels ({exc}); "
+                                  "reconvert") from exc

@@ -16,6 +16,8 @@ fsync runs. If h5py ever puts the blob elsewhere, the bytes are copied there ins
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ from packer.record import Record
 
 FILE = "data.h5"
 META_SUFFIX = ".meta.partial"
+KEY_CHUNK = 16384
 
 
 def _blob_dataset(h5: Any, size: int) -> Any:
@@ -53,11 +56,24 @@ def build_layout(path: Path, size: int, table: SampleTable | None = None,
         offsets = np.concatenate([rows.offsets, [size]]).astype(np.int64)
         h5.create_dataset("offsets", data=offsets, track_times=False)
         h5.create_dataset("labels", data=np.asarray(rows.labels, np.int64), track_times=False)
-        h5.create_dataset("keys", data=rows.keys(), dtype=h5py.string_dtype("utf-8"),
-                          track_times=False)
+        keys = h5.create_dataset("keys", shape=(len(rows),), dtype=h5py.string_dtype("utf-8"),
+                                 track_times=False)
+        for start, chunk in key_chunks(rows):
+            keys[start : start + len(chunk)] = chunk
         h5.create_dataset("exts", data=exts or [], dtype=h5py.string_dtype("ascii"),
                           track_times=False)
     return None if offset is None else int(offset)
+
+
+def key_chunks(table: SampleTable, size: int = KEY_CHUNK) -> Iterator[tuple[int, list[str]]]:
+    """(first index, keys) in chunks: a million keys never sit in one Python list."""
+    blob = bytes(table.keys_blob)
+    starts = table.rows["key_start"]
+    for first in range(0, len(table), size):
+        bounds = starts[first : first + size + 1].tolist()
+        if first + size >= len(table):
+            bounds.append(len(blob))
+        yield first, [blob[a:b].decode("utf-8") for a, b in pairwise(bounds)]
 
 
 class Hdf5Writer:

@@ -12,6 +12,7 @@ resume redoes it from the start.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import struct
@@ -96,6 +97,8 @@ class LmdbWriter:
                 self._writeback.wanted.set()
             except lmdb.MapFullError:
                 self.env.set_mapsize(self.env.info()["map_size"] * 2)
+            except lmdb.Error as exc:  # a failed write: word it like any other (disk full...)
+                raise OSError(errno.EIO, f"{self.tmp}: {exc}") from exc
 
     def end_part(self) -> None:
         self._flush()
@@ -114,7 +117,10 @@ class LmdbWriter:
         return (ShardInfo(f"{FOLDER}/data.mdb", self._count, data.stat().st_size, digest),)
 
     def _sync_and_close(self) -> None:
-        self.env.sync(True)
+        try:
+            self.env.sync(True)
+        except lmdb.Error as exc:
+            raise OSError(errno.EIO, f"{self.tmp}: {exc}") from exc
         self.env.close()
 
     def _stop_writeback(self, timeout: float | None = None) -> None:
@@ -133,32 +139,57 @@ def open_writer(plan: WriterPlan) -> LmdbWriter:
 
 
 class LmdbReader:
-    """Read-only, lock-free, no readahead: right for random access from many workers."""
+    """Read-only, lock-free, no readahead: right for random access from many workers.
+
+    Values are buffers into LMDB's map whose length is checked against the table before
+    a byte is copied: a damaged page that claims a huge value fails as a
+    CorruptDatasetError instead of reading past the end of the file (SIGBUS). LMDB
+    itself does not check its pages, so some damage can still crash a reader; `pack
+    verify` hashes the file before opening it and never does.
+    """
 
     def __init__(self, folder: Path, index: Index, table: SampleTable) -> None:
         self.path = folder / FOLDER
+        self.data = self.path / "data.mdb"
         self.table = table
-        if not (self.path / "data.mdb").is_file():
-            raise CorruptDatasetError(f"{self.path / 'data.mdb'}: missing; reconvert")
-        self.env: Any = lmdb.open(str(self.path), readonly=True, lock=False, readahead=False,
-                                  subdir=True, max_readers=512)
+        if not self.data.is_file():
+            raise CorruptDatasetError(f"{self.data}: missing; reconvert")
+        try:
+            self.env: Any = lmdb.open(str(self.path), readonly=True, lock=False,
+                                      readahead=False, subdir=True, max_readers=512)
+        except lmdb.Error as exc:
+            raise CorruptDatasetError(f"{self.data}: not a readable LMDB file ({exc}); "
+                                      "restore it or reconvert") from exc
+        need = (self.env.info()["last_pgno"] + 1) * self.env.stat()["psize"]
+        if self.data.stat().st_size < need:  # LMDB would read past the end (SIGBUS)
+            self.env.close()
+            raise CorruptDatasetError(f"{self.data}: truncated ({self.data.stat().st_size} "
+                                      f"bytes, its pages need {need}); restore or reconvert")
         self.pid = os.getpid()
 
     def _get(self, txn: Any, i: int) -> bytes:
-        value = txn.get(self.table.key(i).encode("utf-8"))
+        key = self.table.key(i)
+        value = txn.get(key.encode("utf-8"))
         if value is None:
+            raise CorruptDatasetError(f"{self.data}: sample {i} ({key!r}) is missing; reconvert")
+        size = int(self.table.sizes[i])
+        if len(value) != HEADER.size + size:
             raise CorruptDatasetError(
-                f"{self.path}: sample {i} ({self.table.key(i)!r}) is missing; reconvert"
+                f"{self.data}: sample {i} ({key!r}) holds {len(value) - HEADER.size} bytes, "
+                f"the index says {size}; the file is damaged, restore it or reconvert"
             )
-        return checked(self.table, i, unpack_value(value)[2], self.path / "data.mdb")
+        return checked(self.table, i, bytes(value[HEADER.size :]), self.data)
 
     def read(self, i: int) -> bytes:
-        with self.env.begin(buffers=False) as txn:
-            return self._get(txn, i)
+        return self.read_many([i])[0]
 
     def read_many(self, indices: Sequence[int]) -> list[bytes]:
-        with self.env.begin(buffers=False) as txn:
-            return [self._get(txn, i) for i in indices]
+        try:
+            with self.env.begin(buffers=True) as txn:
+                return [self._get(txn, i) for i in indices]
+        except lmdb.Error as exc:
+            raise CorruptDatasetError(f"{self.data}: damaged ({exc}); restore it or "
+                                      "reconvert") from exc
 
     def read_range(self, start: int, stop: int) -> Iterator[bytes]:
         yield from self.read_many(range(start, stop))
@@ -173,9 +204,15 @@ def open_reader(folder: Path, index: Index, table: SampleTable) -> LmdbReader:
 
 def read_labels(folder: Path, index: Index) -> np.ndarray:
     """Labels from the value headers, in key order (which is sample order)."""
-    env = lmdb.open(str(folder / FOLDER), readonly=True, lock=False, subdir=True)
+    try:
+        env = lmdb.open(str(folder / FOLDER), readonly=True, lock=False, subdir=True)
+    except lmdb.Error as exc:
+        raise CorruptDatasetError(f"{folder / FOLDER}: not readable ({exc}); reconvert") from exc
     try:
         with env.begin() as txn:
-            return np.asarray([unpack_value(value)[0] for _, value in txn.cursor()], np.int64)
+            return np.asarray([HEADER.unpack_from(value)[0] for _, value in txn.cursor()],
+                              np.int64)
+    except (lmdb.Error, struct.error) as exc:
+        raise CorruptDatasetError(f"{folder / FOLDER}: damaged ({exc}); reconvert") from exc
     finally:
         env.close()

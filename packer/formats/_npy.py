@@ -11,6 +11,7 @@ last durable part and continues, giving the same bytes as an uninterrupted run.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from array import array
 from collections.abc import Iterator, Sequence
@@ -24,6 +25,7 @@ from packer.errors import CorruptDatasetError
 from packer.formats.base import Location, WriterPlan, checked
 from packer.formats.stream import StreamHash, hash_while
 from packer.index import Index, SampleTable, ShardInfo
+from packer.index_checks import load_array
 from packer.record import Record
 
 NAME = "npy"
@@ -70,6 +72,11 @@ class NpyWriter:
 
     def _open(self, done: int) -> BinaryIO:
         need = HEADER_BYTES + done * self.sample_bytes
+        final = self.folder / IMAGES
+        if done and not self.tmp.exists() and final.exists():
+            # The interrupted run died after finish() renamed the file, before index.json:
+            # its durable parts are in there. Take it back (the header is rewritten at the end).
+            os.replace(final, self.tmp)
         if done and (not self.tmp.exists() or self.tmp.stat().st_size < need):
             raise CorruptDatasetError(
                 f"{self.tmp}: missing or shorter than the {done} samples the interrupted run "
@@ -119,7 +126,8 @@ class NpyWriter:
 
     def abort(self) -> None:
         self._stream.stop()
-        self._handle.close()
+        with contextlib.suppress(OSError):  # unwritten bytes (a full disk) stay unwritten
+            self._handle.close()
 
 
 def open_writer(plan: WriterPlan) -> NpyWriter:
@@ -132,10 +140,13 @@ class NpyReader:
     def __init__(self, folder: Path, index: Index, table: SampleTable) -> None:
         self.path = folder / IMAGES
         self.table = table
-        try:
-            self.images = np.load(self.path, mmap_mode="r")
-        except (OSError, ValueError) as exc:
-            raise CorruptDatasetError(f"{self.path}: cannot open ({exc}); reconvert") from exc
+        self.images = load_array(self.path)
+        size = index.image_size
+        if self.images.dtype != np.uint8 or size is None or self.images.shape[1:] != (*size, 3):
+            raise CorruptDatasetError(
+                f"{self.path}: not the uint8 (N, H, W, 3) array of {size} images that "
+                "index.json describes; reconvert"
+            )
         if len(self.images) != index.num_samples:
             raise CorruptDatasetError(
                 f"{self.path}: {len(self.images)} images, index says {index.num_samples}; "
@@ -153,7 +164,7 @@ class NpyReader:
             yield self.read(i)
 
     def close(self) -> None:
-        self.images = None
+        self.images = np.empty((0, 0, 0, 3), np.uint8)  # drops the memmap
 
 
 def open_reader(folder: Path, index: Index, table: SampleTable) -> NpyReader:
@@ -161,7 +172,4 @@ def open_reader(folder: Path, index: Index, table: SampleTable) -> NpyReader:
 
 
 def read_labels(folder: Path, index: Index) -> np.ndarray:
-    try:
-        return np.asarray(np.load(folder / LABELS), dtype=np.int64)
-    except (OSError, ValueError) as exc:
-        raise CorruptDatasetError(f"{folder / LABELS}: unreadable ({exc}); reconvert") from exc
+    return np.asarray(load_array(folder / LABELS, mmap=False), dtype=np.int64)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import tarfile
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -36,6 +37,7 @@ NAME = "wds"
 FILES = ("shard-*.tar",)
 BLOCK = 512
 END_OF_ARCHIVE = bytes(2 * BLOCK)
+MAX_OPEN_SHARDS = 16  # per reader, so per DataLoader worker
 
 
 def shard_name(number: int) -> str:
@@ -125,29 +127,52 @@ def open_writer(plan: WriterPlan) -> WdsWriter:
 
 
 class WdsReader:
-    """Reads images from tar shards by the offsets recorded at pack time."""
+    """Reads images from tar shards by the offsets recorded at pack time.
+
+    At most MAX_OPEN_SHARDS shard files stay open (the least recently used is closed),
+    so a worker that walks thousands of shards stays within `ulimit -n`. A read past
+    the end of its shard is refused before it is made: a damaged table can never ask
+    for gigabytes.
+    """
 
     def __init__(self, folder: Path, index: Index, table: SampleTable) -> None:
         self.folder = folder
         self.index = index
         self.table = table
-        self._fds: dict[int, int] = {}
+        self._fds: OrderedDict[int, tuple[int, int]] = OrderedDict()  # shard -> (fd, size)
 
-    def _fd(self, shard: int) -> int:
-        fd = self._fds.get(shard)
-        if fd is None:
-            path = self.folder / self.index.shards[shard].name
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError as exc:
-                raise CorruptDatasetError(f"{path}: shard is missing; reconvert") from exc
-            self._fds[shard] = fd
-        return fd
+    def _open(self, shard: int) -> tuple[int, int]:
+        opened = self._fds.get(shard)
+        if opened is not None:
+            self._fds.move_to_end(shard)
+            return opened
+        path = self.folder / self.index.shards[shard].name
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError as exc:
+            raise CorruptDatasetError(f"{path}: shard is missing; reconvert") from exc
+        except OSError as exc:
+            raise CorruptDatasetError(f"{path}: cannot open ({exc.strerror}); check the file "
+                                      "or reconvert") from exc
+        opened = self._fds[shard] = (fd, os.fstat(fd).st_size)
+        while len(self._fds) > MAX_OPEN_SHARDS:
+            os.close(self._fds.popitem(last=False)[1][0])
+        return opened
 
     def _pread(self, shard: int, offset: int, size: int, sample: int) -> bytes:
-        data = os.pread(self._fd(shard), size, offset)
+        fd, file_size = self._open(shard)
+        name = self.folder / self.index.shards[shard].name
+        if size < 0 or offset < 0 or offset + size > file_size:
+            raise CorruptDatasetError(
+                f"{name}: truncated at sample {sample} ({self.table.key(sample)!r}); "
+                "the shard is damaged, reconvert or restore it"
+            )
+        try:
+            data = os.pread(fd, size, offset)
+        except OSError as exc:
+            raise CorruptDatasetError(f"{name}: cannot read ({exc.strerror}); restore or "
+                                      "reconvert") from exc
         if len(data) != size:
-            name = self.folder / self.index.shards[shard].name
             raise CorruptDatasetError(
                 f"{name}: truncated at sample {sample} ({self.table.key(sample)!r}); "
                 "the shard is damaged, reconvert or restore it"
@@ -179,7 +204,7 @@ class WdsReader:
             i = end
 
     def close(self) -> None:
-        for fd in self._fds.values():
+        for fd, _ in self._fds.values():
             os.close(fd)
         self._fds.clear()
 

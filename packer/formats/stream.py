@@ -40,19 +40,20 @@ def write_all(fd: int, pieces: list[bytes]) -> int:
     return total
 
 
-def sha256_of(path: Path, block: int = 64 << 20) -> str:
-    """sha256 of a whole file, hashed straight from a memory map (no read copies)."""
+def sha256_of(path: Path, window: int = 16 << 20) -> str:
+    """sha256 of a whole file, hashed from a memory map one window at a time.
+
+    No read copies (hashlib reads the mapped pages and releases the GIL), and only one
+    window is mapped at once, so the resident set stays small however large the file.
+    """
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        if os.fstat(handle.fileno()).st_size == 0:
-            return digest.hexdigest()
-        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            view = memoryview(mapped)
-            try:
-                for start in range(0, len(view), block):
-                    digest.update(view[start : start + block])
-            finally:
-                view.release()
+        size = os.fstat(handle.fileno()).st_size
+        for start in range(0, size, window):
+            length = min(window, size - start)
+            with mmap.mmap(handle.fileno(), length, access=mmap.ACCESS_READ,
+                           offset=start) as mapped:
+                digest.update(mapped)
     return digest.hexdigest()
 
 
@@ -63,7 +64,7 @@ class Hasher(threading.Thread):
     up memory.
     """
 
-    def __init__(self, max_queued: int = 64) -> None:
+    def __init__(self, max_queued: int = 8) -> None:
         super().__init__(name="packer-sha256", daemon=True)
         self.digest = hashlib.sha256()
         self.queue: queue.Queue[list[bytes] | None] = queue.Queue(max_queued)
@@ -164,7 +165,8 @@ class ShardFile:
         self.flush()
         self._writeback.stop()
         os.fsync(self.fd)
-        os.close(self.fd)
+        fd, self.fd = self.fd, -1  # closed once: abort() after close() must not close again
+        os.close(fd)
 
     def hexdigest(self) -> str:
         """sha256 of every piece written (after `close`)."""
@@ -177,7 +179,9 @@ class ShardFile:
         if self._hasher is not None:
             self._hasher.stop()
         self._writeback.stop(timeout=2.0)
-        os.close(self.fd)
+        if self.fd >= 0:  # not yet closed (an interrupt can land right after close())
+            fd, self.fd = self.fd, -1
+            os.close(fd)
 
 
 def hash_while(path: Path, action: Callable[[], None]) -> str:

@@ -1,0 +1,202 @@
+"""Interrupt `pack convert` at chosen moments and check what it leaves (tests, soak script).
+
+Starting a Python process that imports packer costs about 0.5 s, more than converting a
+small source, so a fork server imports packer once and forks one child per run. A
+child is an ordinary `pack convert` (same code, same imports) in a session of its own,
+its stdout and stderr in a log file. The server reaps a child only when asked, so its
+pid cannot be reused while the parent may still signal it.
+
+A moment to interrupt is chosen in one of two ways:
+
+  at an I/O event   the child counts its calls of the os functions in EVENTS and sends
+                    itself the signal just before call number k: every gap between two
+                    system calls of the run can be hit, and the same k hits the same gap
+  after a delay     the parent sends the signal at a random time within the run; this
+                    also lands inside I/O done in C (LMDB, HDF5, buffered writes)
+
+`packer.kills` runs the rounds and checks each outcome against what the README promises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import import_module
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+EVENTS = ("open", "close", "write", "writev", "pwrite", "fsync", "fdatasync", "ftruncate",
+          "truncate", "replace", "rename", "unlink", "rmdir", "mkdir")
+SERVE = "from packer.faults import serve; serve()"
+
+
+@dataclass(frozen=True)
+class Interrupt:
+    """A signal and when to send it: before I/O event `at_event`, or after `after_s` seconds."""
+
+    signum: int
+    at_event: int | None = None
+    after_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one run ended: exit code (-N: killed by signal N), I/O events, log, seconds."""
+
+    returncode: int
+    events: int
+    log: str
+    seconds: float
+    exit_after_signal_s: float | None = None
+
+
+class ForkServer:
+    """Client of the fork server process; one run at a time."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", SERVE], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+
+    def __enter__(self) -> ForkServer:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the fork server died (exit {self.proc.poll()})")
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+    def run(self, argv: list[str], log: Path, interrupt: Interrupt | None = None,
+            patches: dict[str, int] | None = None) -> Outcome:
+        """Run `pack ARGV...` in a fresh child, interrupted as asked; wait for its end."""
+        events = log.with_name(log.name + ".events")
+        events.unlink(missing_ok=True)
+        request: dict[str, Any] = {"op": "start", "argv": argv, "log": str(log),
+                                   "events": str(events), "patches": patches or {}}
+        if interrupt is not None and interrupt.at_event is not None:
+            request.update(signum=int(interrupt.signum), at_event=interrupt.at_event)
+        start = time.monotonic()
+        pid = int(self._ask(request)["pid"])
+        signalled = None
+        if interrupt is not None and interrupt.after_s is not None:
+            time.sleep(interrupt.after_s)
+            signalled = time.monotonic()
+            with contextlib.suppress(ProcessLookupError):  # unreaped: never another process
+                os.kill(pid, interrupt.signum)
+        code = int(self._ask({"op": "reap", "pid": pid})["returncode"])
+        end = time.monotonic()
+        count = int(events.read_text()) if events.exists() else -1
+        text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+        return Outcome(code, count, text, end - start,
+                       None if signalled is None else end - signalled)
+
+
+def serve() -> None:
+    """The server loop: one JSON request per line on stdin, one JSON reply per line."""
+    import_module("packer.cli")  # what every child shares; formats load in the child
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request["op"] == "start":
+            sys.stdout.flush()
+            pid = os.fork()
+            if pid == 0:
+                _child(request)
+            reply = {"pid": pid}
+        else:
+            _, status = os.waitpid(int(request["pid"]), 0)
+            reply = {"returncode": os.waitstatus_to_exitcode(status)}
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+
+
+def _child(request: dict[str, Any]) -> None:
+    """Run one `pack` command in the forked child; never returns."""
+    code = 70
+    try:
+        # As `pack` started from a terminal: Ctrl-C raises KeyboardInterrupt (a server
+        # started in the background by a shell without job control inherits SIG_IGN).
+        # Held back until the command starts, as an interpreter still starting up would.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.setsid()
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        for target, value in request["patches"].items():
+            module, _, name = target.rpartition(".")
+            setattr(import_module(module), name, value)
+        counter = _arm(request.get("signum"), request.get("at_event"))
+        code = _run_cli(request["argv"])
+        Path(request["events"]).write_text(str(counter[0]))
+    except BaseException:
+        traceback.print_exc()  # a harness problem: the check for "Traceback" reports it
+    finally:
+        with contextlib.suppress(BaseException):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def _run_cli(argv: list[str]) -> int:
+    from packer.cli import main
+
+    try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    except KeyboardInterrupt:  # it came before the command started: die of it
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    try:
+        main.main(args=argv, prog_name="pack", standalone_mode=True)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    return 0
+
+
+def _arm(signum: int | None, at_event: int | None) -> list[int]:
+    """Count calls of the EVENTS functions; signal this process before call `at_event`."""
+    counter = [0]
+    for name in EVENTS:
+        setattr(os, name, _counted(getattr(os, name), counter, signum, at_event))
+    return counter
+
+
+def _counted(real: Callable[..., Any], counter: list[int], signum: int | None,
+             at_event: int | None) -> Callable[..., Any]:
+    pid = os.getpid()
+    kill = os.kill
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        counter[0] += 1
+        if counter[0] == at_event and signum is not None:
+            kill(pid, signum)
+        return real(*args, **kwargs)
+
+    return call

@@ -1,0 +1,56 @@
+"""A training loop run as a child process by the resource tests.
+
+    python -m tests.loader_child DATASET --kind map|iterable --workers N --epochs N
+        [--sleep S] [--context fork|spawn]
+
+Prints "started" after the first batch and "epoch E samples N" after each epoch, so
+the parent can signal it mid-epoch or count what it read (under `ulimit -n`, say).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from torch.utils.data import DataLoader
+
+from readers import ChunkSampler, PackedDataset, PackedIterableDataset
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("path", type=Path)
+    parser.add_argument("--kind", choices=["map", "iterable"], default="map")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--sleep", type=float, default=0.0)
+    parser.add_argument("--context", default="fork")
+    args = parser.parse_args()
+    if args.kind == "map":
+        dataset: PackedDataset | PackedIterableDataset = PackedDataset(args.path, size=(8, 8),
+                                                                       chunk_size=4)
+        sampler = ChunkSampler(dataset, drop_last=False)
+        loader = DataLoader(dataset, batch_size=4, sampler=sampler, num_workers=args.workers,
+                            persistent_workers=True, multiprocessing_context=args.context)
+    else:
+        dataset = PackedIterableDataset(args.path, size=(8, 8), chunk_size=4, drop_last=False)
+        loader = DataLoader(dataset, batch_size=4, num_workers=args.workers,
+                            persistent_workers=True, multiprocessing_context=args.context)
+    started = False
+    for epoch in range(args.epochs):
+        (sampler if args.kind == "map" else dataset).set_epoch(epoch)  # type: ignore[union-attr]
+        count = 0
+        for images, _ in loader:
+            count += len(images)
+            if not started:
+                print("started", flush=True)
+                started = True
+            time.sleep(args.sleep)
+        print(f"epoch {epoch} samples {count}", flush=True)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
