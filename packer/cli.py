@@ -25,7 +25,8 @@ from packer.errors import PackError
 from packer.executors import EXECUTORS
 from packer.formats import FORMATS
 from packer.formats.base import ShardOptions
-from packer.remote import convert_remote, describe_remote, is_url, parse_storage_options
+from packer.remote import describe_remote, is_url, parse_storage_options
+from packer.upload import convert_remote
 from packer.verify import verify
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -131,7 +132,7 @@ def convert_command(src: Path, dst: str, fmt: str, shard_size: str, shard_sample
                     executor: str, ray_address: str | None, resume: bool, overwrite: bool,
                     storage_options: tuple[str, ...], staging: Path | None,
                     quiet: bool) -> None:
-    """Convert SRC (an image folder or a .csv/.jsonl manifest) into DST.
+    """Convert SRC (an image folder, a .csv/.jsonl manifest or a packed dataset) into DST.
 
     \b
     pack convert photos/ out.wds --to wds --shard-size 128MB
@@ -139,6 +140,7 @@ def convert_command(src: Path, dst: str, fmt: str, shard_size: str, shard_sample
     pack convert list.csv out.h5 --to hdf5 --check header --on-error fail
     pack convert photos/ out.npy --to npy --size 224x224 --fit crop
     pack convert photos/ out.wds --to wds --resume
+    pack convert out.wds out.lmdb --to lmdb
     pack convert photos/ s3://bucket/photos.wds --to wds --storage-option endpoint_url=URL
     pack convert /shared/photos /shared/out.wds --to wds --executor ray --ray-address auto
     """
@@ -216,7 +218,8 @@ def render(facts: dict[str, Any]) -> str:
 @main.command("verify")
 @click.argument("dst", type=click.Path(path_type=Path))
 @click.option("--source", type=click.Path(path_type=Path), default=None,
-              help="Also check every accepted source image is present with its label.")
+              help="Also check every accepted source image (or sample of a packed "
+                   "dataset) is present with its label.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def verify_command(dst: Path, source: Path | None, as_json: bool) -> None:
     """Re-read every shard and sample of DST and check them against the index.

@@ -15,7 +15,7 @@ from packer.atomic import write_atomic
 from packer.destination import prepare, refuse_inside_source, write_errors
 from packer.encode import EncodeOptions
 from packer.errors import BadInputError
-from packer.executors import EXECUTORS, Executor, encode_ordered
+from packer.executors import EXECUTORS, Executor, check_executor, encode_ordered
 from packer.formats.base import ShardOptions, Writer, WriterPlan
 from packer.index import (
     REJECTS_NAME,
@@ -93,11 +93,11 @@ def convert(src: str | Path, dst: str | Path, fmt: str,
             on_part: Callable[[tuple[ShardInfo, ...]], None] | None = None) -> Index:
     """Pack `src` into `dst` in format `fmt`; returns the index of the complete dataset.
 
-    `dst` may be a URL (s3://bucket/prefix, file://...): see packer.remote. `on_part`
+    `dst` may be a URL (s3://bucket/prefix, file://...): see packer.upload. `on_part`
     receives the finished shards each time the writer ends a part.
     """
     if is_url(dst):
-        from packer.remote import convert_remote  # fsspec is an optional extra
+        from packer.upload import convert_remote  # fsspec is an optional extra
 
         return convert_remote(src, str(dst), fmt, options, run, progress=progress,
                               on_total=on_total)
@@ -105,6 +105,7 @@ def convert(src: str | Path, dst: str | Path, fmt: str,
     asked = options or EncodeOptions()
     options = effective_options(fmt, asked)  # refuse bad options before the scan
     run = run or ConvertOptions()
+    check_executor(run.executor, run.ray_address)  # Ray installed and answering, or stop here
     folder = Path(dst)
     refuse_inside_source(Path(src), folder)
     source = scan(src)
@@ -220,7 +221,7 @@ class _Job:
 
     def end_part(self, src_stop: int) -> None:
         self.writer.end_part()
-        if self.on_part is not None:  # e.g. upload the finished shards (packer.remote)
+        if self.on_part is not None:  # e.g. upload the finished shards (packer.upload)
             self.on_part(tuple(getattr(self.writer, "shards", ())))
         part = self.part.build()
         self.table.extend(part)

@@ -82,7 +82,7 @@ class EncodeOptions:
         return data
 
 
-def digest_of(data: bytes) -> bytes:
+def digest_of(data: bytes | memoryview) -> bytes:
     """The per-sample content hash stored in the index (xxh3-128: ~10 GB/s)."""
     return xxhash.xxh3_128_digest(data)
 

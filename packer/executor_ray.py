@@ -21,6 +21,7 @@ import collections
 import dataclasses
 import logging
 import os
+import socket
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -33,10 +34,11 @@ Task = TypeVar("Task")
 Result = TypeVar("Result")
 TASKS_PER_CPU = 2
 INSTALL_HINT = "run `pip install 'packer[ray]'` (or `pip install ray`) on every node"
+CONNECT_TIMEOUT_S = 5.0
 
 
 class RayClusterError(PackError, ConnectionError):
-    """The Ray cluster named by --ray-address cannot be reached."""
+    """The Ray cluster cannot be reached, or lost a task (a node or worker died)."""
 
 
 def import_ray() -> Any:
@@ -57,7 +59,7 @@ def connected(address: str | None) -> Iterator[Any]:
     `ray start` made on this machine; "HOST:PORT" joins a head node. What this function
     started or joined, it leaves on the way out.
     """
-    ray = import_ray()
+    ray = preflight(address)
     if ray.is_initialized():
         yield ray
         return
@@ -65,14 +67,38 @@ def connected(address: str | None) -> Iterator[Any]:
     try:
         ray.init(address=address, logging_level=logging.ERROR, **local)
     except ConnectionError as exc:
-        raise RayClusterError(
-            f"cannot join the Ray cluster at {address!r} ({exc}); start one with `ray start "
-            "--head`, or drop --ray-address to run a local Ray instance"
-        ) from exc
+        raise _unreachable(address, exc) from exc
     try:
         yield ray
     finally:
         ray.shutdown()
+
+
+def preflight(address: str | None) -> Any:
+    """Before DST is touched: Ray is installed, and a HOST:PORT address answers.
+
+    ray.init waits for minutes on a HOST:PORT that nobody listens on; this fails in
+    seconds. "auto", "local" and "ray://" URLs are left to Ray, which reports them.
+    """
+    ray = import_ray()
+    if address is None or "://" in address or ray.is_initialized():
+        return ray
+    host, _, port = address.rpartition(":")
+    if host and port.isdigit():
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)),
+                                          timeout=CONNECT_TIMEOUT_S):
+                pass
+        except OSError as exc:  # refused, timed out, unknown host
+            raise _unreachable(address, exc) from exc
+    return ray
+
+
+def _unreachable(address: str | None, exc: Exception) -> RayClusterError:
+    return RayClusterError(
+        f"cannot join the Ray cluster at {address!r} ({exc}); start one with `ray start "
+        "--head`, or drop --ray-address to run a local Ray instance"
+    )
 
 
 def _call(func: Callable[[Task], Result], task: Task) -> Result:
@@ -100,6 +126,12 @@ def map_ordered_ray(func: Callable[[Task], Result], tasks: Iterable[Task],
                     yield ray.get(pending.popleft())
             while pending:
                 yield ray.get(pending.popleft())
+        except ray.exceptions.RayError as exc:
+            if isinstance(exc, ray.exceptions.RayTaskError):
+                raise  # the task's own exception, with its traceback: a bug, not the cluster
+            raise RayClusterError(f"the Ray cluster lost a task ({type(exc).__name__}: "
+                                  f"{str(exc).splitlines()[0]}); what is written stays, rerun "
+                                  "with --resume to continue") from exc
         finally:
             for ref in pending:
                 ray.cancel(ref)

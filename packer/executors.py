@@ -36,6 +36,14 @@ Executor = Literal["local", "ray"]
 EXECUTORS: tuple[Executor, ...] = ("local", "ray")
 
 
+def check_executor(executor: Executor, address: str | None = None) -> None:
+    """Fail before any work when the executor cannot run (Ray missing, cluster silent)."""
+    if executor == "ray":
+        from packer.executor_ray import preflight
+
+        preflight(address)
+
+
 def encode_ordered(batches: Iterable[list[SourceItem]], options: EncodeOptions,
                    workers: int | None, executor: Executor = "local",
                    address: str | None = None) -> Iterator[list[Record | Reject]]:

@@ -115,7 +115,7 @@ class Journal:
                 part = json.loads(line)
             except json.JSONDecodeError:
                 break
-            if part.get("part") != number:
+            if not _well_formed(part, number):  # torn or damaged: not durable
                 break
             parts.append(part)
         return parts
@@ -171,6 +171,18 @@ class Journal:
         index = read_index(folder)
         self.remove()
         return index
+
+
+def _well_formed(part: Any, number: int) -> bool:
+    """A journal line as record_part writes it (a damaged one ends the durable prefix)."""
+    shard_fields = {"name", "num_samples", "num_bytes", "sha256"}
+    return (isinstance(part, dict) and part.get("part") == number
+            and all(isinstance(part.get(key), int) for key in ("src_stop", "num_samples"))
+            and isinstance(part.get("rejects"), list)
+            and all(isinstance(r, dict) and {"position", "path", "reason"} <= r.keys()
+                    for r in part["rejects"])
+            and isinstance(part.get("shards"), list)
+            and all(isinstance(s, dict) and s.keys() == shard_fields for s in part["shards"]))
 
 
 class ResumeRefused(PackError, ValueError):

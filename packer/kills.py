@@ -5,7 +5,8 @@ sends it) at one moment from `packer.faults`; in some rounds the `--resume` that
 follows is interrupted too. After every interruption:
 
   - no traceback; a SIGINT ends within MAX_EXIT_S with exit 130 and a --resume hint
-    (or 1, click's "Aborted!", when it lands before the command starts)
+    (or 1, click's "Aborted!", when it lands before the command body runs, or death by
+    SIGINT when it lands before the command starts, as in a starting interpreter)
   - index.json present: `verify(DST, SRC)` passes (the dataset is complete)
   - index.json absent: `pack info` exits 1 with "did not finish" and opening the
     dataset (what the readers do first) raises IncompleteDatasetError
@@ -48,6 +49,25 @@ class Case:
     def argv(self, dst: Path, workers: int, resume: bool = False) -> list[str]:
         return ["convert", str(self.src), str(dst), "--to", self.fmt, "--workers",
                 str(workers), "-q", *self.args, *(["--resume"] if resume else [])]
+
+
+def standard_case(src: Path, fmt: str) -> Case:
+    """Several parts per format where it has parts, so a resume keeps some and redoes some."""
+    if fmt == "wds":
+        return Case(src, fmt, ("--shard-samples", "6"))
+    if fmt == "npy":
+        return Case(src, fmt, ("--size", "16x16"), (("packer.formats._npy.PART_SAMPLES", 4),))
+    return Case(src, fmt)
+
+
+def make_kill_source(root: Path) -> Path:
+    """40 small images in 3 classes plus two bad inputs (rejects survive resumes too)."""
+    from packer.sample import make_sample_folder
+
+    src = make_sample_folder(root, count=40, classes=3, min_side=40, max_side=96, seed=7)
+    (src / "class_01" / "img_000013_empty.jpg").write_bytes(b"")
+    (src / "class_02" / "img_000026_text.jpg").write_text("not an image\n")
+    return src
 
 
 @dataclass

@@ -121,8 +121,8 @@ def opened_here(folder: Path, identity: str | None = None) -> _Opened:
         opened = _PROCESS.get(key)
         if opened is None:
             opened = _PROCESS[key] = _Opened(folder)
-            while len(_PROCESS) > MAX_CACHED:
-                _PROCESS.popitem(last=False)[1].close()
+            while len(_PROCESS) > MAX_CACHED:  # forgotten, not closed: a source may still
+                _PROCESS.popitem(last=False)  # use it; handles close when it is collected
         _PROCESS.move_to_end(key)
         return opened
 

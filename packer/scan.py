@@ -177,10 +177,16 @@ def _unusable(prefix: str, rel: str, kind: str) -> Reject:
 
 
 def _add_file(found: ItemsBuilder, rel: str, label: int) -> bool:
-    """Add an image file; False if its name is not valid UTF-8 (nothing is added)."""
-    posix = rel if os.sep == "/" else rel.replace(os.sep, "/")
+    """Add an image file; False if its name is not valid UTF-8 (nothing is added).
+
+    The key is `rel` without its extension, so the path is kept as key + extension.
+    """
+    dot = rel.rfind(".")
     try:
-        found.add(posix[: posix.rfind(".")], rel, label)  # the key: no extension
+        if os.sep == "/":
+            found.add_file(rel[:dot], rel[dot:], label)
+        else:
+            found.add(rel[:dot].replace(os.sep, "/"), rel, label)
     except UnicodeEncodeError:
         return False
     return True

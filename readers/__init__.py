@@ -1,10 +1,11 @@
 """Training side: PyTorch datasets over packed datasets, split exactly once across DDP ranks.
 
-    from readers import PackedDataset, PackedIterableDataset, ChunkSampler
+    from readers import PackedDataset, PackedIterableDataset, ChunkSampler, collate
 
 `readers` depends on `packer`, never the reverse.
 """
 
+from readers.batch import collate
 from readers.datasets import PackedDataset, PackedIterableDataset, Sample
 from readers.resume import loop_state
 from readers.sampler import PAD_LABEL, ChunkSampler, PaddedIndex
@@ -16,5 +17,6 @@ __all__ = [
     "PackedIterableDataset",
     "PaddedIndex",
     "Sample",
+    "collate",
     "loop_state",
 ]

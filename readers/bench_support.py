@@ -70,6 +70,8 @@ class Case:
     make: Callable[[], Any]
     shuffle: bool = False
     targets: tuple[Target, ...] = ()
+    collate: Callable[[Any], Any] | None = None  # the DataLoader's collate_fn; None: default
+    workers: int | None = None  # num_workers, if not the settings' one
     rates: list[float] = field(default_factory=list)
     cpu_rates: list[float] = field(default_factory=list)
 
@@ -176,7 +178,7 @@ def decode_cases(src: Path, size: tuple[int, int], count: int = 1000) -> list[Ca
 
 def our_cases(fmt: str, path: Path, size: tuple[int, int]) -> list[Case]:
     """Both datasets, rgb8 and raw; map-style also with its chunk cache off."""
-    from readers import PackedDataset, PackedIterableDataset
+    from readers import PackedDataset, PackedIterableDataset, collate
 
     jpeg = fmt != "npy"
     rgb_targets: tuple[Target, ...] = (
@@ -193,6 +195,13 @@ def our_cases(fmt: str, path: Path, size: tuple[int, int]) -> list[Case]:
             make = _factory(cls, path, decode=decode, size=decode_size, **options)
             cases.append(Case(f"{fmt}-{name}-{decode}", name, fmt, shown, make, shuffle,
                               targets))
+    if not jpeg:  # the documented batch path: one gather, no copy in the collate
+        for workers in (None, 0):
+            name = "PackedDataset + readers.collate" + (", 0 workers" if workers == 0 else "")
+            suffix = "" if workers is None else str(workers)
+            cases.append(Case(f"{fmt}-PackedDataset-collate{suffix}-rgb8", name, fmt,
+                              rgb[2], _factory(PackedDataset, path), True, rgb_targets,
+                              collate, workers))
     return cases
 
 
@@ -200,11 +209,14 @@ def _factory(cls: Any, path: Path, **kwargs: Any) -> Callable[[], Any]:
     return lambda: cls(path, **kwargs)
 
 
-def loader_rate(dataset: Any, settings: Settings, shuffle: bool) -> tuple[float, float]:
+def loader_rate(dataset: Any, settings: Settings, shuffle: bool,
+                collate: Callable[[Any], Any] | None = None,
+                workers: int | None = None) -> tuple[float, float]:
     """(samples per second, per CPU-second) over `epochs` epochs, first batch to last."""
+    workers = settings.num_workers if workers is None else workers
     loader = DataLoader(dataset, batch_size=settings.batch_size, shuffle=shuffle,
-                        num_workers=settings.num_workers,
-                        persistent_workers=settings.num_workers > 0)
+                        num_workers=workers, collate_fn=collate,
+                        persistent_workers=workers > 0)
     start: float | None = None
     cpu_start = 0.0
     samples = 0
@@ -243,7 +255,9 @@ def run_cases(cases: Sequence[Case], settings: Settings, progress: Progress) -> 
         for case in cases:
             made = case.make()
             wall, cpu = made if isinstance(made, tuple) else loader_rate(made, settings,
-                                                                         case.shuffle)
+                                                                         case.shuffle,
+                                                                         case.collate,
+                                                                         case.workers)
             case.rates.append(wall)
             case.cpu_rates.append(cpu)
             progress(f"run {run + 1}/{settings.runs}  {case.reader:28} {case.fmt:6} "

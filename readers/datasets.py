@@ -29,14 +29,16 @@ import os
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, cast, get_args
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from packer import formats
 from packer.formats.base import RecordReader
 from packer.index import INDEX_NAME, SampleTable, open_dataset
+from readers.batch import Gatherer, gathered_samples
 from readers.cache import DEFAULT_CACHE_BYTES, CachedReader
 from readers.decode import Mode
 from readers.decode import decode as decode_record
@@ -116,7 +118,11 @@ class _Handles:
         self.opened = opened(key, remote)
         self.table = self.opened.table
         self.reader = self.opened.reader
+        if getattr(self.reader, "memory_mapped", False):
+            cache_bytes = 0  # the page cache already holds it (readers.cache)
         self.cached = CachedReader(self.reader, len(self.table), chunk_size, cache_bytes)
+        # npy rows: a batch in one gather (readers.batch)
+        self.gather = cast(Gatherer, self.reader) if hasattr(self.reader, "gather") else None
 
 
 class _PackedBase:
@@ -129,6 +135,9 @@ class _PackedBase:
             raise ValueError(f"decode must be one of {', '.join(get_args(Mode))}, not {decode!r}")
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be at least 1, not {chunk_size}")
+        if decode == "raw" and size is not None:
+            raise ValueError(f"decode='raw' returns the stored bytes and cannot resize them to "
+                             f"{size}: pass size=None, or decode='rgb8' or 'pil' to resize")
         self.remote = remote  # a URL's local mirror (readers.remote), or None
         self.path = remote.folder if remote is not None else Path(path).resolve()
         self.index, _ = open_dataset(self.path)  # refuses a folder without index.json
@@ -158,7 +167,14 @@ class _PackedBase:
         return handles
 
     def _sample(self, table: SampleTable, i: int, data: bytes, padded: bool) -> Sample:
-        image = decode_record(data, self.decode, self.size, pixels_shape=self.pixels_shape)
+        image: Any
+        if self.decode == "raw" and self.pixels_shape is not None:
+            image = np.frombuffer(bytearray(data), np.uint8)  # see readers.batch
+        else:
+            image = decode_record(data, self.decode, self.size, pixels_shape=self.pixels_shape)
+        return self._finish(table, i, image, padded)
+
+    def _finish(self, table: SampleTable, i: int, image: Any, padded: bool) -> Sample:
         if self.transform is not None:
             image = self.transform(image)
         label = PAD_LABEL if padded else int(table.labels[i])
@@ -184,8 +200,11 @@ class _PackedBase:
 class PackedDataset(_PackedBase, Dataset[Sample]):
     """Map-style access in index order, with a per-process chunk cache (see readers.cache).
 
-    `cache_bytes` (default 256 MiB) bounds each process's cache; 0 turns it off.
-    Pair with ChunkSampler under DDP so reads stay local.
+    `cache_bytes` (default 256 MiB) bounds each process's cache of tar-shard (wds)
+    records; 0 turns it off. npy, hdf5 and lmdb read through memory maps, whose cache is
+    the OS page cache, so they skip it. Pair with ChunkSampler under DDP so reads stay
+    local. npy batches come from one gather (see readers.batch); pass
+    `collate_fn=readers.collate` to a DataLoader to get them without another copy.
 
     `path` may be a URL (s3://bucket/prefix, file://...): shards are fetched into
     `cache_dir` on demand and evicted beyond `cache_dir_bytes` (default 8 GiB, shared by
@@ -214,6 +233,16 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
         """A batch in one go: cache hits, whole chunks, then one read_many for the rest."""
         positions = [self._position(i) for i in indices]
         local = self._local()
+        if local.gather is not None and self.pixels_shape is not None \
+                and self.decode != "pil" and self.size in (None, self.pixels_shape):
+            table = local.table
+
+            def make(k: int, image: Any) -> Sample:
+                return self._finish(table, positions[k], image,
+                                    isinstance(indices[k], PaddedIndex))
+
+            return gathered_samples(local.gather, positions, self.pixels_shape,
+                                    self.decode == "raw", make)
         records = local.cached.read_many(positions)
         return [
             self._sample(local.table, i, data, isinstance(original, PaddedIndex))

@@ -188,13 +188,15 @@ class ShardCache:
     def trim(self) -> bool:
         """Unpin all but the MAX_PINNED most recent shards; True if any was unpinned.
 
-        What was unpinned may now be evicted, if the cache is over its budget.
+        What was unpinned may now be evicted, if the cache is over its budget (checked by
+        a process that fetches: one reading a warm cache never scans it).
         """
         if len(self.pinned) <= MAX_PINNED:
             return False
         while len(self.pinned) > MAX_PINNED:
             os.close(self.pinned.popitem(last=False)[1])
-        self._evict(keep=next(reversed(self.pinned)))
+        if self.num_fetched:
+            self._evict(keep=next(reversed(self.pinned)))
         return True
 
     def close(self) -> None:

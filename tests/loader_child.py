@@ -3,8 +3,9 @@
     python -m tests.loader_child DATASET --kind map|iterable --workers N --epochs N
         [--sleep S] [--context fork|spawn]
 
-Prints "started" after the first batch and "epoch E samples N" after each epoch, so
-the parent can signal it mid-epoch or count what it read (under `ulimit -n`, say).
+Prints "started" after the first batch and "epoch E samples N fds F" after each epoch
+(F: open file descriptors of this process and its workers), so the parent can signal
+it mid-epoch, count what it read (under `ulimit -n`, say) or watch the descriptors.
 """
 
 from __future__ import annotations
@@ -14,9 +15,16 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 from torch.utils.data import DataLoader
 
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset
+
+
+def open_files() -> int:
+    """Descriptors open in this process and its children (the persistent workers)."""
+    me = psutil.Process()
+    return me.num_fds() + sum(child.num_fds() for child in me.children())
 
 
 def main() -> None:
@@ -48,7 +56,7 @@ def main() -> None:
                 print("started", flush=True)
                 started = True
             time.sleep(args.sleep)
-        print(f"epoch {epoch} samples {count}", flush=True)
+        print(f"epoch {epoch} samples {count} fds {open_files()}", flush=True)
     sys.exit(0)
 
 

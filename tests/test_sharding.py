@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from readers.cache import CachedReader
+from readers.cache import RECORD_OVERHEAD, CachedReader
 from readers.sampler import ChunkSampler, PaddedIndex
 from readers.sharding import (
     ShardPlan,
@@ -234,7 +234,8 @@ class CountingReader:
 
 def test_cache_reads_busy_chunks_whole_and_stays_bounded() -> None:
     reader = CountingReader(200)
-    cached = CachedReader(reader, 200, chunk_size=32, cache_bytes=3 * 320)
+    chunk_bytes = 32 * (10 + RECORD_OVERHEAD)  # a chunk's records and what holding them costs
+    cached = CachedReader(reader, 200, chunk_size=32, cache_bytes=3 * chunk_bytes)
     assert cached.promote_at == 4
     steps = [([5], [("many", 5)]), ([5], []), ([6, 7], [("many", 6, 7)]),
              ([8], [("range", 0, 32)]), (list(range(32)), [])]
@@ -244,7 +245,7 @@ def test_cache_reads_busy_chunks_whole_and_stays_bounded() -> None:
         assert reader.calls == calls, indices
     for chunk in (1, 2, 3):
         cached.read_many([32 * chunk + k for k in range(4)])
-    assert len(cached.cache) == 3 and cached.cache.num_bytes <= 3 * 320
+    assert len(cached.cache) == 3 and cached.cache.num_bytes <= 3 * chunk_bytes
     reader.calls.clear()
     assert cached.read_many([0, 33, 150, 190]) == [reader.records[i] for i in (0, 33, 150, 190)]
     assert reader.calls == [("many", 0, 150, 190)], "chunk 0 was evicted; misses in one call"

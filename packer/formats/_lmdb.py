@@ -148,6 +148,8 @@ class LmdbReader:
     verify` hashes the file before opening it and never does.
     """
 
+    memory_mapped = True  # the page cache is the cache (readers.cache)
+
     def __init__(self, folder: Path, index: Index, table: SampleTable) -> None:
         self.path = folder / FOLDER
         self.data = self.path / "data.mdb"

@@ -135,7 +135,13 @@ def open_writer(plan: WriterPlan) -> NpyWriter:
 
 
 class NpyReader:
-    """Reads pixel rows from a read-only memmap (pages shared by every worker)."""
+    """Reads pixel rows from a read-only memmap (pages shared by every worker).
+
+    `gather` copies a batch of rows in one go (readers.batch); every row read either way
+    is checked against its digest.
+    """
+
+    memory_mapped = True  # the page cache is the cache (readers.cache)
 
     def __init__(self, folder: Path, index: Index, table: SampleTable) -> None:
         self.path = folder / IMAGES
@@ -154,10 +160,24 @@ class NpyReader:
             )
 
     def read(self, i: int) -> bytes:
-        return checked(self.table, i, self.images[i].tobytes(), self.path)
+        data: bytes = self.images[i].tobytes()
+        return checked(self.table, i, data, self.path)
 
     def read_many(self, indices: Sequence[int]) -> list[bytes]:
         return [self.read(i) for i in indices]
+
+    def gather(self, indices: Sequence[int], out: np.ndarray) -> None:
+        """Copy rows `indices` into `out` (len(indices), H, W, 3) with one `np.take`.
+
+        mode="clip" lets numpy write straight into `out` (the default mode buffers);
+        the indices are in range (checked by the caller), so it clips nothing.
+        """
+        wanted = np.asarray(indices, dtype=np.intp)
+        if len(wanted) and not 0 <= int(wanted.min()) <= int(wanted.max()) < len(self.images):
+            raise IndexError(f"{self.path}: row out of range 0..{len(self.images) - 1}")
+        np.take(self.images.view(np.ndarray), wanted, axis=0, mode="clip", out=out)
+        for k, i in enumerate(wanted.tolist()):
+            checked(self.table, i, memoryview(out[k]).cast("B"), self.path)
 
     def read_range(self, start: int, stop: int) -> Iterator[bytes]:
         for i in range(start, stop):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -108,7 +108,10 @@ class FormatModule(Protocol):
     def read_labels(self, folder: Path, index: Index) -> np.ndarray: ...
 
 
-def checked(table: SampleTable, i: int, data: bytes, where: Path) -> bytes:
+Data = TypeVar("Data", bytes, memoryview)
+
+
+def checked(table: SampleTable, i: int, data: Data, where: Path) -> Data:
     """Return `data` if it matches sample i's digest, else name the file and the sample."""
     if digest_of(data) != table.digest(i):
         raise CorruptDatasetError(

@@ -1,0 +1,182 @@
+"""Interrupt `pack convert` with SIGKILL and SIGINT at many moments per format, then resume.
+
+Each round is checked by `packer.kills` (see there): after the interruption the dataset
+is complete and verifies, or it is refused as unfinished by `pack info`, open_dataset
+and both readers; `--resume` then gives the uninterrupted run's files byte for byte,
+with no temporary file left. Half the moments are I/O events (every gap between two
+system calls can be hit), half random times; every 4th round interrupts the resume too.
+
+Runs go through a fork server (no 0.5 s interpreter start per run) in a tmpfs when
+there is one: fsync is free there, and a killed process leaves the same files in the
+page cache either way. Replay a failure with PACKER_KILL_SEED=<seed from the message>;
+`python scripts/soak.py` runs hundreds of rounds.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from packer import convert
+from packer.convert import ConvertOptions
+from packer.errors import DatasetExistsError, IncompleteDatasetError
+from packer.faults import ForkServer
+from packer.formats.base import ShardOptions
+from packer.index import INDEX_NAME
+from packer.journal import STATE_DIR, Journal
+from packer.kills import (
+    Reference,
+    reference_run,
+    run_rounds,
+    standard_case,
+    temporary_files,
+    tree,
+)
+from readers import PackedDataset, PackedIterableDataset
+from tests.conftest import count_adds
+
+FORMATS = ("wds", "lmdb", "hdf5", "npy")
+ROUNDS = {signal.SIGKILL: 24, signal.SIGINT: 16}
+SEED = os.environ.get("PACKER_KILL_SEED") or os.urandom(4).hex()
+
+
+@pytest.fixture(scope="module")
+def work() -> Iterator[Path]:
+    shm = Path("/dev/shm")
+    root = Path(tempfile.mkdtemp(prefix="packer-kill-", dir=shm if os.access(shm, os.W_OK)
+                                 else None))
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ForkServer]:
+    with ForkServer() as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def references(server: ForkServer, mixed_src: Path, work: Path) -> dict[str, Reference]:
+    out = {}
+    for fmt in FORMATS:
+        (work / fmt).mkdir()
+        out[fmt] = reference_run(server, standard_case(mixed_src, fmt), work / fmt)
+    return out
+
+
+def readers_refuse(dst: Path) -> None:
+    for make in (PackedDataset, PackedIterableDataset):
+        with pytest.raises(IncompleteDatasetError, match=r"did not finish|no such dataset"):
+            make(dst)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("signum", list(ROUNDS), ids=lambda s: signal.Signals(s).name)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_interrupted_conversions_resume_byte_identical(
+        fmt: str, signum: int, server: ForkServer, mixed_src: Path, work: Path,
+        references: dict[str, Reference]) -> None:
+    rounds = ROUNDS[signum]
+    figures = run_rounds(server, standard_case(mixed_src, fmt), references[fmt], work / fmt,
+                         rounds, signum, f"{SEED}:{fmt}", check_refused=readers_refuse)
+    print(figures)
+    assert not figures.failures, "\n".join(figures.failures[:3])
+    assert figures.identical == figures.rounds == rounds
+    assert figures.landed >= rounds // 2, "most interruptions must stop a running conversion"
+    assert figures.refused >= rounds // 4
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_successful_run_leaves_no_temporary_files(references: dict[str, Reference],
+                                                    fmt: str) -> None:
+    listing = references[fmt].tree
+    assert INDEX_NAME in listing and not temporary_files(listing)
+    assert not [name for name in listing if name.startswith(".")]
+
+
+# ------------------------------------------------------ killed after index.json was written
+
+RUN = ConvertOptions(shards=ShardOptions(max_samples=6), workers=0)
+
+
+def complete_with_state(src: Path, dst: Path, monkeypatch: pytest.MonkeyPatch,
+                        keep_job: bool = True) -> None:
+    """A complete dataset whose run died before its resume state was removed."""
+    with monkeypatch.context() as patch:
+        patch.setattr(Journal, "remove", lambda self: None)
+        convert(src, dst, "wds", run=RUN)
+    assert (dst / STATE_DIR / "job.json").exists()
+    if not keep_job:  # the removal got as far as its last file
+        (dst / STATE_DIR / "job.json").unlink()
+
+
+@pytest.mark.parametrize("keep_job", [True, False])
+def test_resume_finishes_the_clean_up_of_a_complete_dataset(
+        mixed_src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        keep_job: bool) -> None:
+    convert(mixed_src, tmp_path / "ref", "wds", run=RUN)
+    dst = tmp_path / "out"
+    complete_with_state(mixed_src, dst, monkeypatch, keep_job)
+    with pytest.raises(DatasetExistsError, match="--overwrite"):
+        convert(mixed_src, dst, "wds", run=RUN)  # without --resume: refused, untouched
+    assert (dst / STATE_DIR).exists()
+    index = convert(mixed_src, dst, "wds", run=ConvertOptions(
+        shards=RUN.shards, workers=0, resume=True))
+    assert index.num_samples == 40
+    assert tree(dst) == tree(tmp_path / "ref")
+
+
+def test_resume_with_other_options_keeps_a_complete_dataset(
+        mixed_src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dst = tmp_path / "out"
+    complete_with_state(mixed_src, dst, monkeypatch)
+    before = tree(dst)
+    other = ConvertOptions(shards=ShardOptions(max_samples=7), workers=0, resume=True)
+    with pytest.raises(DatasetExistsError, match="other options"):
+        convert(mixed_src, dst, "wds", run=other)
+    assert tree(dst) == before
+
+
+def test_journal_removal_deletes_the_job_record_last(mixed_src: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    dst = tmp_path / "out"
+    complete_with_state(mixed_src, dst, monkeypatch)
+    removed: list[str] = []
+    real_unlink = Path.unlink
+
+    def unlink(self: Path, missing_ok: bool = False) -> None:
+        removed.append(self.name)
+        real_unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", unlink)
+    Journal(dst).remove()
+    assert len(removed) > 3 and removed[-1] == "job.json"
+    assert not (dst / STATE_DIR).exists()
+
+
+@pytest.mark.parametrize("line", ['{"part": 1, "shards": "x"}', "[1, 2]", '{"part": 1}',
+                                  '{"part": 1, "src_stop": 6, "num_samples": 6, "shards": '
+                                  '[{"name": 5}], "rejects": []}'])
+def test_a_damaged_journal_line_ends_what_resume_keeps(mixed_src: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch,
+                                                       line: str) -> None:
+    convert(mixed_src, tmp_path / "ref", "wds", run=RUN)
+    dst = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="injected"), \
+            count_adds(monkeypatch, "wds", fail_after=20):
+        convert(mixed_src, dst, "wds", run=RUN)
+    journal = dst / STATE_DIR / "parts.jsonl"
+    lines = journal.read_text().splitlines()
+    assert len(lines) >= 3
+    journal.write_text("\n".join([lines[0], line, *lines[2:]]) + "\n")
+    with count_adds(monkeypatch, "wds") as adds:
+        convert(mixed_src, dst, "wds", run=ConvertOptions(shards=RUN.shards, workers=0,
+                                                          resume=True))
+    assert adds[0] == 40 - 6  # only the first part (6 samples) was kept
+    assert tree(dst) == tree(tmp_path / "ref")

@@ -1,0 +1,134 @@
+"""`--executor ray`: the same bytes as a local run, through the library and the CLI.
+
+One local Ray instance (2 CPUs) serves the whole module; starting it takes a few
+seconds. Tests that need Ray skip when it is not installed (`pip install .[ray]`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from packer.cli import main
+from packer.convert import ConvertOptions, convert
+from packer.encode import EncodeOptions
+from packer.errors import MissingDependencyError
+from packer.formats.base import ShardOptions
+from tests.conftest import tree_hashes
+
+CASES = {  # name: (format, encode options, shard options)
+    "wds-passthrough": ("wds", EncodeOptions(), ShardOptions(max_samples=7)),
+    "wds-small-shards": ("wds", EncodeOptions(check="header"), ShardOptions(max_bytes=20_000)),
+    "npy-pixels": ("npy", EncodeOptions(size=(24, 32)), ShardOptions()),
+    "lmdb-resize": ("lmdb", EncodeOptions(resize=32, codec="webp"), ShardOptions()),
+}
+
+
+@pytest.fixture(scope="module")
+def ray_instance() -> Iterator[Any]:
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.ERROR)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_ray_output_is_byte_identical(ray_instance: Any, case: str, mixed_src: Path,
+                                      tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fmt, options, shards = CASES[case]
+    copy = tmp_path / "photos"
+    shutil.copytree(mixed_src, copy)
+    monkeypatch.chdir(tmp_path)  # a relative SRC: tasks resolve it against this folder
+    local = convert("photos", tmp_path / "local", fmt, options,
+                    ConvertOptions(shards=shards, workers=2))
+    ray = convert("photos", tmp_path / "ray", fmt, options,
+                  ConvertOptions(shards=shards, executor="ray"))
+    assert ray == local
+    assert local.num_rejected == 2  # rejects.jsonl names them as the scan did
+    assert tree_hashes(tmp_path / "ray") == tree_hashes(tmp_path / "local")
+
+
+def test_ray_keeps_odd_keys(ray_instance: Any, odd_src: Path, tmp_path: Path) -> None:
+    convert(odd_src, tmp_path / "local", "wds", run=ConvertOptions(workers=0))
+    convert(odd_src, tmp_path / "ray", "wds", run=ConvertOptions(executor="ray", workers=1))
+    assert tree_hashes(tmp_path / "ray") == tree_hashes(tmp_path / "local")
+
+
+def test_cli_executor_ray(ray_instance: Any, src: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    for name, extra in (("local", []), ("ray", ["--executor", "ray"])):
+        result = runner.invoke(main, ["convert", str(src), str(tmp_path / name), "--to", "npy",
+                                      "--size", "16x16", "-q", *extra])
+        assert result.exit_code == 0, result.output
+        assert "packed 24 samples" in result.output
+    assert tree_hashes(tmp_path / "ray") == tree_hashes(tmp_path / "local")
+
+
+def test_stopping_cancels_tasks_in_flight(ray_instance: Any, tmp_path: Path) -> None:
+    from packer.executor_ray import map_ordered_ray
+
+    def work(n: int) -> int:  # defined here so that Ray pickles it by value
+        time.sleep(0.1 if n == 0 else 2.0)
+        (tmp_path / f"done-{n}").touch()
+        return n
+
+    results = map_ordered_ray(work, range(100), workers=2)
+    assert next(results) == 0
+    time.sleep(0.5)  # tasks 1 and 2 running, 3 queued
+    results.close()  # what Ctrl-C or a writer error does to the generator
+    time.sleep(2.0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["done-0"]
+
+
+def test_lost_worker_is_one_line_error(ray_instance: Any) -> None:
+    from packer.executor_ray import RayClusterError, map_ordered_ray
+
+    def work(n: int) -> int:
+        if n == 3:
+            os._exit(1)  # the worker dies, every time Ray retries the task
+        return n
+
+    with pytest.raises(RayClusterError, match=r"lost a task.*--resume"):
+        list(map_ordered_ray(work, range(6)))
+
+
+def test_silent_address_fails_fast_before_dst(src: Path, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    ray = pytest.importorskip("ray")
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # as in a fresh `pack` process
+    with socket.socket() as free:  # a port nobody listens on
+        free.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{free.getsockname()[1]}"
+    result = CliRunner().invoke(main, ["convert", str(src), str(tmp_path / "out"), "--to",
+                                       "wds", "--executor", "ray", "--ray-address", address])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith(f"error: cannot join the Ray cluster at '{address}'")
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_ray_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    from packer.executor_ray import import_ray
+
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(MissingDependencyError, match=r"pip install 'packer\[ray\]'"):
+        import_ray()
+
+
+@pytest.mark.parametrize(("changes", "words"), [
+    ({"ray_address": "auto"}, "needs --executor ray"),
+    ({"executor": "ray", "workers": 0}, "does not combine"),
+    ({"executor": "dask"}, "local or ray"),
+])
+def test_options_refuse_nonsense(changes: dict[str, Any], words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        ConvertOptions(**changes)
