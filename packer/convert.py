@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -137,7 +138,8 @@ def convert(src: str | Path, dst: str | Path, fmt: str,
                                 run.executor, run.ray_address))
             shards = writer.finish(job.build_table())
         except BaseException:
-            writer.abort()
+            with contextlib.suppress(Exception):  # the first failure is the one to report
+                writer.abort()
             raise
         finally:
             if source.origin is not None:

@@ -17,6 +17,7 @@ from packer.errors import (
     DiskFullError,
     PackError,
     SourceError,
+    interrupted,
 )
 from packer.index import INDEX_NAME
 from packer.journal import STATE_DIR
@@ -106,6 +107,8 @@ def write_errors(folder: Path) -> Iterator[None]:
     except PackError:
         raise
     except OSError as exc:
+        if interrupted(exc):  # Ctrl-C, then a clean-up that failed because of it
+            raise KeyboardInterrupt from exc
         reason = disk_full(exc, folder)
         if reason is not None:
             raise DiskFullError(

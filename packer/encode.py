@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 import zlib
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -20,6 +21,7 @@ from typing import Any, Literal
 import xxhash
 from PIL import Image, UnidentifiedImageError
 
+from packer.errors import interrupted
 from packer.imaging import Fit, check_decodes, fit_image, load_rgb, open_image, resize_shorter
 from packer.jpeg import decodes as jpeg_decodes
 from packer.jpeg import load_rgb_fast
@@ -101,6 +103,8 @@ def encode_item(item: SourceItem, options: EncodeOptions) -> Record | Reject:
     except RejectReason as reason:
         return Reject(item.position, item.path, str(reason))
     except Exception as exc:  # a damaged file can make any decoder raise anything
+        if interrupted(exc):  # Ctrl-C wrapped by the code it landed in: still Ctrl-C
+            raise KeyboardInterrupt from exc
         return Reject(item.position, item.path, describe_failure(exc))
     return Record(item.position, item.key, item.label, stored, ext, digest_of(stored))
 
@@ -195,7 +199,7 @@ def _checked_ext(data: bytes, path: str | None, check: Check) -> str:
         if path is None:
             return sniff_ext(data)
         suffix = path.rsplit(".", 1)[-1].lower() if "." in path else "bin"
-        return "jpg" if suffix == "jpeg" else suffix
+        return "jpg" if suffix == "jpeg" else sys.intern(suffix)  # one object, not one per image
     if check == "decode" and jpeg_decodes(data):
         return "jpg"
     image = check_decodes(data) if check == "decode" else open_image(data)

@@ -40,3 +40,19 @@ class DestinationError(PackError, OSError):
 
 class DiskFullError(DestinationError):
     """The disk holding DST filled up during a conversion."""
+
+
+def interrupted(error: BaseException) -> bool:
+    """Whether `error` is, or was caused by, a KeyboardInterrupt (Ctrl-C).
+
+    Ctrl-C raised inside code that wraps what it catches (an import's `__set_name__`
+    hook wraps it in RuntimeError) must stay Ctrl-C, not become a rejected input.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False

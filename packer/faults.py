@@ -111,7 +111,7 @@ class ForkServer:
                 os.kill(pid, interrupt.signum)
         code = int(self._ask({"op": "reap", "pid": pid})["returncode"])
         end = time.monotonic()
-        count = int(events.read_text()) if events.exists() else -1
+        count = int(events.read_text() or -1) if events.exists() else -1
         text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
         return Outcome(code, count, text, end - start,
                        None if signalled is None else end - signalled)
@@ -120,6 +120,9 @@ class ForkServer:
 def serve() -> None:
     """The server loop: one JSON request per line on stdin, one JSON reply per line."""
     import_module("packer.cli")  # what every child shares; formats load in the child
+    # Children start with SIGINT blocked (a signal sent right after fork would otherwise
+    # land in Python's own after-fork hooks); _run_cli unblocks it as the command starts.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     for line in sys.stdin:
         request = json.loads(line)
         if request["op"] == "start":
@@ -141,8 +144,6 @@ def _child(request: dict[str, Any]) -> None:
     try:
         # As `pack` started from a terminal: Ctrl-C raises KeyboardInterrupt (a server
         # started in the background by a shell without job control inherits SIG_IGN).
-        # Held back until the command starts, as an interpreter still starting up would.
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.setsid()
         log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -155,6 +156,7 @@ def _child(request: dict[str, Any]) -> None:
             setattr(import_module(module), name, value)
         counter = _arm(request.get("signum"), request.get("at_event"))
         code = _run_cli(request["argv"])
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # the command has ended
         Path(request["events"]).write_text(str(counter[0]))
     except BaseException:
         traceback.print_exc()  # a harness problem: the check for "Traceback" reports it

@@ -25,7 +25,8 @@ import pytest
 
 from packer import convert
 from packer.convert import ConvertOptions
-from packer.errors import DatasetExistsError, IncompleteDatasetError
+from packer.encode import EncodeOptions
+from packer.errors import DatasetExistsError, IncompleteDatasetError, interrupted
 from packer.faults import ForkServer
 from packer.formats.base import ShardOptions
 from packer.index import INDEX_NAME
@@ -180,3 +181,59 @@ def test_a_damaged_journal_line_ends_what_resume_keeps(mixed_src: Path, tmp_path
                                                           resume=True))
     assert adds[0] == 40 - 6  # only the first part (6 samples) was kept
     assert tree(dst) == tree(tmp_path / "ref")
+
+
+def test_ctrl_c_wrapped_by_a_decoder_is_not_a_rejected_input(
+        mixed_src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C landing in a lazy import (PIL plugins) comes out as RuntimeError from
+    KeyboardInterrupt; found by the soak: it made an image a reject and the run complete."""
+    import packer.encode
+
+    def wrapped(*args: object, **kwargs: object) -> None:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise RuntimeError("Error calling __set_name__ on 'cached_property'") from exc
+
+    monkeypatch.setattr(packer.encode, "_encode_bytes", wrapped)
+    with pytest.raises(KeyboardInterrupt):
+        convert(mixed_src, tmp_path / "out", "wds", run=RUN)
+    assert not (tmp_path / "out" / INDEX_NAME).exists()
+    assert interrupted(RuntimeError("x")) is False
+
+
+def test_ctrl_c_between_closing_and_forgetting_a_descriptor(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by the soak: Ctrl-C right after LmdbWriter closed its writeback descriptor made
+    abort() close it again (EBADF), reported as "cannot write" with exit 1."""
+    from packer.formats import _lmdb
+    from packer.formats.base import WriterPlan
+
+    writer = _lmdb.LmdbWriter(WriterPlan(tmp_path, 0, EncodeOptions(), ShardOptions()))
+    real_close = os.close
+
+    def close_then_interrupt(fd: int) -> None:
+        real_close(fd)
+        monkeypatch.setattr(_lmdb.os, "close", real_close)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_lmdb.os, "close", close_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        writer._stop_writeback()
+    writer.abort()  # must not close the descriptor a second time
+
+
+def test_a_failing_abort_does_not_hide_the_first_error(
+        mixed_src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def interrupt(self: object, record: object) -> None:
+        raise KeyboardInterrupt
+
+    def broken_abort(self: object) -> None:
+        raise OSError(9, "Bad file descriptor")
+
+    from packer.formats import _wds
+
+    monkeypatch.setattr(_wds.WdsWriter, "add", interrupt)
+    monkeypatch.setattr(_wds.WdsWriter, "abort", broken_abort)
+    with pytest.raises(KeyboardInterrupt):
+        convert(mixed_src, tmp_path / "out", "wds", run=RUN)

@@ -44,6 +44,10 @@ EXAMPLES = int(os.environ.get("PACKER_FUZZ_EXAMPLES", "400"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=False,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 TRIED: dict[str, int] = {}
+# numpy's parser of a mutated .npy header warns before it fails (escape sequences,
+# "created on Python 2"); the failure is what the tests check.
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.filterwarnings("ignore::UserWarning")]
 
 
 @pytest.fixture(scope="module", autouse=True)

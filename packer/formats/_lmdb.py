@@ -126,8 +126,8 @@ class LmdbWriter:
     def _stop_writeback(self, timeout: float | None = None) -> None:
         if self._sync_fd >= 0:
             self._writeback.stop(timeout)
-            os.close(self._sync_fd)
-            self._sync_fd = -1
+            fd, self._sync_fd = self._sync_fd, -1  # closed once, whatever interrupts us
+            os.close(fd)
 
     def abort(self) -> None:
         self._stop_writeback(timeout=2.0)
