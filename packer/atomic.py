@@ -15,13 +15,18 @@ from typing import BinaryIO
 PARTIAL_SUFFIX = ".partial"
 
 
-def fsync_dir(folder: Path) -> None:
-    """Make a rename inside `folder` durable."""
-    fd = os.open(folder, os.O_RDONLY)
+def fsync_path(path: Path) -> None:
+    """fsync by path: a folder, to make a rename inside it durable, or a file written
+    by another library (h5py, lmdb, a memmap)."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+fsync_dir = fsync_path
+fsync_file = fsync_path
 
 
 def partial_path(path: Path) -> Path:
@@ -50,12 +55,3 @@ def write_atomic(path: Path, data: bytes) -> None:
     """Write a whole file atomically."""
     with atomic_writer(path) as handle:
         handle.write(data)
-
-
-def fsync_file(path: Path) -> None:
-    """Flush a file written by another library (h5py, lmdb, a memmap) to disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from packer.errors import PackError
 from packer.index import INDEX_NAME
-from readers.monitor import batch_length
+from readers.monitor import LoaderMonitor, batch_length
 from readers.tuning import LoaderConfig, Measurement
 
 
@@ -78,12 +78,13 @@ def measure(dataset: Dataset[Any], config: LoaderConfig, seconds: float,
     loader = DataLoader(dataset, shuffle=True, drop_last=False, **config.kwargs())
     if len(loader) == 0:
         raise PackError("the dataset is empty: nothing to measure")
-    waits: list[float] = []
+    monitor = LoaderMonitor(loader)
+    waits = monitor.waits
     samples = 0
     start: float | None = None
     with PeakMemory() as memory:
         while start is None or not _done(waits, start, seconds, min_batches):
-            for batch in _timed(iter(loader), waits):
+            for batch in monitor:
                 if start is None:  # the first batch pays for worker start-up: not counted
                     start = time.perf_counter()
                     waits.clear()
@@ -93,19 +94,6 @@ def measure(dataset: Dataset[Any], config: LoaderConfig, seconds: float,
                     break
         elapsed = time.perf_counter() - start
     return _summary(config, waits, samples, elapsed, memory.peak)
-
-
-def _timed(iterator: Iterator[Any], waits: list[float]) -> Iterator[Any]:
-    """Yield batches, recording how long each `next()` took."""
-    clock = time.perf_counter
-    while True:
-        before = clock()
-        try:
-            batch = next(iterator)
-        except StopIteration:
-            return
-        waits.append(clock() - before)
-        yield batch
 
 
 def _done(waits: list[float], start: float, seconds: float, min_batches: int) -> bool:
