@@ -294,6 +294,6 @@ def finalize(folder: Path, fmt: str, source: Source, options: EncodeOptions, job
                   image_size=options.size if options.pixels else None,
                   extra={} if source.origin is None else
                   {"source": source.origin.lineage(options)})
-    write_index(folder, index)
+    index = write_index(folder, index)  # as written: with the table's digest
     job.journal.remove()
     return index

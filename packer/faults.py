@@ -168,7 +168,8 @@ def _child(request: dict[str, Any]) -> None:
 
 
 def _run_cli(argv: list[str]) -> int:
-    from packer.cli import main
+    """What the `pack` script does (packer.cli.run), returning its exit code."""
+    from packer.cli import run
 
     try:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
@@ -176,7 +177,7 @@ def _run_cli(argv: list[str]) -> int:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
     try:
-        main.main(args=argv, prog_name="pack", standalone_mode=True)
+        run(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else int(exc.code is not None)
     return 0

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from array import array
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,9 @@ KEYS_NAME = "keys.npy"
 REJECTS_NAME = "rejects.jsonl"
 FORMAT_VERSION = 1
 SAMPLE_HASH = "xxh3-128"
+# index.json's `extra` holds the digest of samples.npy + keys.npy, so a damaged label
+# or key is refused like damaged image bytes (datasets written before it lack it).
+TABLE_DIGEST = "table_xxh3_128"
 DIGEST_BYTES = 16
 
 SAMPLE_DTYPE = np.dtype(
@@ -215,10 +218,17 @@ def load_table(folder: Path, prefix: str = "", mmap: bool = True) -> SampleTable
     return SampleTable(rows, keys)
 
 
-def write_index(folder: Path, index: Index) -> None:
-    """Write index.json last: from now on the dataset counts as complete."""
+def write_index(folder: Path, index: Index) -> Index:
+    """Write index.json last: from now on the dataset counts as complete.
+
+    Adds the digest of the per-sample table (written before) and returns the index as
+    written.
+    """
+    digest = checks.files_digest((folder / SAMPLES_NAME, folder / KEYS_NAME))
+    index = replace(index, extra={**index.extra, TABLE_DIGEST: digest})
     text = json.dumps(index.to_json(), indent=1, sort_keys=True, ensure_ascii=False)
     write_atomic(folder / INDEX_NAME, (text + "\n").encode("utf-8"))
+    return index
 
 
 def read_index(folder: str | Path) -> Index:
@@ -286,5 +296,6 @@ def open_dataset(folder: str | Path) -> tuple[Index, SampleTable]:
             f"{folder / SAMPLES_NAME}: {len(table)} rows but index.json says "
             f"{index.num_samples} samples; reconvert the dataset"
         )
+    checks.table_matches((folder / SAMPLES_NAME, folder / KEYS_NAME), index.extra.get(TABLE_DIGEST))
     checks.check_rows(table.rows, table.keys_blob, len(index.class_names), folder / SAMPLES_NAME)
     return index, table

@@ -11,11 +11,13 @@ The per-sample checks are vectorised: a million rows take milliseconds.
 from __future__ import annotations
 
 import json
+import mmap
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import xxhash
 
 from packer.errors import CorruptDatasetError
 
@@ -66,6 +68,31 @@ def load_array(path: Path, mmap: bool = True) -> npt.NDArray[Any]:
     if not isinstance(array, np.ndarray):  # an .npz archive
         raise CorruptDatasetError(f"{path}: not an .npy array; reconvert the dataset")
     return array
+
+
+def files_digest(paths: tuple[Path, ...]) -> str:
+    """xxh3-128 of the files' bytes in order, read through memory maps (no copies)."""
+    digest = xxhash.xxh3_128()
+    for path in paths:
+        try:
+            with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0,
+                                                       access=mmap.ACCESS_READ) as mapped:
+                digest.update(mapped)
+        except ValueError:  # an empty file cannot be mapped: nothing to add
+            continue
+        except OSError as exc:
+            raise CorruptDatasetError(f"{path}: unreadable ({exc.strerror}); restore it or "
+                                      "reconvert the dataset") from exc
+    return str(digest.hexdigest())
+
+
+def table_matches(paths: tuple[Path, Path], expected: Any) -> None:
+    """samples.npy and keys.npy are the ones index.json was written with (if it says)."""
+    if expected is not None and files_digest(paths) != expected:
+        raise CorruptDatasetError(
+            f"{paths[0]}: the per-sample table (labels, keys, locations) does not match "
+            f"index.json; restore {paths[0].name} and {paths[1].name} or reconvert the dataset"
+        )
 
 
 def version_and_format(data: Any, path: Path, version: int) -> str:

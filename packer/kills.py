@@ -5,8 +5,9 @@ sends it) at one moment from `packer.faults`; in some rounds the `--resume` that
 follows is interrupted too. After every interruption:
 
   - no traceback; a SIGINT ends within MAX_EXIT_S with exit 130 and a --resume hint
-    (or 1, click's "Aborted!", when it lands before the command body runs, or death by
-    SIGINT when it lands before the command starts, as in a starting interpreter)
+    once the conversion has state (just "interrupted" in click's start-up; 1 and
+    click's "Aborted!" while it parses options; death by SIGINT before `pack` starts,
+    as in an interpreter still importing)
   - index.json present: `verify(DST, SRC)` passes (the dataset is complete)
   - index.json absent: `pack info` exits 1 with "did not finish" and opening the
     dataset (what the readers do first) raises IncompleteDatasetError
@@ -204,7 +205,7 @@ def _check_after(server: ForkServer, case: Case, dst: Path, interrupt: Interrupt
     if "Traceback" in outcome.log:
         raise RoundFailed(f"traceback:\n{outcome.log}")
     if interrupt.signum == signal.SIGINT:
-        _check_sigint(outcome)
+        _check_sigint(outcome, started=(dst / STATE_DIR).exists())
     elif outcome.returncode not in (0, -signal.SIGKILL):
         raise RoundFailed(f"exit {outcome.returncode}: {outcome.log}")
     if (dst / INDEX_NAME).exists():
@@ -228,11 +229,13 @@ def _check_after(server: ForkServer, case: Case, dst: Path, interrupt: Interrupt
     figures.refused += 1
 
 
-def _check_sigint(outcome: Outcome) -> None:
+def _check_sigint(outcome: Outcome, started: bool) -> None:
+    """Exit promptly, quietly; with a --resume hint once the conversion has state."""
     if outcome.exit_after_signal_s is not None and outcome.exit_after_signal_s > MAX_EXIT_S:
         raise RoundFailed(f"took {outcome.exit_after_signal_s:.1f} s to exit after SIGINT")
-    if outcome.returncode == 130 and "--resume" not in outcome.log:
-        raise RoundFailed(f"exit 130 without a --resume hint: {outcome.log}")
+    hint = "--resume" if started else "interrupted"
+    if outcome.returncode == 130 and hint not in outcome.log:
+        raise RoundFailed(f"exit 130 without {hint!r}: {outcome.log}")
     if outcome.returncode not in (0, 1, 130, -signal.SIGINT):  # -2: before it started
         raise RoundFailed(f"exit {outcome.returncode} after SIGINT: {outcome.log}")
     if outcome.returncode == 1 and "Aborted!" not in outcome.log:

@@ -2,7 +2,7 @@
 """Soak: hundreds of interrupted conversions per format, and memory at a million samples.
 
     python scripts/soak.py [--rounds 300] [--formats wds,lmdb,hdf5,npy] [--seed S]
-                           [--work DIR] [--million] [--no-kills]
+                           [--work DIR] [--million] [--flips N] [--no-kills]
 
 Each round is one of tests/test_faults_kill.py's (see packer.kills): SIGKILL rounds,
 then SIGINT rounds (half as many), at I/O events and random times, some resumes
@@ -10,7 +10,10 @@ interrupted too. Prints one line per format and signal: interruptions sent, how 
 stopped a running conversion, how many left a complete dataset or a refused one, and
 how many rounds ended byte-identical to an uninterrupted run. --million also builds a
 1,000,000-sample dataset and reports its index load cost and the worker USS over 3
-epochs with 2 persistent workers. Exits 1 if any promise failed.
+epochs with 2 persistent workers. --flips N flips two bytes at N places spread over
+each format's data file and reads every sample back (packer.flips): intact, refused,
+or crashed. Exits 1 if any promise failed (a flip crash is reported, not a failure:
+LMDB trusts its page pointers).
 """
 
 from __future__ import annotations
@@ -24,12 +27,19 @@ import tempfile
 import time
 from pathlib import Path
 
+from packer import convert
+from packer.convert import ConvertOptions
+from packer.encode import EncodeOptions
 from packer.faults import ForkServer
+from packer.flips import flip_scan
+from packer.formats.base import ShardOptions
 from packer.kills import Figures, make_kill_source, reference_run, run_rounds, standard_case
 from packer.scale import index_load_cost, make_tiny_dataset
 from readers.scale import growth, worker_uss_by_epoch
 
 FORMATS = ("wds", "lmdb", "hdf5", "npy")
+DATA_FILES = {"wds": "shard-00001.tar", "lmdb": "data.lmdb/data.mdb", "hdf5": "data.h5",
+              "npy": "images.npy"}
 
 
 def kills(work: Path, formats: list[str], rounds: int, seed: str) -> list[Figures]:
@@ -53,6 +63,21 @@ def kills(work: Path, formats: list[str], rounds: int, seed: str) -> list[Figure
                     print("  FAILED", failure[:2000], flush=True)
                 results.append(figures)
     return results
+
+
+def flips(work: Path, formats: list[str], count: int) -> bool:
+    src = make_kill_source(work / "flip-src")
+    ok = True
+    for fmt in formats:
+        dst = work / f"flip-{fmt}"
+        convert(src, dst, fmt, EncodeOptions(size=(16, 16)) if fmt == "npy" else None,
+                ConvertOptions(workers=0, shards=ShardOptions(max_samples=6)))
+        start = time.monotonic()
+        outcomes = flip_scan(dst, DATA_FILES[fmt], work / "flips", count)
+        print(f"{fmt:5} {sum(outcomes.values())} flips in {DATA_FILES[fmt]}: "
+              f"{dict(sorted(outcomes.items()))} ({time.monotonic() - start:.0f} s)", flush=True)
+        ok = ok and not any(name.startswith("other") for name in outcomes)
+    return ok
 
 
 def million(work: Path) -> bool:
@@ -84,6 +109,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None,
                         help="scratch folder (default: a new one in /dev/shm or /tmp)")
     parser.add_argument("--million", action="store_true", help="also the 1M-sample checks")
+    parser.add_argument("--flips", type=int, default=0, help="byte flips per format")
     parser.add_argument("--no-kills", action="store_true", help="skip the kill rounds")
     args = parser.parse_args()
     formats = [name for name in args.formats.split(",") if name]
@@ -103,6 +129,8 @@ def main() -> None:
                   f"{sum(f.landed for f in results)} stopped a running conversion, "
                   f"{sum(f.identical for f in results)}/{sum(f.rounds for f in results)} "
                   "rounds byte-identical after resume", flush=True)
+        if args.flips:
+            ok = flips(work, formats, args.flips) and ok
         if args.million:
             ok = million(work) and ok
     finally:

@@ -26,7 +26,8 @@ from packer.convert import ConvertOptions
 from packer.encode import EncodeOptions
 from packer.errors import CorruptDatasetError, IncompleteDatasetError
 from packer.formats.base import ShardOptions
-from packer.index import INDEX_NAME, KEYS_NAME, SAMPLES_NAME, open_dataset
+from packer.index import INDEX_NAME, KEYS_NAME, SAMPLES_NAME, TABLE_DIGEST, open_dataset
+from packer.index_checks import files_digest
 from packer.sample import make_sample_folder
 from readers import PackedDataset, PackedIterableDataset
 
@@ -184,12 +185,23 @@ def shift_a_sample(folder: Path, fmt: str) -> str:
     return "shard-0000"
 
 
-def edit_table(column: str, value: int) -> Damage:
+def restamp(folder: Path) -> None:
+    """Make index.json vouch for the edited table, as someone patching it would: the
+    checks behind the table digest must catch the edit on their own."""
+    path = folder / INDEX_NAME
+    data = json.loads(path.read_text())
+    data["extra"][TABLE_DIGEST] = files_digest((folder / SAMPLES_NAME, folder / KEYS_NAME))
+    path.write_text(json.dumps(data))
+
+
+def edit_table(column: str, value: int, vouched: bool = True) -> Damage:
     def damage(folder: Path, fmt: str) -> str:
         rows = np.load(folder / SAMPLES_NAME)
         rows[column][3] = value
         with open(folder / SAMPLES_NAME, "wb") as handle:
             np.save(handle, rows)
+        if vouched:
+            restamp(folder)
         return SAMPLES_NAME
     return damage
 
@@ -199,12 +211,16 @@ def huge_offset(folder: Path, fmt: str) -> str:
     return "shard-00000.tar"  # refused by the read, before any allocation
 
 
-def bad_key(folder: Path, fmt: str) -> str:
-    keys = np.load(folder / KEYS_NAME)
-    keys[2] = 0xFF  # not UTF-8
-    with open(folder / KEYS_NAME, "wb") as handle:
-        np.save(handle, keys)
-    return KEYS_NAME
+def edit_key(byte: int, vouched: bool = True) -> Damage:
+    def damage(folder: Path, fmt: str) -> str:
+        keys = np.load(folder / KEYS_NAME)
+        keys[2] = byte
+        with open(folder / KEYS_NAME, "wb") as handle:
+            np.save(handle, keys)
+        if vouched:
+            restamp(folder)
+        return KEYS_NAME
+    return damage
 
 
 CASES: dict[str, Damage] = {
@@ -230,15 +246,17 @@ CASES: dict[str, Damage] = {
     "index: class_names gone": edit_index(lambda d: d.pop("class_names")),
     "index: shard name ../x": edit_index(lambda d: d["shards"][0].update(name="../x")),
     "index: num_samples 'ten'": edit_index(lambda d: d.update(num_samples="ten")),
-    "table: label out of range": edit_table("label", 7),
-    "table: negative size": edit_table("size", -5),
-    "table: key past keys.npy": edit_table("key_start", 10**9),
-    "table: key not UTF-8": bad_key,
+    "table: another class's label": edit_table("label", 1, vouched=False),
+    "table: another key": edit_key(ord("z"), vouched=False),
+    "table: label out of range, index patched": edit_table("label", 7),
+    "table: negative size, index patched": edit_table("size", -5),
+    "table: key past keys.npy, index patched": edit_table("key_start", 10**9),
+    "table: key not UTF-8, index patched": edit_key(0xFF),
 }
 WDS_CASES: dict[str, Damage] = {
     "swap two shards": swap_shards,
     "index: a sample moved to another shard": shift_a_sample,
-    "table: a huge offset": huge_offset,
+    "table: a huge offset, index patched": huge_offset,
 }
 
 

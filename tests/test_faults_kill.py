@@ -20,6 +20,7 @@ import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,7 +44,7 @@ from readers import PackedDataset, PackedIterableDataset
 from tests.conftest import count_adds
 
 FORMATS = ("wds", "lmdb", "hdf5", "npy")
-ROUNDS = {signal.SIGKILL: 24, signal.SIGINT: 16}
+ROUNDS = {signal.SIGKILL: 30, signal.SIGINT: 20}
 SEED = os.environ.get("PACKER_KILL_SEED") or os.urandom(4).hex()
 
 
@@ -237,3 +238,43 @@ def test_a_failing_abort_does_not_hide_the_first_error(
     monkeypatch.setattr(_wds.WdsWriter, "abort", broken_abort)
     with pytest.raises(KeyboardInterrupt):
         convert(mixed_src, tmp_path / "out", "wds", run=RUN)
+
+
+def test_a_ctrl_c_python_drops_still_stops_the_conversion(
+        src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by the soak: Ctrl-C in an import lock's weakref callback is printed as
+    "Exception ignored" and dropped; the CLI keeps it and stops at the next progress call."""
+    from click.testing import CliRunner
+
+    import packer.cli
+
+    class Dropper:
+        def __del__(self) -> None:
+            raise KeyboardInterrupt
+
+    def fake_convert(*args: object, progress: Any, **kwargs: object) -> None:
+        Dropper()  # its __del__ runs here; Python can only report what it raises
+        progress(1)
+        raise AssertionError("the Ctrl-C was lost")
+
+    monkeypatch.setattr(packer.cli, "convert", fake_convert)
+    result = CliRunner().invoke(packer.cli.main, ["convert", str(src), str(tmp_path / "out"),
+                                                  "--to", "wds"])
+    assert result.exit_code == 130, result.output
+    assert "--resume" in result.stderr and "Exception ignored" not in result.stderr
+
+
+def test_ctrl_c_in_clicks_start_up_is_quiet(monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by the soak: a Ctrl-C in click's own start-up (before any command) escaped
+    as a traceback; the `pack` script (packer.cli.run) ends it with exit 130."""
+    import packer.cli
+
+    def interrupted_start(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(packer.cli.main, "main", interrupted_start)
+    with pytest.raises(SystemExit) as exited:
+        packer.cli.run(["info", "x"])
+    assert exited.value.code == 130
+    assert capsys.readouterr().err == "interrupted\n"
