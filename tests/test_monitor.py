@@ -1,7 +1,6 @@
 """LoaderMonitor: correct accounting of waits vs. work, and near-zero overhead."""
 
 import logging
-import statistics
 import time
 
 import pytest
@@ -61,14 +60,18 @@ def test_logs_every_n_batches(caplog: pytest.LogCaptureFixture) -> None:
     assert "starved" in lines[0] and "images/s" in lines[0]
 
 
-def per_batch_seconds(batches: object, repeats: int = 5) -> float:
-    """Median seconds per batch of iterating `batches` (a list or a loader)."""
+def per_batch_seconds(batches: object, repeats: int = 9) -> float:
+    """Fastest seconds per batch over several passes (a list or a loader).
+
+    The minimum, not the median: on a shared machine other jobs only ever add time,
+    so the fastest pass is the closest to the code's own cost.
+    """
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         count = sum(1 for _ in batches)  # type: ignore[attr-defined]
         times.append((time.perf_counter() - start) / count)
-    return statistics.median(times)
+    return min(times)
 
 
 def test_overhead_under_two_percent_of_a_fast_loader() -> None:
