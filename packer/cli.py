@@ -21,7 +21,7 @@ from tqdm import tqdm
 from packer.cli_info import describe
 from packer.convert import ConvertOptions, convert
 from packer.encode import EncodeOptions
-from packer.errors import PackError
+from packer.errors import PackError, interrupted
 from packer.executors import EXECUTORS
 from packer.formats import FORMATS
 from packer.formats.base import ShardOptions
@@ -60,18 +60,21 @@ def user_errors() -> Iterator[None]:
     """Turn library errors into one line and an exit code, never a traceback."""
     try:
         yield
-    except PackError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
-    except click.BadParameter as exc:
-        click.echo(f"error: {exc.message}", err=True)
-        sys.exit(2)
-    except ValueError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        click.echo("interrupted: rerun the same command with --resume to continue", err=True)
-        sys.exit(130)
+    except (KeyboardInterrupt, Exception) as exc:
+        if interrupted(exc):  # also a Ctrl-C that a library wrapped in its own error (h5py)
+            click.echo("interrupted: rerun the same command with --resume to continue",
+                       err=True)
+            sys.exit(130)
+        if isinstance(exc, PackError):
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+        if isinstance(exc, click.BadParameter):
+            click.echo(f"error: {exc.message}", err=True)
+            sys.exit(2)
+        if isinstance(exc, ValueError):
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+        raise
 
 
 @contextmanager

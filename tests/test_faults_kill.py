@@ -23,13 +23,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+import packer.cli
+import packer.encode
 from packer import convert
 from packer.convert import ConvertOptions
 from packer.encode import EncodeOptions
 from packer.errors import DatasetExistsError, IncompleteDatasetError, interrupted
 from packer.faults import ForkServer
-from packer.formats.base import ShardOptions
+from packer.formats import _lmdb, _wds
+from packer.formats.base import ShardOptions, WriterPlan
 from packer.index import INDEX_NAME
 from packer.journal import STATE_DIR, Journal
 from packer.kills import (
@@ -188,8 +192,6 @@ def test_ctrl_c_wrapped_by_a_decoder_is_not_a_rejected_input(
         mixed_src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ctrl-C landing in a lazy import (PIL plugins) comes out as RuntimeError from
     KeyboardInterrupt; found by the soak: it made an image a reject and the run complete."""
-    import packer.encode
-
     def wrapped(*args: object, **kwargs: object) -> None:
         try:
             raise KeyboardInterrupt
@@ -207,9 +209,6 @@ def test_ctrl_c_between_closing_and_forgetting_a_descriptor(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Found by the soak: Ctrl-C right after LmdbWriter closed its writeback descriptor made
     abort() close it again (EBADF), reported as "cannot write" with exit 1."""
-    from packer.formats import _lmdb
-    from packer.formats.base import WriterPlan
-
     writer = _lmdb.LmdbWriter(WriterPlan(tmp_path, 0, EncodeOptions(), ShardOptions()))
     real_close = os.close
 
@@ -232,8 +231,6 @@ def test_a_failing_abort_does_not_hide_the_first_error(
     def broken_abort(self: object) -> None:
         raise OSError(9, "Bad file descriptor")
 
-    from packer.formats import _wds
-
     monkeypatch.setattr(_wds.WdsWriter, "add", interrupt)
     monkeypatch.setattr(_wds.WdsWriter, "abort", broken_abort)
     with pytest.raises(KeyboardInterrupt):
@@ -244,10 +241,6 @@ def test_a_ctrl_c_python_drops_still_stops_the_conversion(
         src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Found by the soak: Ctrl-C in an import lock's weakref callback is printed as
     "Exception ignored" and dropped; the CLI keeps it and stops at the next progress call."""
-    from click.testing import CliRunner
-
-    import packer.cli
-
     class Dropper:
         def __del__(self) -> None:
             raise KeyboardInterrupt
@@ -268,8 +261,6 @@ def test_ctrl_c_in_clicks_start_up_is_quiet(monkeypatch: pytest.MonkeyPatch,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     """Found by the soak: a Ctrl-C in click's own start-up (before any command) escaped
     as a traceback; the `pack` script (packer.cli.run) ends it with exit 130."""
-    import packer.cli
-
     def interrupted_start(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
@@ -278,3 +269,20 @@ def test_ctrl_c_in_clicks_start_up_is_quiet(monkeypatch: pytest.MonkeyPatch,
         packer.cli.run(["info", "x"])
     assert exited.value.code == 130
     assert capsys.readouterr().err == "interrupted\n"
+
+
+def test_ctrl_c_wrapped_by_a_library_exits_130(src: Path, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by the soak: Ctrl-C inside h5py's string conversion came out as h5py's own
+    error and a traceback; any error caused by a KeyboardInterrupt is Ctrl-C."""
+    def wrapped(*args: object, **kwargs: object) -> None:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise TypeError("Can't convert element to VLEN") from exc
+
+    monkeypatch.setattr(packer.cli, "convert", wrapped)
+    result = CliRunner().invoke(packer.cli.main, ["convert", str(src), str(tmp_path / "out"),
+                                                  "--to", "hdf5"])
+    assert result.exit_code == 130, result.output
+    assert "--resume" in result.stderr and "Traceback" not in result.output
