@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,7 +22,7 @@ from tqdm import tqdm
 from packer.cli_info import describe
 from packer.convert import ConvertOptions, convert
 from packer.encode import EncodeOptions
-from packer.errors import PackError, interrupted
+from packer.errors import CTRL_C, PackError, interrupted
 from packer.executors import EXECUTORS
 from packer.formats import FORMATS
 from packer.formats.base import ShardOptions
@@ -78,28 +79,44 @@ def user_errors() -> Iterator[None]:
 
 
 @contextmanager
-def lost_ctrl_c() -> Iterator[list[bool]]:
-    """Keep a Ctrl-C that Python could not raise, to raise it at the next progress report.
+def ctrl_c() -> Iterator[None]:
+    """Make a Ctrl-C during a conversion a Ctrl-C, whatever the code it lands in makes of it.
 
-    One landing in a callback (an import lock's weakref callback during a lazy import,
-    a __del__) is printed as "Exception ignored ... KeyboardInterrupt" and dropped, and
-    the conversion would carry on as if no key had been pressed. Found by scripts/soak.py.
+    The SIGINT handler sets CTRL_C before raising KeyboardInterrupt, so when C code drops
+    the KeyboardInterrupt for an error of its own (numpy loading a file, h5py converting
+    strings) or Python can only print it (a weakref callback during a lazy import), the
+    error still ends as Ctrl-C here, a broad `except` never turns it into a rejected
+    input (packer.encode), and the next progress report raises it again. Found by
+    scripts/soak.py.
     """
-    pending = [False]
-    previous = sys.unraisablehook
+    CTRL_C.clear()
+    previous_hook = sys.unraisablehook
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        CTRL_C.set()
+        raise KeyboardInterrupt
 
     def hook(unraisable: Any) -> None:
-        if unraisable.exc_type is not None and issubclass(unraisable.exc_type,
-                                                          KeyboardInterrupt):
-            pending[0] = True
-        else:
-            previous(unraisable)
+        if unraisable.exc_type is None or not issubclass(unraisable.exc_type,
+                                                         KeyboardInterrupt):
+            previous_hook(unraisable)
 
+    try:
+        previous = signal.signal(signal.SIGINT, on_sigint)
+    except ValueError:  # not the main thread: Python delivers no signals here anyway
+        previous = None
     sys.unraisablehook = hook
     try:
-        yield pending
+        yield
+    except Exception as exc:
+        if CTRL_C.is_set():
+            raise KeyboardInterrupt from exc
+        raise
     finally:
-        sys.unraisablehook = previous
+        sys.unraisablehook = previous_hook
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+        CTRL_C.clear()  # a later conversion in this process starts afresh
 
 
 def run(argv: list[str] | None = None) -> None:
@@ -182,7 +199,7 @@ def convert_command(src: Path, dst: str, fmt: str, shard_size: str, shard_sample
     pack convert photos/ s3://bucket/photos.wds --to wds --storage-option endpoint_url=URL
     pack convert /shared/photos /shared/out.wds --to wds --executor ray --ray-address auto
     """
-    with user_errors(), lost_ctrl_c() as ctrl_c:
+    with user_errors(), ctrl_c():
         options = EncodeOptions(check=check, resize=resize, size=parse_size(size),  # type: ignore[arg-type]
                                 fit=fit, codec=codec, quality=quality, upscale=upscale)  # type: ignore[arg-type]
         run = ConvertOptions(ShardOptions(parse_bytes(shard_size), shard_samples), workers,
@@ -194,7 +211,7 @@ def convert_command(src: Path, dst: str, fmt: str, shard_size: str, shard_sample
 
         def advance(count: int) -> None:
             bar.update(count)
-            if ctrl_c[0]:
+            if CTRL_C.is_set():  # a Ctrl-C that the code it landed in dropped
                 raise KeyboardInterrupt
 
         remote = is_url(dst)

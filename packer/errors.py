@@ -1,9 +1,11 @@
-"""Errors the toolkit raises on bad input or damaged data.
+"""Errors the toolkit raises on bad input or damaged data, and how to recognise Ctrl-C.
 
 Each one also inherits the builtin that fits, so callers that catch `ValueError` or
 `FileNotFoundError` keep working. The message is one line that says what, where,
 and how to fix it; the CLI prints it as it is.
 """
+
+import threading
 
 
 class PackError(Exception):
@@ -42,12 +44,20 @@ class DiskFullError(DestinationError):
     """The disk holding DST filled up during a conversion."""
 
 
+# Set by `pack convert`'s SIGINT handler before it raises KeyboardInterrupt: code that
+# catches broadly asks it, since C code (numpy, h5py, Pillow) that meets the
+# KeyboardInterrupt may drop it and raise its own error instead.
+CTRL_C = threading.Event()
+
+
 def interrupted(error: BaseException) -> bool:
-    """Whether `error` is, or was caused by, a KeyboardInterrupt (Ctrl-C).
+    """Whether `error` is, was caused by, or came with a Ctrl-C.
 
     Ctrl-C raised inside code that wraps what it catches (an import's `__set_name__`
     hook wraps it in RuntimeError) must stay Ctrl-C, not become a rejected input.
     """
+    if CTRL_C.is_set():
+        return True
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:

@@ -20,6 +20,7 @@ A moment to interrupt is chosen in one of two ways:
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import json
 import os
 import signal
@@ -37,6 +38,7 @@ from typing import Any
 EVENTS = ("open", "close", "write", "writev", "pwrite", "fsync", "fdatasync", "ftruncate",
           "truncate", "replace", "rename", "unlink", "rmdir", "mkdir")
 SERVE = "from packer.faults import serve; serve()"
+HANG_S = 60.0  # a conversion of the small test sources takes well under a second
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,18 @@ class ForkServer:
             self.proc.kill()
             self.proc.wait()
 
+    def _exited(self, pid: int, deadline: float) -> bool:
+        """Wait until the child exits (a zombie: the server reaps only when asked)."""
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as handle:
+                    if handle.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                        return True
+            except FileNotFoundError:  # no /proc: trust the reap
+                return True
+            time.sleep(0.002)
+        return False
+
     def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(json.dumps(request) + "\n")
@@ -93,8 +107,12 @@ class ForkServer:
         return reply
 
     def run(self, argv: list[str], log: Path, interrupt: Interrupt | None = None,
-            patches: dict[str, int] | None = None) -> Outcome:
-        """Run `pack ARGV...` in a fresh child, interrupted as asked; wait for its end."""
+            patches: dict[str, int] | None = None, timeout: float = HANG_S) -> Outcome:
+        """Run `pack ARGV...` in a fresh child, interrupted as asked; wait for its end.
+
+        A child still running after `timeout` seconds is taken for hung: it writes every
+        thread's Python stack to its log (faulthandler, SIGUSR1), then is killed.
+        """
         events = log.with_name(log.name + ".events")
         events.unlink(missing_ok=True)
         request: dict[str, Any] = {"op": "start", "argv": argv, "log": str(log),
@@ -109,6 +127,10 @@ class ForkServer:
             signalled = time.monotonic()
             with contextlib.suppress(ProcessLookupError):  # unreaped: never another process
                 os.kill(pid, interrupt.signum)
+        if not self._exited(pid, start + timeout):
+            os.kill(pid, signal.SIGUSR1)
+            time.sleep(1)
+            os.kill(pid, signal.SIGKILL)
         code = int(self._ask({"op": "reap", "pid": pid})["returncode"])
         end = time.monotonic()
         count = int(events.read_text() or -1) if events.exists() else -1
@@ -140,7 +162,7 @@ def serve() -> None:
 
 def _child(request: dict[str, Any]) -> None:
     """Run one `pack` command in the forked child; never returns."""
-    code = 70
+    exit_code: list[int] = []  # set the moment `pack` has ended
     try:
         # As `pack` started from a terminal: Ctrl-C raises KeyboardInterrupt (a server
         # started in the background by a shell without job control inherits SIG_IGN).
@@ -151,24 +173,32 @@ def _child(request: dict[str, Any]) -> None:
         os.dup2(null, 0)
         os.dup2(log, 1)
         os.dup2(log, 2)
+        faulthandler.register(signal.SIGUSR1, all_threads=True)  # stacks of a hung child
         for target, value in request["patches"].items():
             module, _, name = target.rpartition(".")
             setattr(import_module(module), name, value)
         counter = _arm(request.get("signum"), request.get("at_event"))
-        code = _run_cli(request["argv"])
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # the command has ended
+        _run_cli(request["argv"], exit_code)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         Path(request["events"]).write_text(str(counter[0]))
+    except KeyboardInterrupt:
+        if not exit_code:  # it escaped `pack` itself: report it
+            traceback.print_exc()
     except BaseException:
         traceback.print_exc()  # a harness problem: the check for "Traceback" reports it
     finally:
         with contextlib.suppress(BaseException):
             sys.stdout.flush()
             sys.stderr.flush()
-        os._exit(code)
+        os._exit(exit_code[0] if exit_code else 70)
 
 
-def _run_cli(argv: list[str]) -> int:
-    """What the `pack` script does (packer.cli.run), returning its exit code."""
+def _run_cli(argv: list[str], exit_code: list[int]) -> None:
+    """What the `pack` script does (packer.cli.run); its exit code goes to `exit_code`.
+
+    A Ctrl-C that arrives once `pack` has ended (the parent's timer ran out just then)
+    lands in the harness, not in `pack`: _child ignores it.
+    """
     from packer.cli import run
 
     try:
@@ -178,9 +208,9 @@ def _run_cli(argv: list[str]) -> int:
         os.kill(os.getpid(), signal.SIGINT)
     try:
         run(argv)
+        exit_code.append(0)
     except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else int(exc.code is not None)
-    return 0
+        exit_code.append(exc.code if isinstance(exc.code, int) else int(exc.code is not None))
 
 
 def _arm(signum: int | None, at_event: int | None) -> list[int]:

@@ -232,7 +232,8 @@ def _check_after(server: ForkServer, case: Case, dst: Path, interrupt: Interrupt
 def _check_sigint(outcome: Outcome, started: bool) -> None:
     """Exit promptly, quietly; with a --resume hint once the conversion has state."""
     if outcome.exit_after_signal_s is not None and outcome.exit_after_signal_s > MAX_EXIT_S:
-        raise RoundFailed(f"took {outcome.exit_after_signal_s:.1f} s to exit after SIGINT")
+        raise RoundFailed(f"took {outcome.exit_after_signal_s:.1f} s to exit after SIGINT; "
+                          f"its log:\n{outcome.log[-6000:]}")
     hint = "--resume" if started else "interrupted"
     if outcome.returncode == 130 and hint not in outcome.log:
         raise RoundFailed(f"exit 130 without {hint!r}: {outcome.log}")

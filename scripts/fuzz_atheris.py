@@ -15,6 +15,7 @@ Options after the target go to libFuzzer (-runs=N, -max_total_time=S, a corpus f
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import sys
 import tempfile
@@ -31,7 +32,15 @@ with atheris.instrument_imports():
     from packer.errors import CorruptDatasetError
     from packer.formats import _wds
     from packer.formats.base import ShardOptions
-    from packer.index import INDEX_NAME, KEYS_NAME, SAMPLES_NAME, open_dataset, read_index
+    from packer.index import (
+        INDEX_NAME,
+        KEYS_NAME,
+        SAMPLES_NAME,
+        TABLE_DIGEST,
+        open_dataset,
+        read_index,
+    )
+    from packer.index_checks import files_digest
     from packer.sample import make_sample_folder
 
 
@@ -67,10 +76,16 @@ def targets(work: Path) -> dict[str, Callable[[bytes], None]]:
         with contextlib.suppress(CorruptDatasetError):
             read_index(mutable)
 
+    index_data = json.loads((folder / INDEX_NAME).read_text())
+
     def table_file(data: bytes) -> None:
-        (mutable / INDEX_NAME).write_bytes((folder / INDEX_NAME).read_bytes())
+        """First byte: which file the rest replaces; the index vouches for it (as if
+        patched), so the checks behind the table digest are reached."""
         name = SAMPLES_NAME if data[:1] in (b"s", b"") else KEYS_NAME
         (mutable / name).write_bytes(data[1:])
+        index_data["extra"][TABLE_DIGEST] = files_digest((mutable / SAMPLES_NAME,
+                                                           mutable / KEYS_NAME))
+        (mutable / INDEX_NAME).write_text(json.dumps(index_data))
         try:
             _, loaded = open_dataset(mutable)
             for i in range(len(loaded)):

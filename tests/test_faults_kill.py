@@ -14,10 +14,12 @@ page cache either way. Replay a failure with PACKER_KILL_SEED=<seed from the mes
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,10 +32,11 @@ import packer.encode
 from packer import convert
 from packer.convert import ConvertOptions
 from packer.encode import EncodeOptions
-from packer.errors import DatasetExistsError, IncompleteDatasetError, interrupted
+from packer.errors import CTRL_C, DatasetExistsError, IncompleteDatasetError, interrupted
 from packer.faults import ForkServer
 from packer.formats import _lmdb, _wds
 from packer.formats.base import ShardOptions, WriterPlan
+from packer.formats.stream import Hasher
 from packer.index import INDEX_NAME
 from packer.journal import STATE_DIR, Journal
 from packer.kills import (
@@ -237,24 +240,52 @@ def test_a_failing_abort_does_not_hide_the_first_error(
         convert(mixed_src, tmp_path / "out", "wds", run=RUN)
 
 
-def test_a_ctrl_c_python_drops_still_stops_the_conversion(
-        src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Found by the soak: Ctrl-C in an import lock's weakref callback is printed as
-    "Exception ignored" and dropped; the CLI keeps it and stops at the next progress call."""
+def press_ctrl_c() -> None:
+    """What a Ctrl-C does in the main thread: run the SIGINT handler (pack's, if set)."""
+    handler = signal.getsignal(signal.SIGINT)
+    assert callable(handler)
+    handler(signal.SIGINT, None)
+
+
+@pytest.mark.parametrize("where", ["a __del__", "C code"])
+def test_a_dropped_ctrl_c_still_stops_the_conversion(
+        src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """Found by the soak: Ctrl-C in an import lock's weakref callback was printed as
+    "Exception ignored" and dropped, and numpy loading the journal turned one into a
+    TypeError (exit 1). pack's SIGINT handler notes the press: both end as Ctrl-C."""
     class Dropper:
         def __del__(self) -> None:
-            raise KeyboardInterrupt
+            press_ctrl_c()
 
     def fake_convert(*args: object, progress: Any, **kwargs: object) -> None:
-        Dropper()  # its __del__ runs here; Python can only report what it raises
-        progress(1)
-        raise AssertionError("the Ctrl-C was lost")
+        if where == "a __del__":
+            Dropper()  # its __del__ runs here; Python can only report what it raises
+            progress(1)
+            raise AssertionError("the Ctrl-C was lost")
+        with contextlib.suppress(KeyboardInterrupt):  # dropped, as C code may
+            press_ctrl_c()
+        raise TypeError("expected str, bytes or os.PathLike object, not BufferedReader")
 
     monkeypatch.setattr(packer.cli, "convert", fake_convert)
     result = CliRunner().invoke(packer.cli.main, ["convert", str(src), str(tmp_path / "out"),
                                                   "--to", "wds"])
     assert result.exit_code == 130, result.output
     assert "--resume" in result.stderr and "Exception ignored" not in result.stderr
+    assert not CTRL_C.is_set()  # the next conversion in this process starts afresh
+
+
+def test_a_decoder_error_after_ctrl_c_is_not_a_rejected_input(
+        mixed_src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def dropped(*args: object, **kwargs: object) -> None:
+        CTRL_C.set()  # pressed, and the decoder made an error of its own out of it
+        raise OSError("broken data stream when reading image file")
+
+    monkeypatch.setattr(packer.encode, "_encode_bytes", dropped)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            convert(mixed_src, tmp_path / "out", "wds", run=RUN)
+    finally:
+        CTRL_C.clear()
 
 
 def test_ctrl_c_in_clicks_start_up_is_quiet(monkeypatch: pytest.MonkeyPatch,
@@ -286,3 +317,14 @@ def test_ctrl_c_wrapped_by_a_library_exits_130(src: Path, tmp_path: Path,
                                                   "--to", "hdf5"])
     assert result.exit_code == 130, result.output
     assert "--resume" in result.stderr and "Traceback" not in result.output
+
+
+@pytest.mark.timeout(30)
+def test_abort_does_not_wait_for_a_hash_queue_left_locked() -> None:
+    """Found by the soak (npy, SIGINT): a Ctrl-C inside queue.Queue's code left its lock
+    held and abort() waited for it forever. Stopping the hasher must not block."""
+    hasher = Hasher()
+    hasher.queue.mutex.acquire()  # what the interrupted put() left behind
+    start = time.monotonic()
+    hasher.stop()
+    assert time.monotonic() - start < 5

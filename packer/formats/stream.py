@@ -85,7 +85,15 @@ class Hasher(threading.Thread):
         return self.digest.hexdigest()
 
     def stop(self) -> None:
-        """End the thread without hashing what is still queued (a failed run)."""
+        """End the thread without hashing what is still queued (a failed run).
+
+        Never blocks: a Ctrl-C landing inside queue.Queue's own code can leave its lock
+        held (scripts/soak.py caught abort() waiting for it forever); then the thread,
+        a daemon, is left to end with the process.
+        """
+        if not self.queue.mutex.acquire(timeout=1.0):
+            return
+        self.queue.mutex.release()
         while True:
             try:
                 self.queue.get_nowait()
