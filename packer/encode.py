@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+import numpy as np
 import xxhash
 from PIL import Image, UnidentifiedImageError
 
@@ -26,6 +27,7 @@ from packer.imaging import Fit, check_decodes, fit_image, load_rgb, open_image, 
 from packer.jpeg import decodes as jpeg_decodes
 from packer.jpeg import load_rgb_fast
 from packer.record import Record, Reject, SourceItem
+from packer.resize import fit_pixels
 
 Check = Literal["decode", "header", "none"]
 Codec = Literal["jpeg", "png", "webp"]
@@ -183,14 +185,18 @@ def _encode_packed(data: bytes, pixel_size: tuple[int, int] | None,
     image = Image.frombuffer("RGB", (width, height), data, "raw", "RGB", 0, 1)
     if options.pixels:
         assert options.size is not None  # guaranteed by EncodeOptions validation
-        return fit_image(image, options.size, options.fit).tobytes("raw", "RGB"), PIXELS_EXT
+        return fit_pixels(np.array(image), options.size, options.fit), PIXELS_EXT
     return _save(_resized(image, options), options.codec or "png", options.quality)
 
 
 def rgb_pixels(data: bytes, size: tuple[int, int], fit: Fit) -> bytes:
     """Raw RGB at exactly `size`: DCT-scaled decode, then one antialiased resize."""
-    image = load_rgb_fast(data, size, fit) or load_rgb(data, size=size, fit=fit)
-    return fit_image(image, size, fit).tobytes("raw", "RGB")
+    fast = load_rgb_fast(data, size, fit)
+    if fast is not None:
+        pixels, source = fast
+        return fit_pixels(pixels, size, fit, source)
+    image = load_rgb(data, size=size, fit=fit)  # Pillow: any format, EXIF orientation
+    return fit_pixels(np.array(image), size, fit)  # a writable copy for torch
 
 
 def _checked_ext(data: bytes, path: str | None, check: Check) -> str:
