@@ -28,7 +28,7 @@ from packer.formats import FORMATS
 from packer.formats.base import ShardOptions
 from packer.remote import describe_remote, is_url, parse_storage_options
 from packer.upload import convert_remote
-from packer.verify import verify
+from packer.verify import verify, verify_remote
 
 F = TypeVar("F", bound=Callable[..., Any])
 UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20,
@@ -273,20 +273,32 @@ def render(facts: dict[str, Any]) -> str:
 
 
 @main.command("verify")
-@click.argument("dst", type=click.Path(path_type=Path))
+@click.argument("dst")
 @click.option("--source", type=click.Path(path_type=Path), default=None,
               help="Also check every accepted source image (or sample of a packed "
                    "dataset) is present with its label.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def verify_command(dst: Path, source: Path | None, as_json: bool) -> None:
+@click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
+              help="URL DST: an fsspec/s3fs option, repeatable (see `pack convert --help`).")
+def verify_command(dst: str, source: Path | None, as_json: bool,
+                   storage_options: tuple[str, ...]) -> None:
     """Re-read every shard and sample of DST and check them against the index.
+
+    A URL is downloaded whole into a temporary folder first (shards checked against
+    their sha256 as they arrive).
 
     \b
     pack verify photos.wds
     pack verify photos.wds --source photos/ --json
+    pack verify s3://bucket/photos.wds --source photos/
     """
     with user_errors():
-        report = verify(dst, source)
+        if is_url(dst):
+            report = verify_remote(dst, parse_storage_options(storage_options), source)
+        elif storage_options:
+            raise click.BadParameter("--storage-option applies to a URL (s3://..., file://...)")
+        else:
+            report = verify(Path(dst), source)
     if as_json:
         click.echo(json.dumps(report.__dict__, indent=1, ensure_ascii=False))
     elif report.ok:

@@ -26,7 +26,15 @@ from packer.errors import (
     MissingDependencyError,
     PackError,
 )
-from packer.index import INDEX_NAME, KEYS_NAME, SAMPLES_NAME
+from packer.index import (
+    INDEX_NAME,
+    KEYS_NAME,
+    REJECTS_NAME,
+    SAMPLES_NAME,
+    Index,
+    index_from_json,
+)
+from packer.verify_hash import sha256_file
 
 URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 INSTALL_HINT = "run `pip install 'packer[s3]'` (fsspec and s3fs)"
@@ -102,8 +110,14 @@ def remote_errors(url: str, doing: str) -> Iterator[None]:
                           f"{CHECK_HINT}") from exc
 
 
-def fetch(fs: Any, remote: str, local: Path, url: str, size: int | None = None) -> None:
-    """Download `remote` to `local` under a temporary name, check its size, rename."""
+def fetch(fs: Any, remote: str, local: Path, url: str, size: int | None = None,
+          sha256: str | None = None) -> None:
+    """Download `remote` to `local` under a temporary name, check it, rename.
+
+    The size, and the sha256 when given, must be what index.json says: a shard damaged
+    in storage or in transit never reaches a reader (hashing costs ~0.2 s a 256 MB shard,
+    from the page cache).
+    """
     tmp = local.with_name(f"{local.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial")
     try:
         with remote_errors(url, f"download {local.name}"):
@@ -113,6 +127,10 @@ def fetch(fs: Any, remote: str, local: Path, url: str, size: int | None = None) 
             raise CorruptDatasetError(
                 f"{url}/{local.name}: {got} bytes, but index.json says {size}; the remote "
                 "dataset is damaged or being replaced, reconvert it")
+        if sha256 is not None and (digest := sha256_file(tmp)) != sha256:
+            raise CorruptDatasetError(
+                f"{url}/{local.name}: sha256 {digest[:16]}..., but index.json says "
+                f"{sha256[:16]}...; the remote copy is damaged, upload or reconvert it again")
         os.replace(tmp, local)
     finally:
         tmp.unlink(missing_ok=True)
@@ -137,6 +155,32 @@ def fetch_metadata(url: str, storage_options: Mapping[str, Any] | None,
     for table in (SAMPLES_NAME, KEYS_NAME):
         fetch(fs, f"{root}/{table}", folder / table, url)
     return raw
+
+
+def download_dataset(url: str, storage_options: Mapping[str, Any] | None,
+                     folder: Path) -> Index:
+    """Copy the dataset at `url` into `folder`: tables, every shard (size and sha256
+    checked), rejects.jsonl when there is one, and index.json last, so an interrupted
+    download is refused like an interrupted conversion."""
+    raw = fetch_metadata(url, storage_options, folder)
+    try:
+        index = index_from_json(json.loads(raw), Path(url) / INDEX_NAME)
+    except ValueError as exc:
+        if isinstance(exc, PackError):
+            raise
+        raise CorruptDatasetError(f"{url}/{INDEX_NAME}: not valid JSON ({exc}); "
+                                  "reconvert the dataset") from exc
+    fs, root = open_fs(url, storage_options)
+    for shard in index.shards:
+        local = folder / shard.name
+        local.parent.mkdir(parents=True, exist_ok=True)
+        fetch(fs, f"{root}/{shard.name}", local, url, shard.num_bytes, shard.sha256)
+    with remote_errors(url, f"look for {REJECTS_NAME}"):
+        rejects = fs.exists(f"{root}/{REJECTS_NAME}")
+    if rejects:
+        fetch(fs, f"{root}/{REJECTS_NAME}", folder / REJECTS_NAME, url)
+    (folder / INDEX_NAME).write_bytes(raw)
+    return index
 
 
 def describe_remote(url: str, storage_options: Mapping[str, Any] | None) -> dict[str, Any]:

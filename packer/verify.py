@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -39,6 +41,24 @@ class Report:
         self.ok = False
         self.problem = problem
         return self
+
+
+def verify_remote(url: str, storage_options: Mapping[str, Any] | None,
+                  source: str | Path | None = None, work: str | Path | None = None) -> Report:
+    """`verify` for a dataset behind a URL: downloaded whole into a temporary folder
+    (under `work`, default the system's), checked, deleted. Problems name the URL."""
+    from packer.remote import download_dataset  # fsspec is an optional extra
+
+    with tempfile.TemporaryDirectory(prefix="pack-verify-", dir=work) as tmp:
+        try:
+            download_dataset(url, storage_options, Path(tmp))
+            report = verify(tmp, source)
+        except PackError as exc:
+            report = Report(tmp).fail(str(exc))
+    report.folder = url
+    if report.problem is not None:
+        report.problem = report.problem.replace(tmp, url.rstrip("/"))
+    return report
 
 
 def verify(folder: str | Path, source: str | Path | None = None) -> Report:

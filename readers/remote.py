@@ -151,8 +151,8 @@ class ShardCache:
             if self._fs is None:
                 self._fs = open_fs(self.source.url, self.source.storage_options)
             fs, root = self._fs
-            fetch(fs, f"{root}/{self.index.shards[shard].name}", path, self.source.url,
-                  self.index.shards[shard].num_bytes)
+            info = self.index.shards[shard]
+            fetch(fs, f"{root}/{info.name}", path, self.source.url, info.num_bytes, info.sha256)
             self.num_fetched += 1
         finally:
             os.close(fd)

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import cast
 
 from packer import convert
 from packer.convert import ConvertOptions
@@ -90,12 +91,12 @@ def million(work: Path) -> bool:
     ok = cost["seconds"] < 1 and max(cost["peak_bytes"], cost["rss_bytes"]) < 100 * 2**20
     for kind in ("map", "iterable"):
         result = worker_uss_by_epoch(folder, epochs=3, kind=kind)
-        uss = result["worker_uss"]
-        assert isinstance(uss, list)
+        uss = cast("list[list[int]]", result["worker_uss"])
+        seconds = cast("list[float]", result["seconds"])
         change = growth(uss)
         print(f"{kind:8} 2 persistent workers, 3 epochs of {result['samples_per_epoch']}: USS "
               f"MiB {[[round(u / 2**20, 1) for u in epoch] for epoch in uss]}, growth "
-              f"{100 * change:+.2f}%, seconds {[round(s, 1) for s in result['seconds']]}",
+              f"{100 * change:+.2f}%, seconds {[round(s, 1) for s in seconds]}",
               flush=True)
         ok = ok and change < 0.05
     return ok

@@ -21,7 +21,7 @@ from packer import convert
 from packer.cli import main
 from packer.convert import ConvertOptions
 from packer.encode import EncodeOptions
-from packer.errors import DatasetExistsError, IncompleteDatasetError
+from packer.errors import CorruptDatasetError, DatasetExistsError, IncompleteDatasetError
 from packer.formats.base import ShardOptions
 from packer.index import INDEX_NAME, KEYS_NAME, REJECTS_NAME, SAMPLES_NAME, open_dataset
 from packer.journal import ResumeRefused
@@ -272,3 +272,40 @@ def test_parse_storage_options() -> None:
         "client_kwargs": {"region_name": "eu-west-1", "verify": False}}
     with pytest.raises(ValueError, match="KEY=VALUE"):
         parse_storage_options(["novalue"])
+
+
+def test_verify_a_url(src: Path, endpoint: str, tmp_path: Path) -> None:
+    url = f"s3://{BUCKET}/verified.wds"
+    convert_remote(src, url, "wds", run=RUN)
+    runner = CliRunner()
+    result = runner.invoke(main, ["verify", url, "--source", str(src)])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("ok: 24 samples in 5 shard(s)")
+    assert "source images present" in result.output
+    fs = s3fs.S3FileSystem()
+    shard = f"{BUCKET}/verified.wds/shard-00002.tar"
+    data = bytearray(fs.cat_file(shard))
+    data[1000] ^= 0xFF  # same size, other bytes: only the sha256 can tell
+    fs.pipe(shard, bytes(data))
+    result = runner.invoke(main, ["verify", url, "--json"])
+    assert result.exit_code == 1
+    assert f"{url}/shard-00002.tar: sha256" in result.output and "pack-verify-" not in \
+        result.output
+    result = runner.invoke(main, ["verify", str(tmp_path), "--storage-option", "anon=true"])
+    assert result.exit_code == 2 and "applies to a URL" in result.output
+
+
+def test_a_shard_damaged_in_storage_never_reaches_a_reader(src: Path, endpoint: str,
+                                                           tmp_path: Path) -> None:
+    url = f"s3://{BUCKET}/damaged.wds"
+    convert_remote(src, url, "wds", run=RUN)
+    fs = s3fs.S3FileSystem()
+    shard = f"{BUCKET}/damaged.wds/shard-00001.tar"
+    data = bytearray(fs.cat_file(shard))
+    data[-2000] ^= 0x01
+    fs.pipe(shard, bytes(data))
+    ds = PackedDataset(url, decode="raw", cache_dir=tmp_path / "cache")
+    assert bytes(ds[0][0])  # shard 0 is intact
+    with pytest.raises(CorruptDatasetError, match=r"shard-00001\.tar: sha256"):
+        ds[SHARD_SAMPLES]
+    assert not list((tmp_path / "cache").rglob("shard-00001.tar*"))  # nothing kept of it
