@@ -14,6 +14,13 @@ from typing import Literal, cast
 from packer import formats
 from packer.atomic import write_atomic
 from packer.destination import prepare, refuse_inside_source, write_errors
+from packer.distributed import (
+    CommittedShards,
+    GroupResult,
+    commit_group,
+    use_parallel_writers,
+    written_groups,
+)
 from packer.encode import EncodeOptions
 from packer.errors import BadInputError
 from packer.executors import EXECUTORS, Executor, check_executor, encode_ordered
@@ -125,17 +132,27 @@ def convert(src: str | Path, dst: str | Path, fmt: str,
         done = resume_point(journal, job_id, run.resume, module.FILES, folder)
         plan = WriterPlan(folder, len(source.items), options, run.shards, done.num_samples,
                           done.shards)
-        writer = module.open_writer(plan)
+        parallel = use_parallel_writers(fmt, run.executor, run.shards.max_samples, folder)
+        writer: Writer = (CommittedShards(folder, done.shards) if parallel
+                          else module.open_writer(plan))
         if on_total is not None:
             on_total(len(source.items))
         if progress is not None:
             progress(done.src_stop)
-        job = _Job(writer, journal, done, run.on_error, progress, on_part)
+        job = _Job(writer, journal, done, run.on_error, progress, on_part,
+                   group=run.shards.max_samples if fmt == "wds" else None)
         try:
             if source.origin is not None:
                 source.origin.open()  # a source that cannot be read stops here, not per sample
-            job.consume(encoded(source.items[done.src_stop :], options, run.workers,
-                                run.executor, run.ray_address))
+            if parallel:
+                assert run.shards.max_samples is not None  # use_parallel_writers checked it
+                job.commit_groups(folder, written_groups(
+                    folder, source.items, done.src_stop, run.shards.max_samples, options,
+                    run.shards.max_bytes, run.workers, run.ray_address,
+                    stop_at_reject=run.on_error == "fail"))
+            else:
+                job.consume(encoded(source.items[done.src_stop :], options, run.workers,
+                                    run.executor, run.ray_address))
             shards = writer.finish(job.build_table())
         except BaseException:
             with contextlib.suppress(Exception):  # the first failure is the one to report
@@ -176,13 +193,18 @@ class _Job:
 
     Runs once per sample in the main thread, so it stays lean: one table row per
     sample (the part's; parts join the whole table when they end) and progress
-    reported every PROGRESS_EVERY samples.
+    reported every PROGRESS_EVERY samples. With `group` (wds --shard-samples), a shard
+    also ends every `group` inputs, so shard boundaries do not depend on who writes the
+    shards (packer.distributed): input i belongs to group i // `group`.
     """
 
     def __init__(self, writer: Writer, journal: Journal, done: Progress, on_error: OnError,
                  progress: Callable[[int], None] | None,
-                 on_part: Callable[[tuple[ShardInfo, ...]], None] | None = None) -> None:
+                 on_part: Callable[[tuple[ShardInfo, ...]], None] | None = None,
+                 group: int | None = None) -> None:
         self.writer = writer
+        self.group = group
+        self.part_group = -1  # the group of the current part's samples (-1: none yet)
         self.on_part = on_part
         self.journal = journal
         self.done = done
@@ -216,7 +238,12 @@ class _Job:
         self.part_rejects.append(reject)
 
     def add(self, record: Record) -> None:
-        if self.writer.part_full(len(record.data)):
+        group = -1 if self.group is None else record.position // self.group
+        if group != self.part_group:  # a new group of inputs starts a new shard
+            if self.part_group >= 0:
+                self.end_part(record.position)
+            self.part_group = group
+        elif self.writer.part_full(len(record.data)):
             self.end_part(record.position)
         location = self.writer.add(record)
         self.part.add(record.key, record.label, location.offset, location.size, record.digest)
@@ -236,6 +263,19 @@ class _Job:
             self.num_parts += 1
         self.part = TableBuilder()
         self.part_rejects = []
+
+    def commit_groups(self, folder: Path, results: Iterator[GroupResult]) -> None:
+        """Commit the shards Ray tasks wrote (packer.distributed), group by group, in order."""
+        assert isinstance(self.writer, CommittedShards)
+        for result in results:
+            for reject in result.rejects:
+                self.reject(reject)
+            commit_group(folder, result, self.writer.shards)
+            for row in result.rows:
+                self.part.add(row.key, row.label, row.offset, row.size, row.digest)
+            if self.progress is not None:
+                self.progress(result.src_stop - self.done.src_stop)
+            self.end_part(result.src_stop)
 
     def build_table(self) -> SampleTable:
         """Every sample so far: resumed parts, ended parts and the current one."""

@@ -146,7 +146,9 @@ class Journal:
         job = self.state / "job.json"
         with contextlib.suppress(FileNotFoundError):
             for path in self.state.iterdir():
-                if path != job:
+                if path.is_dir() and not path.is_symlink():  # packer.distributed's groups
+                    shutil.rmtree(path, ignore_errors=True)
+                elif path != job:
                     path.unlink(missing_ok=True)
         job.unlink(missing_ok=True)
         try:

@@ -6,6 +6,7 @@ seconds. Tests that need Ray skip when it is not installed (`pip install .[ray]`
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import shutil
@@ -21,14 +22,19 @@ from click.testing import CliRunner
 
 from packer.cli import main
 from packer.convert import ConvertOptions, convert
+from packer.distributed import GroupResult
 from packer.encode import EncodeOptions
 from packer.errors import MissingDependencyError
 from packer.formats.base import ShardOptions
+from packer.scan import scan
 from tests.conftest import tree_hashes
 
 CASES = {  # name: (format, encode options, shard options)
     "wds-passthrough": ("wds", EncodeOptions(), ShardOptions(max_samples=7)),
     "wds-small-shards": ("wds", EncodeOptions(check="header"), ShardOptions(max_bytes=20_000)),
+    # tasks write the shards (packer.distributed); some groups roll by bytes too
+    "wds-parallel-writers": ("wds", EncodeOptions(), ShardOptions(max_bytes=12_000,
+                                                                  max_samples=5)),
     "npy-pixels": ("npy", EncodeOptions(size=(24, 32)), ShardOptions()),
     "lmdb-resize": ("lmdb", EncodeOptions(resize=32, codec="webp"), ShardOptions()),
 }
@@ -56,6 +62,46 @@ def test_ray_output_is_byte_identical(ray_instance: Any, case: str, mixed_src: P
     assert ray == local
     assert local.num_rejected == 2  # rejects.jsonl names them as the scan did
     assert tree_hashes(tmp_path / "ray") == tree_hashes(tmp_path / "local")
+
+
+def test_tasks_write_the_shards_with_shard_samples(
+        ray_instance: Any, mixed_src: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    committed: list[int] = []
+    module = importlib.import_module("packer.convert")  # `packer.convert` is the function
+    real = module.commit_group
+
+    def spy(folder: Path, result: GroupResult, shards: list[Any]) -> None:
+        committed.append(result.group)
+        assert (folder / ".pack-state" / "groups" / f"{result.group:07d}").is_dir() == \
+            bool(result.shards)  # a task wrote them there, on its node
+        real(folder, result, shards)
+
+    monkeypatch.setattr(module, "commit_group", spy)
+    shards = ShardOptions(max_samples=4)
+    convert(mixed_src, tmp_path / "ray", "wds", run=ConvertOptions(shards=shards, executor="ray"))
+    convert(mixed_src, tmp_path / "local", "wds", run=ConvertOptions(shards=shards))
+    assert committed == list(range(-(-len(scan(mixed_src).items) // 4)))
+    assert tree_hashes(tmp_path / "ray") == tree_hashes(tmp_path / "local")
+
+
+def test_a_local_run_resumed_on_ray_is_byte_identical(
+        ray_instance: Any, src: Path, tmp_path: Path) -> None:
+    shards = ShardOptions(max_samples=5)
+    seen = [0]
+
+    def stop_in_the_third_group(count: int) -> None:
+        seen[0] += count
+        if seen[0] > 12:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        convert(src, tmp_path / "out", "wds", run=ConvertOptions(shards=shards, workers=0),
+                progress=stop_in_the_third_group)
+    convert(src, tmp_path / "out", "wds",
+            run=ConvertOptions(shards=shards, executor="ray", resume=True))
+    convert(src, tmp_path / "whole", "wds", run=ConvertOptions(shards=shards, workers=0))
+    assert tree_hashes(tmp_path / "out") == tree_hashes(tmp_path / "whole")
 
 
 def test_ray_keeps_odd_keys(ray_instance: Any, odd_src: Path, tmp_path: Path) -> None:

@@ -66,7 +66,7 @@ class WdsWriter:
         self._samples = 0
 
     def part_full(self, next_size: int) -> bool:
-        if self._samples == 0:
+        if self._file is None or self._samples == 0:  # no shard open: nothing to end
             return False
         limit = self.plan.shards.max_samples
         if limit is not None and self._samples >= limit:

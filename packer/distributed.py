@@ -1,0 +1,178 @@
+"""Ray tasks that write wds shards in parallel; the driver commits them and the index.
+
+    driver (pack convert)                         Ray cluster (any node)
+      scan -> groups of --shard-samples inputs --> encode the group, write its shard(s)
+                                                   to DST/.pack-state/groups/NNNNNNN/
+      in group order: rename the shards to      <-- shard sizes, sha256, table rows,
+      shard-NNNNN.tar, journal the part             rejects (metadata only)
+      index.json last
+
+Why groups of inputs: which shard a sample lands in must not depend on who wrote it.
+With `--shard-samples N`, shard boundaries fall every N *inputs* (packer.convert rolls
+a local run the same way), so a task knows its shards before any other task has run,
+and the result is byte-identical to a local run: same bytes, same names, same index.
+Within a group a shard still rolls at --shard-size.
+
+DST must be a folder that every node mounts at the same path (like SRC); a URL DST is
+written by the driver (packer.upload). Resume works as for a local run: every committed
+group is a journalled part; a group's unfinished folder is simply written again.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+from packer.atomic import fsync_dir
+from packer.encode import EncodeOptions
+from packer.formats._wds import WdsWriter, shard_name
+from packer.formats.base import Location, ShardOptions, WriterPlan
+from packer.index import SampleTable, ShardInfo
+from packer.journal import STATE_DIR
+from packer.record import Record, Reject, SourceItem
+
+GROUPS_DIR = "groups"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One sample's line of the per-sample table, as the task wrote it."""
+
+    key: str
+    label: int
+    offset: int
+    size: int
+    digest: bytes
+
+
+@dataclass(frozen=True)
+class GroupResult:
+    """What a task sends back: no image bytes, only what the driver commits."""
+
+    group: int
+    src_stop: int
+    shards: tuple[ShardInfo, ...]
+    rows: tuple[Row, ...]
+    rejects: tuple[Reject, ...]
+
+
+class CommittedShards:
+    """The driver's Writer: shards arrive written; it only lists them (see convert).
+
+    What an interrupted run left beyond its journalled shards (a shard being written by
+    a local writer, one committed but not journalled) goes first: the tasks write them
+    again, and no stray file may outlive the run.
+    """
+
+    resumable = True
+
+    def __init__(self, folder: Path, done: tuple[ShardInfo, ...]) -> None:
+        self.shards = list(done)
+        kept = {shard.name for shard in done}
+        for path in folder.glob("shard-*.tar*"):
+            if path.name not in kept:
+                path.unlink()
+
+    def part_full(self, next_size: int) -> bool:
+        return False
+
+    def add(self, record: Record) -> Location:
+        raise TypeError("shards of a parallel run are written by the Ray tasks")
+
+    def end_part(self) -> None:
+        """The tasks ended their shards."""
+
+    def finish(self, table: SampleTable) -> tuple[ShardInfo, ...]:
+        return tuple(self.shards)
+
+    def abort(self) -> None:
+        """Nothing open here; unfinished group folders stay in the resume state."""
+
+
+def groups_folder(folder: Path) -> Path:
+    return folder / STATE_DIR / GROUPS_DIR
+
+
+def plan_groups(items: Sequence[SourceItem], start: int,
+                size: int) -> Iterator[tuple[int, int, Sequence[SourceItem]]]:
+    """(group number, first input, items) from input `start` on, aligned to `size`.
+
+    A resumed run may start inside a group (the inputs before `start` were rejected):
+    that group's task gets the rest of it, and writes the same shard a full task would.
+    """
+    position = start
+    while position < len(items):
+        group = position // size
+        stop = min(len(items), (group + 1) * size)
+        yield group, position, items[position:stop]
+        position = stop
+
+
+def write_group(task: tuple[int, int, Sequence[SourceItem]], folder: str,
+                options: EncodeOptions, max_bytes: int, cwd: str,
+                stop_at_reject: bool) -> GroupResult:
+    """The Ray task: encode one group and write its shard(s) under the groups folder."""
+    from packer.executor_ray import encode_batch_at
+
+    group, first, items = task
+    target = groups_folder(Path(folder)) / f"{group:07d}"
+    shutil.rmtree(target, ignore_errors=True)  # what a killed run left of this group
+    target.mkdir(parents=True)
+    plan = WriterPlan(target, len(items), options, ShardOptions(max_bytes=max_bytes))
+    writer = WdsWriter(plan)
+    rows: list[Row] = []
+    rejects: list[Reject] = []
+    try:
+        for result in encode_batch_at(list(items), options, cwd):
+            if isinstance(result, Reject):
+                rejects.append(result)
+                if stop_at_reject:
+                    break
+                continue
+            if writer.part_full(len(result.data)):
+                writer.end_part()
+            location = writer.add(result)
+            rows.append(Row(result.key, result.label, location.offset, location.size,
+                            result.digest))
+        writer.end_part()
+    except BaseException:
+        writer.abort()
+        raise
+    return GroupResult(group, first + len(items), tuple(writer.shards), tuple(rows),
+                       tuple(rejects))
+
+
+def commit_group(folder: Path, result: GroupResult, shards: list[ShardInfo]) -> None:
+    """Move a group's shards to their final names, numbered after `shards` (appended)."""
+    source = groups_folder(folder) / f"{result.group:07d}"
+    for shard in result.shards:
+        final = ShardInfo(shard_name(len(shards)), shard.num_samples, shard.num_bytes,
+                          shard.sha256)
+        os.replace(source / shard.name, folder / final.name)
+        shards.append(final)
+    if result.shards:
+        fsync_dir(folder)
+    shutil.rmtree(source, ignore_errors=True)
+
+
+def written_groups(folder: Path, items: Sequence[SourceItem], start: int, size: int,
+                   options: EncodeOptions, max_bytes: int, workers: int | None,
+                   address: str | None, stop_at_reject: bool) -> Iterator[GroupResult]:
+    """Run the group tasks on Ray; results in group order."""
+    from packer.executor_ray import map_ordered_ray
+
+    func: Callable[[tuple[int, int, Sequence[SourceItem]]], GroupResult] = partial(
+        write_group, folder=str(folder.resolve()), options=options, max_bytes=max_bytes,
+        cwd=os.getcwd(), stop_at_reject=stop_at_reject)
+    return map_ordered_ray(func, plan_groups(items, start, size), workers, address)
+
+
+def use_parallel_writers(fmt: str, executor: str, max_samples: int | None, dst: object) -> bool:
+    """Whether tasks write the shards: wds on Ray with --shard-samples, into a folder."""
+    return fmt == "wds" and executor == "ray" and max_samples is not None and \
+        isinstance(dst, Path)
+

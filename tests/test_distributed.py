@@ -1,0 +1,51 @@
+"""packer.distributed without Ray: group planning (a property test) and a task run in-process."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from packer.convert import ConvertOptions, convert
+from packer.distributed import commit_group, plan_groups, write_group
+from packer.encode import EncodeOptions
+from packer.formats.base import ShardOptions
+from packer.index import ShardInfo
+from packer.scan import scan
+from tests.conftest import tree_hashes
+
+
+@given(n=st.integers(0, 200), start=st.integers(0, 200), size=st.integers(1, 30))
+def test_groups_cover_the_rest_once_and_stay_aligned(n: int, start: int, size: int) -> None:
+    items = list(range(n))
+    groups = list(plan_groups(items, start, size))  # type: ignore[arg-type]
+    covered = [i for _, _, part in groups for i in part]
+    assert covered == items[start:]
+    for group, first, part in groups:
+        assert all(i // size == group for i in part) and part[0] == first
+    assert len({group for group, _, _ in groups}) == len(groups)
+
+
+def test_tasks_run_in_process_give_a_local_runs_shards(mixed_src: Path, tmp_path: Path) -> None:
+    """Each group written by write_group and committed in order: the shards of a local
+    run with the same --shard-samples, rejects included (the mixed source has bad files)."""
+    local = convert(mixed_src, tmp_path / "local", "wds",
+                    run=ConvertOptions(shards=ShardOptions(max_samples=4), workers=0))
+    out = tmp_path / "tasks"
+    out.mkdir()
+    items = scan(mixed_src).items
+    shards: list[ShardInfo] = []
+    rejected = 0
+    for task in plan_groups(items, 0, 4):
+        result = write_group(task, str(out), EncodeOptions(), 256_000_000, os.getcwd(),
+                             stop_at_reject=False)
+        rejected += len(result.rejects)
+        commit_group(out, result, shards)
+    assert tuple(shards) == local.shards
+    assert rejected == local.num_rejected - len(scan(mixed_src).rejects)
+    assert {name: digest for name, digest in tree_hashes(out).items()
+            if name.startswith("shard-")} == \
+        {name: digest for name, digest in tree_hashes(tmp_path / "local").items()
+         if name.startswith("shard-")}
