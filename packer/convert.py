@@ -37,6 +37,7 @@ from packer.index import (
 from packer.journal import Journal, Progress, ResumeRefused, fingerprint
 from packer.record import Record, Reject, SourceItem
 from packer.remote import is_url
+from packer.resize import load_torch
 from packer.scan import Source, scan
 from packer.verify_hash import sha256_file
 
@@ -114,6 +115,8 @@ def convert(src: str | Path, dst: str | Path, fmt: str,
     options = effective_options(fmt, asked)  # refuse bad options before the scan
     run = run or ConvertOptions()
     check_executor(run.executor, run.ray_address)  # Ray installed and answering, or stop here
+    if options.pixels:
+        load_torch()  # npy resizes with torch (packer.resize): import it up front
     folder = Path(dst)
     refuse_inside_source(Path(src), folder)
     source = scan(src)

@@ -32,8 +32,8 @@ from packer.resize import fit_pixels
 Check = Literal["decode", "header", "none"]
 Codec = Literal["jpeg", "png", "webp"]
 CODEC_EXT = {"jpeg": "jpg", "png": "png", "webp": "webp"}
-FORMAT_EXT = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp", "GIF": "gif", "BMP": "bmp",
-              "TIFF": "tif", "PPM": "ppm"}
+FORMAT_EXT = {"JPEG": "jpg", "MPO": "jpg", "PNG": "png", "WEBP": "webp", "GIF": "gif",
+              "BMP": "bmp", "TIFF": "tif", "PPM": "ppm"}  # MPO: a camera JPEG, stored as one
 PIXELS_EXT = "rgb"
 MAGIC_EXT = ((b"\xff\xd8\xff", "jpg"), (b"\x89PNG\r\n\x1a\n", "png"), (b"GIF8", "gif"),
              (b"BM", "bmp"), (b"II*\x00", "tif"), (b"MM\x00*", "tif"), (b"RIFF", "riff"))

@@ -48,6 +48,16 @@ def fit_pixels(hwc: np.ndarray, size: tuple[int, int], fit: Fit,
     return canvas.tobytes()
 
 
+def load_torch() -> None:
+    """Import torch now, in the calling (main) thread, before any worker needs it.
+
+    Called when an npy conversion starts: the ~1 s import then happens once, before DST
+    is touched, where a Ctrl-C is an ordinary early interrupt, rather than in a worker
+    thread that an interrupted run would have to wait for.
+    """
+    import torch  # noqa: F401
+
+
 def _resize(hwc: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     """Antialiased bilinear resize of (H, W, 3) uint8 to `size`, as (H, W, 3).
 

@@ -420,12 +420,7 @@ def mpo_bytes() -> bytes:
     return out.getvalue()
 
 
-@pytest.mark.parametrize("check", [
-    "decode",
-    pytest.param("header", marks=pytest.mark.xfail(
-        strict=True, reason="BUG encode.py FORMAT_EXT has no MPO -> 'jpg': camera JPEGs get "
-        "'.mpo' in wds, which stock webdataset does not decode; see the report")),
-])
+@pytest.mark.parametrize("check", ["decode", "header"])  # MPO: a camera JPEG
 def test_camera_mpo_jpeg_is_stored_as_jpg(tmp_path: Path, check: Any) -> None:
     src = tmp_path / "src"
     (src / "a").mkdir(parents=True)
