@@ -149,7 +149,9 @@ def main() -> None:
 @click.option("--shard-size", default="256MB", show_default=True,
               help="wds: roll to a new shard at this many bytes (256MB, 1GiB, ...).")
 @click.option("--shard-samples", type=int, default=None,
-              help="wds: also roll at this many samples.")
+              help="wds: also start a shard every N inputs (a shard holds the accepted "
+                   "samples of N consecutive inputs); with --executor ray, the Ray tasks "
+                   "then write the shards in parallel.")
 @click.option("--resize", type=int, default=None, help="Scale the shorter side to N pixels.")
 @click.option("--size", default=None, help="Exact output size HxW (npy default 256x256).")
 @click.option("--fit", type=click.Choice(["crop", "stretch", "pad"]), default="crop",
