@@ -31,8 +31,10 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import queue
 import shutil
 import tempfile
+import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -48,6 +50,9 @@ from packer.remote import fetch, fetch_metadata, is_url, open_fs
 
 DEFAULT_DISK_CACHE_BYTES = 8 * 2**30
 MAX_PINNED = 2  # shards a process keeps pinned (a span can cross one shard boundary)
+PREFETCH = True  # fetch coming shards while one is read (scripts/bench_remote.py compares)
+PREFETCH_SHARDS = 2  # shards fetched ahead, each by its own thread, within cache_bytes
+LOOKAHEAD_SPANS = 8  # how far ahead of the read the iterable looks for them
 LOCKS = ".locks"
 
 
@@ -105,6 +110,8 @@ class ShardCache:
         self.pinned: OrderedDict[int, int] = OrderedDict()  # shard -> fd holding LOCK_SH
         self.num_fetched = 0
         self._fs: tuple[Any, str] | None = None
+        self._fs_lock = threading.Lock()
+        self._prefetcher: Prefetcher | None = None
         (source.folder / LOCKS).mkdir(parents=True, exist_ok=True)
 
     def _path(self, shard: int) -> Path:
@@ -148,14 +155,30 @@ class ShardCache:
             path.parent.mkdir(parents=True, exist_ok=True)
             for stale in path.parent.glob(f"{path.name}.*.partial"):  # a killed fetch
                 stale.unlink(missing_ok=True)
-            if self._fs is None:
-                self._fs = open_fs(self.source.url, self.source.storage_options)
-            fs, root = self._fs
+            with self._fs_lock:  # the prefetch thread fetches too
+                if self._fs is None:
+                    self._fs = open_fs(self.source.url, self.source.storage_options)
+                fs, root = self._fs
             info = self.index.shards[shard]
             fetch(fs, f"{root}/{info.name}", path, self.source.url, info.num_bytes, info.sha256)
             self.num_fetched += 1
         finally:
             os.close(fd)
+
+    def prefetch(self, shard: int) -> None:
+        """Start fetching `shard` in the background, if it is missing and fits the budget.
+
+        The reader finds it on disk when it gets there (or waits on the fetch lock for the
+        rest of it). A failed prefetch is dropped: the reader's own fetch then reports it.
+        """
+        size = self.index.shards[shard].num_bytes
+        pending = 0 if self._prefetcher is None else len(self._prefetcher.pending)
+        if not PREFETCH or shard in self.pinned or self._complete(shard) or \
+                self.source.cache_bytes < size * (len(self.pinned) + pending + 1):
+            return
+        if self._prefetcher is None or self._prefetcher.pid != os.getpid():
+            self._prefetcher = Prefetcher(self._fetch)
+        self._prefetcher.ask(shard)
 
     def _evict(self, keep: int) -> None:
         """Remove least recently used unpinned shards until the rest fit the budget."""
@@ -206,6 +229,37 @@ class ShardCache:
         self.pinned.clear()
 
 
+class Prefetcher:
+    """PREFETCH_SHARDS daemon threads per process that fetch shards ahead of the reader.
+
+    A daemon, so an exiting worker never waits for a download; made anew in a forked
+    child (threads do not survive fork), hence the pid.
+    """
+
+    def __init__(self, fetch: Callable[[int], None]) -> None:
+        self.pid = os.getpid()
+        self.queue: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self.pending: set[int] = set()
+        for _ in range(PREFETCH_SHARDS):  # a far store's latency is waited out in parallel
+            threading.Thread(target=self._run, args=(fetch,), name="packer-prefetch",
+                             daemon=True).start()
+
+    def ask(self, shard: int) -> None:
+        if shard not in self.pending:
+            self.pending.add(shard)
+            self.queue.put(shard)
+
+    def _run(self, fetch: Callable[[int], None]) -> None:
+        while True:
+            shard = self.queue.get()
+            try:
+                fetch(shard)
+            except Exception:  # the reader fetches it again and reports why
+                pass
+            finally:
+                self.pending.discard(shard)
+
+
 class RemoteReader:
     """A RecordReader over a mirror: pins the shards a read needs, then reads locally.
 
@@ -238,11 +292,28 @@ class RemoteReader:
         self._trim()
         return data
 
+    def prefetch(self, ranges: Sequence[Sequence[int]]) -> None:
+        """Fetch in the background the shards of the coming (start, stop, ...) ranges:
+        the first PREFETCH_SHARDS of them that are not on disk yet."""
+        wanted: list[int] = []
+        for start, stop, *_ in ranges:
+            if start >= stop:
+                continue
+            for shard in (self.index.shard_of(start), self.index.shard_of(stop - 1)):
+                if shard not in wanted:
+                    wanted.append(shard)
+            if len(wanted) >= PREFETCH_SHARDS:
+                break
+        for shard in wanted[:PREFETCH_SHARDS]:
+            self.cache.prefetch(shard)
+
     def read_range(self, start: int, stop: int) -> Iterator[bytes]:
         i = start
         while i < stop:
             shard = self.index.shard_of(i)
             end = min(stop, int(self.index.shard_starts[shard + 1]))
+            if end < stop:  # the span goes on into the next shard(s)
+                self.prefetch([(end, stop)])
             self.cache.pin(shard)
             yield from self.inner.read_range(i, end)
             self._trim()

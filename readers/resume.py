@@ -39,6 +39,7 @@ import numpy.typing as npt
 import torch
 
 from packer.formats.base import RecordReader
+from readers.remote import LOOKAHEAD_SPANS
 from readers.sharding import (
     Spans,
     buffered_shuffle,
@@ -192,8 +193,16 @@ def stream_order(count: int, buffer_size: int,
 
 
 def span_records(reader: RecordReader, spans: Spans) -> Iterator[Record]:
-    """(index, padded, stored bytes) span by span, each span one sequential read."""
-    for start, stop, padded in spans.tolist():
+    """(index, padded, stored bytes) span by span, each span one sequential read.
+
+    A reader that can (readers.remote: a URL's shards) starts fetching the coming spans'
+    data while this one is read.
+    """
+    prefetch = getattr(reader, "prefetch", None)
+    rows = spans.tolist()
+    for number, (start, stop, padded) in enumerate(rows):
+        if prefetch is not None and number + 1 < len(rows):
+            prefetch(rows[number + 1 : number + 1 + LOOKAHEAD_SPANS])
         for i, data in zip(range(start, stop), reader.read_range(start, stop), strict=True):
             yield i, bool(padded), data
 

@@ -2,7 +2,7 @@
 """Reading a wds pack from S3 (moto's server on loopback) vs local disk, through a DataLoader.
 
     python scripts/bench_remote.py /tmp/photos10k --work /tmp/bench-remote [--runs 3]
-        [--workers 2] [--shard-size 16MB] [--count N]
+        [--workers 2] [--shard-size 16MB] [--latency-ms 0]
 
 Starts `moto_server` as a separate process on 127.0.0.1 (an in-memory S3 API; never a
 real AWS endpoint), packs SRC locally and into s3://bench/photos.wds (timing both), then
@@ -26,6 +26,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
+import readers.remote as remote_module
 from packer.cli import parse_bytes
 from packer.convert import ConvertOptions, convert
 from packer.formats.base import ShardOptions
@@ -67,6 +68,17 @@ def read_all(path: str | Path, decode: Any, size: tuple[int, int] | None, worker
     return count / (time.perf_counter() - start)
 
 
+def add_latency(seconds: float) -> None:
+    """Make every shard download wait `seconds` first (DataLoader workers fork: inherited)."""
+    real = remote_module.fetch
+
+    def slow(*args: Any, **kwargs: Any) -> None:
+        time.sleep(seconds)
+        real(*args, **kwargs)
+
+    remote_module.fetch = slow  # type: ignore[assignment]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("src", type=Path)
@@ -74,7 +86,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--shard-size", default="16MB")
+    parser.add_argument("--latency-ms", type=float, default=0.0,
+                        help="add this wait to every shard download, as a far-away store "
+                             "would (loopback has none)")
     args = parser.parse_args()
+    if args.latency_ms:
+        add_latency(args.latency_ms / 1000)
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
     server = start_moto()
@@ -92,14 +109,19 @@ def main() -> None:
         print(f"{index.num_samples} images, {len(index.shards)} shards, "
               f"{sum(s.num_bytes for s in index.shards) / 1e6:.0f} MB; pack: "
               + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()), flush=True)
-        print("| decode | local disk | S3 cold cache | S3 warm cache |")
-        print("| --- | --- | --- | --- |")
+        print("| decode | local disk | S3 cold cache | S3 cold, no prefetch | S3 warm cache |")
+        print("| --- | --- | --- | --- | --- |")
         for decode, size in (("raw", None), ("rgb8", (224, 224))):
-            rates: dict[str, list[float]] = {"local": [], "cold": [], "warm": []}
+            rates: dict[str, list[float]] = {"local": [], "cold": [], "cold, no prefetch": [],
+                                             "warm": []}
             for attempt in range(args.runs):
                 cache = args.work / f"cache-{decode}-{attempt}"
                 rates["local"].append(read_all(local, decode, size, args.workers, None))
                 rates["cold"].append(read_all(url, decode, size, args.workers, cache))
+                remote_module.PREFETCH = False  # forked workers inherit it
+                rates["cold, no prefetch"].append(read_all(
+                    url, decode, size, args.workers, args.work / f"cold-{decode}-{attempt}"))
+                remote_module.PREFETCH = True
                 rates["warm"].append(read_all(url, decode, size, args.workers, cache))
             print(f"runs ({decode}): " + "; ".join(
                 f"{k} " + ", ".join(f"{r:.0f}" for r in v) for k, v in rates.items()),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 from torch.utils.data import DataLoader
 
+import readers.remote as remote_module
 from packer import convert
 from packer.cli import main
 from packer.convert import ConvertOptions
@@ -309,3 +311,40 @@ def test_a_shard_damaged_in_storage_never_reaches_a_reader(src: Path, endpoint: 
     with pytest.raises(CorruptDatasetError, match=r"shard-00001\.tar: sha256"):
         ds[SHARD_SAMPLES]
     assert not list((tmp_path / "cache").rglob("shard-00001.tar*"))  # nothing kept of it
+
+
+def test_the_next_shard_is_fetched_while_one_is_read(uploaded: dict[str, Any], tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    fetched_by: dict[str, str] = {}
+    real = remote_module.fetch
+
+    def spy(fs: Any, remote: str, local: Path, *args: Any, **kwargs: Any) -> None:
+        fetched_by[local.name] = threading.current_thread().name
+        real(fs, remote, local, *args, **kwargs)
+
+    monkeypatch.setattr(remote_module, "fetch", spy)
+    ds = PackedIterableDataset(uploaded["url"], decode="raw", with_keys=True, shuffle=False,
+                               chunk_size=SHARD_SAMPLES, cache_dir=tmp_path, drop_last=False)
+    seen = {key: bytes(data) for data, _, key in ds}
+    local = PackedDataset(uploaded["local"], decode="raw", with_keys=True)
+    assert seen == {key: bytes(data) for data, _, key in (local[i] for i in range(len(local)))}
+    shards = [shard.name for shard in uploaded["index"].shards]
+    assert sorted(fetched_by) == sorted(shards)  # each fetched once, by one thread or other
+    assert fetched_by[shards[0]] == "MainThread"  # nothing to read ahead of the first
+    assert "packer-prefetch" in fetched_by.values()
+
+
+def test_a_failed_prefetch_is_reported_by_the_read(src: Path, endpoint: str,
+                                                   tmp_path: Path) -> None:
+    url = f"s3://{BUCKET}/damaged-later.wds"
+    convert_remote(src, url, "wds", run=RUN)
+    fs = s3fs.S3FileSystem()
+    shard = f"{BUCKET}/damaged-later.wds/shard-00001.tar"
+    data = bytearray(fs.cat_file(shard))
+    data[-2000] ^= 0x01
+    fs.pipe(shard, bytes(data))
+    ds = PackedIterableDataset(url, decode="raw", shuffle=False, chunk_size=SHARD_SAMPLES,
+                               cache_dir=tmp_path)
+    with pytest.raises(CorruptDatasetError, match=r"shard-00001\.tar: sha256"):
+        for _ in ds:
+            pass
