@@ -22,7 +22,7 @@ from packer.distributed import (
     written_groups,
 )
 from packer.encode import EncodeOptions
-from packer.errors import BadInputError
+from packer.errors import BadInputError, UnstorableRecord
 from packer.executors import EXECUTORS, Executor, check_executor, encode_ordered
 from packer.formats.base import ShardOptions, Writer, WriterPlan
 from packer.index import (
@@ -143,7 +143,8 @@ def convert(src: str | Path, dst: str | Path, fmt: str,
         if progress is not None:
             progress(done.src_stop)
         job = _Job(writer, journal, done, run.on_error, progress, on_part,
-                   group=run.shards.max_samples if fmt == "wds" else None)
+                   group=run.shards.max_samples if fmt == "wds" else None,
+                   path_of=lambda position: source.items[position].path)
         try:
             if source.origin is not None:
                 source.origin.open()  # a source that cannot be read stops here, not per sample
@@ -204,8 +205,10 @@ class _Job:
     def __init__(self, writer: Writer, journal: Journal, done: Progress, on_error: OnError,
                  progress: Callable[[int], None] | None,
                  on_part: Callable[[tuple[ShardInfo, ...]], None] | None = None,
-                 group: int | None = None) -> None:
+                 group: int | None = None,
+                 path_of: Callable[[int], str] | None = None) -> None:
         self.writer = writer
+        self.path_of = path_of  # an input's path, for a sample the format cannot store
         self.group = group
         self.part_group = -1  # the group of the current part's samples (-1: none yet)
         self.on_part = on_part
@@ -248,7 +251,12 @@ class _Job:
             self.part_group = group
         elif self.writer.part_full(len(record.data)):
             self.end_part(record.position)
-        location = self.writer.add(record)
+        try:
+            location = self.writer.add(record)
+        except UnstorableRecord as exc:
+            path = self.path_of(record.position) if self.path_of else record.key
+            self.reject(Reject(record.position, path, str(exc)))
+            return
         self.part.add(record.key, record.label, location.offset, location.size, record.digest)
 
     def end_part(self, src_stop: int) -> None:

@@ -20,6 +20,11 @@ class BadInputError(PackError, ValueError):
     """An input image was rejected while `--on-error fail` was in force."""
 
 
+class UnstorableRecord(PackError, ValueError):
+    """The format cannot store this one sample (an LMDB key over 511 bytes): the sample is
+    rejected like a bad input, and the conversion goes on (or stops, with --on-error fail)."""
+
+
 class IncompleteDatasetError(PackError, FileNotFoundError):
     """A dataset folder has no index.json: its conversion did not finish."""
 

@@ -445,3 +445,24 @@ def test_truncated_jpeg_is_rejected_wherever_it_ends(tmp_path: Path, progressive
         result = encode_item(item, options)
         assert isinstance(result, Reject), (options, cut)
         assert "truncated" in result.reason or "corrupt" in result.reason, result.reason
+
+
+def test_an_lmdb_key_too_long_is_a_rejected_input(tmp_path: Path) -> None:
+    """LMDB keys hold at most 511 bytes: that one sample is rejected, the rest packed."""
+    src = tmp_path / "src"
+    deep = src / "cls" / ("a" * 200) / ("b" * 200) / ("c" * 200)
+    deep.mkdir(parents=True)
+    image = jpeg_bytes(random_image(16, 16))
+    (deep / "long.jpg").write_bytes(image)
+    (src / "cls" / "short.jpg").write_bytes(image)
+    (src / "cls" / "zz.jpg").write_bytes(image)
+    index = convert(src, tmp_path / "out", "lmdb", run=ConvertOptions(workers=0))
+    assert index.num_samples == 2 and index.num_rejected == 1
+    [line] = (tmp_path / "out" / REJECTS_NAME).read_text().splitlines()
+    reject = json.loads(line)
+    assert reject["path"].endswith("long.jpg") and "key too long for LMDB" in reject["reason"]
+    assert verify(tmp_path / "out", src).ok
+    assert convert(src, tmp_path / "wds", "wds").num_samples == 3  # tar takes any length
+    with pytest.raises(BadInputError, match=r"long\.jpg: key too long for LMDB"):
+        convert(src, tmp_path / "fail", "lmdb", run=ConvertOptions(on_error="fail"))
+    assert not (tmp_path / "fail" / INDEX_NAME).exists()

@@ -24,7 +24,7 @@ import lmdb
 import numpy as np
 
 from packer.atomic import commit, fsync_dir, partial_path
-from packer.errors import BadInputError, CorruptDatasetError
+from packer.errors import CorruptDatasetError, UnstorableRecord
 from packer.formats.base import Location, WriterPlan, checked
 from packer.formats.stream import Writeback, hash_while
 from packer.index import Index, SampleTable, ShardInfo
@@ -71,10 +71,10 @@ class LmdbWriter:
 
     def add(self, record: Record) -> Location:
         key = record.key.encode("utf-8")
-        if len(key) > MAX_KEY_BYTES:
-            raise BadInputError(
-                f"key {record.key[:60]!r}... is {len(key)} bytes; LMDB keys are at most "
-                f"{MAX_KEY_BYTES}: shorten the file path or use another format"
+        if len(key) > MAX_KEY_BYTES:  # checked before anything is written
+            raise UnstorableRecord(
+                f"key too long for LMDB: {len(key)} bytes, at most {MAX_KEY_BYTES}; shorten "
+                "the file path or use another format"
             )
         value = pack_value(record.label, record.ext, record.data)
         self._batch.append((key, value))
