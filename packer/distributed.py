@@ -29,6 +29,7 @@ from pathlib import Path
 
 from packer.atomic import fsync_dir
 from packer.encode import EncodeOptions
+from packer.errors import DestinationError
 from packer.formats._wds import WdsWriter, shard_name
 from packer.formats.base import Location, ShardOptions, WriterPlan
 from packer.index import SampleTable, ShardInfo
@@ -149,6 +150,12 @@ def write_group(task: tuple[int, int, Sequence[SourceItem]], folder: str,
 def commit_group(folder: Path, result: GroupResult, shards: list[ShardInfo]) -> None:
     """Move a group's shards to their final names, numbered after `shards` (appended)."""
     source = groups_folder(folder) / f"{result.group:07d}"
+    missing = [shard.name for shard in result.shards if not (source / shard.name).is_file()]
+    if missing:
+        raise DestinationError(
+            f"{source / missing[0]}: a Ray task wrote this shard, but it is not here; with "
+            "--shard-samples the tasks write into DST, so mount DST at the same path on every "
+            "node (or drop --shard-samples to let the driver write), then rerun with --resume")
     for shard in result.shards:
         final = ShardInfo(shard_name(len(shards)), shard.num_samples, shard.num_bytes,
                           shard.sha256)

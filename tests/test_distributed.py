@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from packer.convert import ConvertOptions, convert
 from packer.distributed import commit_group, plan_groups, write_group
 from packer.encode import EncodeOptions
+from packer.errors import DestinationError
 from packer.formats.base import ShardOptions
 from packer.index import ShardInfo
 from packer.scan import scan
@@ -49,3 +51,15 @@ def test_tasks_run_in_process_give_a_local_runs_shards(mixed_src: Path, tmp_path
             if name.startswith("shard-")} == \
         {name: digest for name, digest in tree_hashes(tmp_path / "local").items()
          if name.startswith("shard-")}
+
+
+def test_a_shard_written_on_another_node_is_a_clear_error(mixed_src: Path,
+                                                          tmp_path: Path) -> None:
+    """A task on a node that does not share DST wrote its shard there, not here."""
+    items = scan(mixed_src).items
+    task = next(plan_groups(items, 0, 4))
+    result = write_group(task, str(tmp_path / "node-b"), EncodeOptions(), 256_000_000,
+                         os.getcwd(), stop_at_reject=False)
+    (tmp_path / "driver").mkdir()
+    with pytest.raises(DestinationError, match="mount DST at the same path on every node"):
+        commit_group(tmp_path / "driver", result, [])
