@@ -135,7 +135,8 @@ def convert(src: str | Path, dst: str | Path, fmt: str,
         done = resume_point(journal, job_id, run.resume, module.FILES, folder)
         plan = WriterPlan(folder, len(source.items), options, run.shards, done.num_samples,
                           done.shards)
-        parallel = use_parallel_writers(fmt, run.executor, run.shards.max_samples, folder)
+        parallel = use_parallel_writers(fmt, run.executor, run.shards.max_samples) and \
+            on_part is None  # a URL DST (packer.upload): the driver writes and uploads
         writer: Writer = (CommittedShards(folder, done.shards) if parallel
                           else module.open_writer(plan))
         if on_total is not None:
@@ -278,10 +279,19 @@ class _Job:
     def commit_groups(self, folder: Path, results: Iterator[GroupResult]) -> None:
         """Commit the shards Ray tasks wrote (packer.distributed), group by group, in order."""
         assert isinstance(self.writer, CommittedShards)
+        try:
+            self._commit_each(folder, results, self.writer)
+        finally:
+            close = getattr(results, "close", None)
+            if close is not None:  # on failure, cancel the tasks in flight now, not at GC
+                close()
+
+    def _commit_each(self, folder: Path, results: Iterator[GroupResult],
+                     writer: CommittedShards) -> None:
         for result in results:
             for reject in result.rejects:
                 self.reject(reject)
-            commit_group(folder, result, self.writer.shards)
+            commit_group(folder, result, writer.shards)
             for row in result.rows:
                 self.part.add(row.key, row.label, row.offset, row.size, row.digest)
             if self.progress is not None:

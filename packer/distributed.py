@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -37,6 +38,7 @@ from packer.journal import STATE_DIR
 from packer.record import Record, Reject, SourceItem
 
 GROUPS_DIR = "groups"
+TASK_BATCH = 32  # inputs encoded at a time inside a task
 
 
 @dataclass(frozen=True)
@@ -117,34 +119,57 @@ def write_group(task: tuple[int, int, Sequence[SourceItem]], folder: str,
                 options: EncodeOptions, max_bytes: int, cwd: str,
                 stop_at_reject: bool) -> GroupResult:
     """The Ray task: encode one group and write its shard(s) under the groups folder."""
-    from packer.executor_ray import encode_batch_at
-
     group, first, items = task
     target = groups_folder(Path(folder)) / f"{group:07d}"
-    shutil.rmtree(target, ignore_errors=True)  # what a killed run left of this group
-    target.mkdir(parents=True)
+    try:
+        shutil.rmtree(target, ignore_errors=True)  # what a killed run left of this group
+        target.mkdir(parents=True)
+        return _write_group(target, group, first, items, options, max_bytes, cwd,
+                            stop_at_reject)
+    except OSError as exc:  # a node that cannot write DST: one line, not a remote traceback
+        raise DestinationError(
+            f"{target}: cannot write on node {socket.gethostname()} ({exc.strerror or exc}); "
+            "DST must be writable at the same path on every node, then rerun with --resume"
+        ) from None
+
+
+def _write_group(target: Path, group: int, first: int, items: Sequence[SourceItem],
+                 options: EncodeOptions, max_bytes: int, cwd: str,
+                 stop_at_reject: bool) -> GroupResult:
+    """Encode a batch at a time (memory stays one batch whatever the group size) and
+    write each record as it comes, rolling at `max_bytes` as a local run does."""
+    from packer.executor_ray import encode_batch_at
+
     plan = WriterPlan(target, len(items), options, ShardOptions(max_bytes=max_bytes))
     writer = WdsWriter(plan)
     rows: list[Row] = []
     rejects: list[Reject] = []
     try:
-        for result in encode_batch_at(list(items), options, cwd):
-            if isinstance(result, Reject):
-                rejects.append(result)
-                if stop_at_reject:
-                    break
-                continue
-            if writer.part_full(len(result.data)):
-                writer.end_part()
-            location = writer.add(result)
-            rows.append(Row(result.key, result.label, location.offset, location.size,
-                            result.digest))
+        for start in range(0, len(items), TASK_BATCH):
+            for result in encode_batch_at(list(items[start : start + TASK_BATCH]), options,
+                                          cwd):
+                if isinstance(result, Reject):
+                    rejects.append(result)
+                    if stop_at_reject:
+                        raise _Stop
+                    continue
+                if writer.part_full(len(result.data)):
+                    writer.end_part()
+                location = writer.add(result)
+                rows.append(Row(result.key, result.label, location.offset, location.size,
+                                result.digest))
         writer.end_part()
+    except _Stop:
+        writer.abort()
     except BaseException:
         writer.abort()
         raise
     return GroupResult(group, first + len(items), tuple(writer.shards), tuple(rows),
                        tuple(rejects))
+
+
+class _Stop(Exception):
+    """A reject under --on-error fail: the driver stops the run on it."""
 
 
 def commit_group(folder: Path, result: GroupResult, shards: list[ShardInfo]) -> None:
@@ -178,8 +203,8 @@ def written_groups(folder: Path, items: Sequence[SourceItem], start: int, size: 
     return map_ordered_ray(func, plan_groups(items, start, size), workers, address)
 
 
-def use_parallel_writers(fmt: str, executor: str, max_samples: int | None, dst: object) -> bool:
-    """Whether tasks write the shards: wds on Ray with --shard-samples, into a folder."""
-    return fmt == "wds" and executor == "ray" and max_samples is not None and \
-        isinstance(dst, Path)
+def use_parallel_writers(fmt: str, executor: str, max_samples: int | None) -> bool:
+    """Whether tasks write the shards: wds on Ray with --shard-samples (into a folder:
+    convert() also asks that no upload hook is set, as for a URL DST)."""
+    return fmt == "wds" and executor == "ray" and max_samples is not None
 

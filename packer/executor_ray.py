@@ -128,6 +128,8 @@ def map_ordered_ray(func: Callable[[Task], Result], tasks: Iterable[Task],
                 yield ray.get(pending.popleft())
         except ray.exceptions.RayError as exc:
             if isinstance(exc, ray.exceptions.RayTaskError):
+                if isinstance(exc.cause, PackError):  # worded for the user: its one line
+                    raise exc.cause from None
                 raise  # the task's own exception, with its traceback: a bug, not the cluster
             raise RayClusterError(f"the Ray cluster lost a task ({type(exc).__name__}: "
                                   f"{str(exc).splitlines()[0]}); what is written stays, rerun "

@@ -28,6 +28,7 @@ ever written to the URL.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -54,6 +55,29 @@ PREFETCH = True  # fetch coming shards while one is read (scripts/bench_remote.p
 PREFETCH_SHARDS = 2  # shards fetched ahead, each by its own thread, within cache_bytes
 LOOKAHEAD_SPANS = 8  # how far ahead of the read the iterable looks for them
 LOCKS = ".locks"
+
+
+# Descriptors holding a fetch lock right now, in any thread. A fork copies them into the
+# child, where nothing would ever close them: the child would keep the shard locked and
+# wait forever on its own lock the day it fetches that shard. The child closes them.
+_FETCH_LOCKS: set[int] = set()
+_FETCH_LOCKS_GUARD = threading.Lock()
+
+
+def _close_inherited_fetch_locks() -> None:
+    for fd in _FETCH_LOCKS:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _FETCH_LOCKS.clear()
+
+
+def _reset_guard_in_child() -> None:
+    global _FETCH_LOCKS_GUARD
+    _FETCH_LOCKS_GUARD = threading.Lock()  # a fetching thread may have held it at the fork
+    _close_inherited_fetch_locks()
+
+
+os.register_at_fork(after_in_child=_reset_guard_in_child)
 
 
 def default_cache_dir() -> Path:
@@ -147,6 +171,8 @@ class ShardCache:
 
     def _fetch(self, shard: int) -> None:
         fd = self._lock(shard, "get")
+        with _FETCH_LOCKS_GUARD:
+            _FETCH_LOCKS.add(fd)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # one fetch per shard at a time, machine-wide
             if self._complete(shard):
@@ -163,6 +189,8 @@ class ShardCache:
             fetch(fs, f"{root}/{info.name}", path, self.source.url, info.num_bytes, info.sha256)
             self.num_fetched += 1
         finally:
+            with _FETCH_LOCKS_GUARD:
+                _FETCH_LOCKS.discard(fd)
             os.close(fd)
 
     def prefetch(self, shard: int) -> None:
@@ -300,7 +328,7 @@ class RemoteReader:
             if start >= stop:
                 continue
             for shard in (self.index.shard_of(start), self.index.shard_of(stop - 1)):
-                if shard not in wanted:
+                if shard not in wanted and shard not in self.cache.pinned:
                     wanted.append(shard)
             if len(wanted) >= PREFETCH_SHARDS:
                 break

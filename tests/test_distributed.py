@@ -63,3 +63,13 @@ def test_a_shard_written_on_another_node_is_a_clear_error(mixed_src: Path,
     (tmp_path / "driver").mkdir()
     with pytest.raises(DestinationError, match="mount DST at the same path on every node"):
         commit_group(tmp_path / "driver", result, [])
+
+
+def test_a_node_that_cannot_write_dst_is_one_line(mixed_src: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "dst"
+    blocker.write_text("a file where the task needs a folder")
+    task = next(plan_groups(scan(mixed_src).items, 0, 4))
+    with pytest.raises(DestinationError, match="cannot write on node") as caught:
+        write_group(task, str(blocker), EncodeOptions(), 256_000_000, os.getcwd(),
+                    stop_at_reject=False)
+    assert "\n" not in str(caught.value)

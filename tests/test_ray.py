@@ -24,7 +24,7 @@ from packer.cli import main
 from packer.convert import ConvertOptions, convert
 from packer.distributed import GroupResult
 from packer.encode import EncodeOptions
-from packer.errors import MissingDependencyError
+from packer.errors import DestinationError, MissingDependencyError
 from packer.formats.base import ShardOptions
 from packer.scan import scan
 from tests.conftest import tree_hashes
@@ -178,3 +178,27 @@ def test_missing_ray_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_options_refuse_nonsense(changes: dict[str, Any], words: str) -> None:
     with pytest.raises(ValueError, match=words):
         ConvertOptions(**changes)
+
+
+def _refuse(task: int) -> int:
+    raise DestinationError(f"task {task}: cannot write on node x; mount DST everywhere")
+
+
+def test_a_tasks_own_error_reaches_the_user_as_one_line(ray_instance: Any) -> None:
+    from packer.executor_ray import map_ordered_ray
+
+    with pytest.raises(DestinationError) as caught:
+        list(map_ordered_ray(_refuse, range(3), workers=1))
+    assert str(caught.value).startswith("task 0: cannot write") and "\n" not in str(caught.value)
+
+
+def test_a_url_dst_keeps_the_driver_writing(ray_instance: Any, src: Path, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """With an upload hook (convert_remote), tasks must not write into the local staging."""
+    module = importlib.import_module("packer.convert")
+    monkeypatch.setattr(module, "commit_group", lambda *a: pytest.fail("tasks wrote shards"))
+    parts: list[int] = []
+    convert(src, tmp_path / "staged", "wds",
+            run=ConvertOptions(shards=ShardOptions(max_samples=5), executor="ray"),
+            on_part=lambda shards: parts.append(len(shards)))
+    assert parts == [1, 2, 3, 4]

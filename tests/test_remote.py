@@ -6,6 +6,7 @@ at it (never a real AWS endpoint) and stops it afterwards.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import pickle
@@ -348,3 +349,32 @@ def test_a_failed_prefetch_is_reported_by_the_read(src: Path, endpoint: str,
     with pytest.raises(CorruptDatasetError, match=r"shard-00001\.tar: sha256"):
         for _ in ds:
             pass
+
+
+def test_a_fork_during_a_fetch_leaves_no_lock_in_the_child(tmp_path: Path) -> None:
+    """A prefetch thread holding a shard's fetch lock when a DataLoader forks: the child
+    must not keep that lock (it would wait on itself the day it fetches the shard)."""
+    lock_path = tmp_path / "00003.get"
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    with remote_module._FETCH_LOCKS_GUARD:
+        remote_module._FETCH_LOCKS.add(fd)  # as ShardCache._fetch does
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: wait until the parent's fetch is over, then take the lock
+        os.close(write)
+        os.read(read, 1)
+        probe = os.open(lock_path, os.O_RDWR)
+        try:
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os._exit(0)
+        except BlockingIOError:
+            os._exit(1)
+    os.close(read)
+    with remote_module._FETCH_LOCKS_GUARD:
+        remote_module._FETCH_LOCKS.discard(fd)
+    os.close(fd)  # the parent's fetch ends
+    os.write(write, b"x")
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
