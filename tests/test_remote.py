@@ -298,15 +298,21 @@ def test_verify_a_url(src: Path, endpoint: str, tmp_path: Path) -> None:
     assert result.exit_code == 2 and "applies to a URL" in result.output
 
 
-def test_a_shard_damaged_in_storage_never_reaches_a_reader(src: Path, endpoint: str,
-                                                           tmp_path: Path) -> None:
-    url = f"s3://{BUCKET}/damaged.wds"
+def upload_with_a_damaged_shard(src: Path, name: str) -> str:
+    """`src` converted to s3://BUCKET/NAME, then one bit of shard 1 flipped in storage."""
+    url = f"s3://{BUCKET}/{name}"
     convert_remote(src, url, "wds", run=RUN)
     fs = s3fs.S3FileSystem()
-    shard = f"{BUCKET}/damaged.wds/shard-00001.tar"
+    shard = f"{BUCKET}/{name}/shard-00001.tar"
     data = bytearray(fs.cat_file(shard))
     data[-2000] ^= 0x01
     fs.pipe(shard, bytes(data))
+    return url
+
+
+def test_a_shard_damaged_in_storage_never_reaches_a_reader(src: Path, endpoint: str,
+                                                           tmp_path: Path) -> None:
+    url = upload_with_a_damaged_shard(src, "damaged.wds")
     ds = PackedDataset(url, decode="raw", cache_dir=tmp_path / "cache")
     assert bytes(ds[0][0])  # shard 0 is intact
     with pytest.raises(CorruptDatasetError, match=r"shard-00001\.tar: sha256"):
@@ -337,13 +343,7 @@ def test_the_next_shard_is_fetched_while_one_is_read(uploaded: dict[str, Any], t
 
 def test_a_failed_prefetch_is_reported_by_the_read(src: Path, endpoint: str,
                                                    tmp_path: Path) -> None:
-    url = f"s3://{BUCKET}/damaged-later.wds"
-    convert_remote(src, url, "wds", run=RUN)
-    fs = s3fs.S3FileSystem()
-    shard = f"{BUCKET}/damaged-later.wds/shard-00001.tar"
-    data = bytearray(fs.cat_file(shard))
-    data[-2000] ^= 0x01
-    fs.pipe(shard, bytes(data))
+    url = upload_with_a_damaged_shard(src, "damaged-later.wds")
     ds = PackedIterableDataset(url, decode="raw", shuffle=False, chunk_size=SHARD_SAMPLES,
                                cache_dir=tmp_path)
     with pytest.raises(CorruptDatasetError, match=r"shard-00001\.tar: sha256"):
