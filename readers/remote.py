@@ -37,6 +37,7 @@ import shutil
 import tempfile
 import threading
 import uuid
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ MAX_PINNED = 2  # shards a process keeps pinned (a span can cross one shard boun
 PREFETCH = True  # fetch coming shards while one is read (scripts/bench_remote.py compares)
 PREFETCH_SHARDS = 2  # shards fetched ahead, each by its own thread, within cache_bytes
 LOOKAHEAD_SPANS = 8  # how far ahead of the read the iterable looks for them
+PREFETCH_IDLE_S = 5.0  # an idle prefetch thread checks this often whether its cache lives
 LOCKS = ".locks"
 
 
@@ -256,35 +258,50 @@ class ShardCache:
             os.close(fd)
         self.pinned.clear()
 
+    def __del__(self) -> None:  # a dataset dropped without close(): release its pins
+        with contextlib.suppress(Exception):
+            self.close()
+
 
 class Prefetcher:
     """PREFETCH_SHARDS daemon threads per process that fetch shards ahead of the reader.
 
-    A daemon, so an exiting worker never waits for a download; made anew in a forked
-    child (threads do not survive fork), hence the pid.
+    Daemons, so an exiting worker never waits for a download; made anew in a forked
+    child (threads do not survive fork), hence the pid. They hold their cache weakly and
+    end within PREFETCH_IDLE_S once it is gone, so a dataset dropped and made again does
+    not leave threads behind.
     """
 
     def __init__(self, fetch: Callable[[int], None]) -> None:
         self.pid = os.getpid()
         self.queue: queue.SimpleQueue[int] = queue.SimpleQueue()
         self.pending: set[int] = set()
+        self._fetch = weakref.WeakMethod(fetch)
         for _ in range(PREFETCH_SHARDS):  # a far store's latency is waited out in parallel
-            threading.Thread(target=self._run, args=(fetch,), name="packer-prefetch",
-                             daemon=True).start()
+            threading.Thread(target=self._run, name="packer-prefetch", daemon=True).start()
 
     def ask(self, shard: int) -> None:
         if shard not in self.pending:
             self.pending.add(shard)
             self.queue.put(shard)
 
-    def _run(self, fetch: Callable[[int], None]) -> None:
+    def _run(self) -> None:
         while True:
-            shard = self.queue.get()
+            try:
+                shard = self.queue.get(timeout=PREFETCH_IDLE_S)
+            except queue.Empty:
+                if self._fetch() is None:  # the cache is gone: so is the work
+                    return
+                continue
+            fetch = self._fetch()
+            if fetch is None:
+                return
             try:
                 fetch(shard)
             except Exception:  # the reader fetches it again and reports why
                 pass
             finally:
+                del fetch
                 self.pending.discard(shard)
 
 

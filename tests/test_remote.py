@@ -7,10 +7,12 @@ at it (never a real AWS endpoint) and stops it afterwards.
 from __future__ import annotations
 
 import fcntl
+import gc
 import hashlib
 import os
 import pickle
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -378,3 +380,25 @@ def test_a_fork_during_a_fetch_leaves_no_lock_in_the_child(tmp_path: Path) -> No
     os.close(write)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_prefetch_threads_end_with_their_dataset(uploaded: dict[str, Any], tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(remote_module, "PREFETCH_IDLE_S", 0.1)
+
+    def prefetchers() -> int:
+        return sum(thread.name == "packer-prefetch" and thread.is_alive()
+                   for thread in threading.enumerate())
+
+    before = prefetchers()
+    for attempt in range(3):  # a dataset made anew each time, as an epoch loop might
+        ds = PackedIterableDataset(uploaded["url"], decode="raw", shuffle=False,
+                                   chunk_size=SHARD_SAMPLES, cache_dir=tmp_path / str(attempt))
+        assert sum(1 for _ in ds) == len(ds)
+        assert prefetchers() > before
+        del ds
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while prefetchers() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert prefetchers() == before
