@@ -278,25 +278,22 @@ class _Job:
 
     def commit_groups(self, folder: Path, results: Iterator[GroupResult]) -> None:
         """Commit the shards Ray tasks wrote (packer.distributed), group by group, in order."""
-        assert isinstance(self.writer, CommittedShards)
+        writer = self.writer
+        assert isinstance(writer, CommittedShards)
         try:
-            self._commit_each(folder, results, self.writer)
+            for result in results:
+                for reject in result.rejects:
+                    self.reject(reject)
+                commit_group(folder, result, writer.shards)
+                for row in result.rows:
+                    self.part.add(row.key, row.label, row.offset, row.size, row.digest)
+                if self.progress is not None:
+                    self.progress(result.src_stop - self.done.src_stop)
+                self.end_part(result.src_stop)
         finally:
             close = getattr(results, "close", None)
             if close is not None:  # on failure, cancel the tasks in flight now, not at GC
                 close()
-
-    def _commit_each(self, folder: Path, results: Iterator[GroupResult],
-                     writer: CommittedShards) -> None:
-        for result in results:
-            for reject in result.rejects:
-                self.reject(reject)
-            commit_group(folder, result, writer.shards)
-            for row in result.rows:
-                self.part.add(row.key, row.label, row.offset, row.size, row.digest)
-            if self.progress is not None:
-                self.progress(result.src_stop - self.done.src_stop)
-            self.end_part(result.src_stop)
 
     def build_table(self) -> SampleTable:
         """Every sample so far: resumed parts, ended parts and the current one."""

@@ -144,32 +144,27 @@ def _write_group(target: Path, group: int, first: int, items: Sequence[SourceIte
     writer = WdsWriter(plan)
     rows: list[Row] = []
     rejects: list[Reject] = []
+    results = (result for start in range(0, len(items), TASK_BATCH)
+               for result in encode_batch_at(list(items[start : start + TASK_BATCH]),
+                                             options, cwd))
     try:
-        for start in range(0, len(items), TASK_BATCH):
-            for result in encode_batch_at(list(items[start : start + TASK_BATCH]), options,
-                                          cwd):
-                if isinstance(result, Reject):
-                    rejects.append(result)
-                    if stop_at_reject:
-                        raise _Stop
-                    continue
-                if writer.part_full(len(result.data)):
-                    writer.end_part()
-                location = writer.add(result)
-                rows.append(Row(result.key, result.label, location.offset, location.size,
-                                result.digest))
+        for result in results:
+            if isinstance(result, Reject):
+                rejects.append(result)
+                if stop_at_reject:  # the driver stops the run on it
+                    break
+                continue
+            if writer.part_full(len(result.data)):
+                writer.end_part()
+            location = writer.add(result)
+            rows.append(Row(result.key, result.label, location.offset, location.size,
+                            result.digest))
         writer.end_part()
-    except _Stop:
-        writer.abort()
     except BaseException:
         writer.abort()
         raise
     return GroupResult(group, first + len(items), tuple(writer.shards), tuple(rows),
                        tuple(rejects))
-
-
-class _Stop(Exception):
-    """A reject under --on-error fail: the driver stops the run on it."""
 
 
 def commit_group(folder: Path, result: GroupResult, shards: list[ShardInfo]) -> None:

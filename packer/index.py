@@ -243,9 +243,16 @@ def read_index(folder: str | Path) -> Index:
             "`pack convert SRC DST --to FMT` command with --resume"
         )
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"), parse_constant=checks.no_constant)
+        raw = path.read_bytes()
     except OSError as exc:
         raise CorruptDatasetError(f"{path}: cannot read ({exc}); check the file") from exc
+    return parse_index(raw, path)
+
+
+def parse_index(raw: bytes, path: Path) -> Index:
+    """The Index in the bytes of an index.json (`path` names it in errors)."""
+    try:
+        data = json.loads(raw.decode("utf-8"), parse_constant=checks.no_constant)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
         raise CorruptDatasetError(

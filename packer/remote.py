@@ -32,7 +32,7 @@ from packer.index import (
     REJECTS_NAME,
     SAMPLES_NAME,
     Index,
-    index_from_json,
+    parse_index,
 )
 from packer.verify_hash import sha256_file
 
@@ -163,13 +163,7 @@ def download_dataset(url: str, storage_options: Mapping[str, Any] | None,
     checked), rejects.jsonl when there is one, and index.json last, so an interrupted
     download is refused like an interrupted conversion."""
     raw = fetch_metadata(url, storage_options, folder)
-    try:
-        index = index_from_json(json.loads(raw), Path(url) / INDEX_NAME)
-    except ValueError as exc:
-        if isinstance(exc, PackError):
-            raise
-        raise CorruptDatasetError(f"{url}/{INDEX_NAME}: not valid JSON ({exc}); "
-                                  "reconvert the dataset") from exc
+    index = parse_index(raw, Path(url) / INDEX_NAME)
     fs, root = open_fs(url, storage_options)
     for shard in index.shards:
         local = folder / shard.name

@@ -54,7 +54,6 @@ DEFAULT_DISK_CACHE_BYTES = 8 * 2**30
 MAX_PINNED = 2  # shards a process keeps pinned (a span can cross one shard boundary)
 PREFETCH = True  # fetch coming shards while one is read (scripts/bench_remote.py compares)
 PREFETCH_SHARDS = 2  # shards fetched ahead, each by its own thread, within cache_bytes
-LOOKAHEAD_SPANS = 8  # how far ahead of the read the iterable looks for them
 PREFETCH_IDLE_S = 5.0  # an idle prefetch thread checks this often whether its cache lives
 LOCKS = ".locks"
 
@@ -67,19 +66,15 @@ _FETCH_LOCKS_GUARD = threading.Lock()
 
 
 def _close_inherited_fetch_locks() -> None:
+    global _FETCH_LOCKS_GUARD
+    _FETCH_LOCKS_GUARD = threading.Lock()  # a fetching thread may have held it at the fork
     for fd in _FETCH_LOCKS:
         with contextlib.suppress(OSError):
             os.close(fd)
     _FETCH_LOCKS.clear()
 
 
-def _reset_guard_in_child() -> None:
-    global _FETCH_LOCKS_GUARD
-    _FETCH_LOCKS_GUARD = threading.Lock()  # a fetching thread may have held it at the fork
-    _close_inherited_fetch_locks()
-
-
-os.register_at_fork(after_in_child=_reset_guard_in_child)
+os.register_at_fork(after_in_child=_close_inherited_fetch_locks)
 
 
 def default_cache_dir() -> Path:

@@ -39,7 +39,6 @@ import numpy.typing as npt
 import torch
 
 from packer.formats.base import RecordReader
-from readers.remote import LOOKAHEAD_SPANS
 from readers.sharding import (
     Spans,
     buffered_shuffle,
@@ -190,6 +189,9 @@ def stream_order(count: int, buffer_size: int,
     if rng is None:
         return np.arange(count, dtype=np.int64)
     return np.fromiter(buffered_shuffle(range(count), buffer_size, rng), np.int64, count)
+
+
+LOOKAHEAD_SPANS = 8  # how far ahead of the read a prefetching reader is shown
 
 
 def span_records(reader: RecordReader, spans: Spans) -> Iterator[Record]:
