@@ -23,8 +23,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from packer import formats
-from packer.formats.base import Writer
+from packer import convert, formats
+from packer.convert import ConvertOptions
+from packer.encode import EncodeOptions
+from packer.formats.base import ShardOptions, Writer
 from packer.record import Record
 from packer.sample import make_sample_folder, synthetic_image
 
@@ -169,3 +171,15 @@ class count_adds:
 
     def __exit__(self, *exc: object) -> None:
         self.monkeypatch.setattr(self.module, "open_writer", self.real_open)
+
+
+def pack_every_format(root: Path, count: int, npy_size: tuple[int, int], min_side: int,
+                      max_side: int) -> dict[str, Path]:
+    """One generated source packed in each format under `root` (wds in shards of 10)."""
+    src = make_sample_folder(root / "src", count=count, classes=3, min_side=min_side,
+                             max_side=max_side)
+    run = ConvertOptions(workers=0, shards=ShardOptions(max_samples=10))
+    for fmt in formats.FORMATS:
+        options = EncodeOptions(size=npy_size) if fmt == "npy" else None
+        convert(src, root / fmt, fmt, options=options, run=run)
+    return {fmt: root / fmt for fmt in formats.FORMATS}

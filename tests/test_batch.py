@@ -10,14 +10,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, default_collate
 
-from packer import convert
-from packer.convert import ConvertOptions
-from packer.encode import EncodeOptions
-from packer.formats.base import ShardOptions
 from packer.index import open_dataset
-from packer.sample import make_sample_folder
 from readers import PackedDataset, PackedIterableDataset, collate
 from readers.cache import CachedReader
+from tests.conftest import pack_every_format
 
 FORMATS = ("wds", "lmdb", "hdf5", "npy")
 NUM = 40
@@ -26,15 +22,7 @@ SIZE = (20, 16)
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("batch")
-    src = make_sample_folder(root / "src", count=NUM, classes=3, min_side=24, max_side=48)
-    run = ConvertOptions(workers=0, shards=ShardOptions(max_samples=10))
-    out = {}
-    for fmt in FORMATS:
-        options = EncodeOptions(size=SIZE) if fmt == "npy" else None
-        convert(src, root / fmt, fmt, options=options, run=run)
-        out[fmt] = root / fmt
-    return out
+    return pack_every_format(tmp_path_factory.mktemp("batch"), NUM, SIZE, 24, 48)
 
 
 @pytest.mark.parametrize(("context", "workers"), [(None, 0), ("fork", 2), ("spawn", 2)])

@@ -15,15 +15,11 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from packer import convert
-from packer.convert import ConvertOptions
-from packer.encode import EncodeOptions
 from packer.errors import CorruptDatasetError, IncompleteDatasetError
-from packer.formats.base import ShardOptions
 from packer.index import INDEX_NAME, open_dataset
-from packer.sample import make_sample_folder
 from readers import PAD_LABEL, ChunkSampler, PackedDataset, PackedIterableDataset
 from readers.decode import decode
+from tests.conftest import pack_every_format
 
 FORMATS = ("wds", "lmdb", "hdf5", "npy")
 NUM = 48
@@ -34,15 +30,7 @@ CONTEXTS = [(None, 0), ("fork", 2), ("spawn", 2), ("forkserver", 2)]
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The same small source packed in every format (wds in several shards)."""
-    root = tmp_path_factory.mktemp("packed")
-    src = make_sample_folder(root / "src", count=NUM, classes=3, min_side=32, max_side=64)
-    run = ConvertOptions(workers=0, shards=ShardOptions(max_samples=10))
-    out = {}
-    for fmt in FORMATS:
-        options = EncodeOptions(size=SIZE) if fmt == "npy" else None
-        convert(src, root / fmt, fmt, options=options, run=run)
-        out[fmt] = root / fmt
-    return out
+    return pack_every_format(tmp_path_factory.mktemp("packed"), NUM, SIZE, 32, 64)
 
 
 def all_keys(path: Path) -> list[str]:

@@ -194,16 +194,23 @@ def restamp(folder: Path) -> None:
     path.write_text(json.dumps(data))
 
 
-def edit_table(column: str, value: int, vouched: bool = True) -> Damage:
+def edit_array(name: str, change: Callable[[np.ndarray], None], vouched: bool) -> Damage:
+    """Change one of the table's .npy files in place; `vouched`: restamp its digest."""
     def damage(folder: Path, fmt: str) -> str:
-        rows = np.load(folder / SAMPLES_NAME)
-        rows[column][3] = value
-        with open(folder / SAMPLES_NAME, "wb") as handle:
-            np.save(handle, rows)
+        array = np.load(folder / name)
+        change(array)
+        with open(folder / name, "wb") as handle:
+            np.save(handle, array)
         if vouched:
             restamp(folder)
-        return SAMPLES_NAME
+        return name
     return damage
+
+
+def edit_table(column: str, value: int, vouched: bool = True) -> Damage:
+    def change(rows: np.ndarray) -> None:
+        rows[column][3] = value
+    return edit_array(SAMPLES_NAME, change, vouched)
 
 
 def huge_offset(folder: Path, fmt: str) -> str:
@@ -212,15 +219,9 @@ def huge_offset(folder: Path, fmt: str) -> str:
 
 
 def edit_key(byte: int, vouched: bool = True) -> Damage:
-    def damage(folder: Path, fmt: str) -> str:
-        keys = np.load(folder / KEYS_NAME)
+    def change(keys: np.ndarray) -> None:
         keys[2] = byte
-        with open(folder / KEYS_NAME, "wb") as handle:
-            np.save(handle, keys)
-        if vouched:
-            restamp(folder)
-        return KEYS_NAME
-    return damage
+    return edit_array(KEYS_NAME, change, vouched)
 
 
 CASES: dict[str, Damage] = {

@@ -20,7 +20,7 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -191,16 +191,22 @@ def test_a_damaged_journal_line_ends_what_resume_keeps(mixed_src: Path, tmp_path
     assert tree(dst) == tree(tmp_path / "ref")
 
 
-def test_ctrl_c_wrapped_by_a_decoder_is_not_a_rejected_input(
-        mixed_src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ctrl-C landing in a lazy import (PIL plugins) comes out as RuntimeError from
-    KeyboardInterrupt; found by the soak: it made an image a reject and the run complete."""
+def raises_from_ctrl_c(error: Exception) -> Callable[..., None]:
+    """A stand-in that raises `error` caused by a KeyboardInterrupt, as code wrapping
+    what it catches does when Ctrl-C lands inside it."""
     def wrapped(*args: object, **kwargs: object) -> None:
         try:
             raise KeyboardInterrupt
         except KeyboardInterrupt as exc:
-            raise RuntimeError("Error calling __set_name__ on 'cached_property'") from exc
+            raise error from exc
+    return wrapped
 
+
+def test_ctrl_c_wrapped_by_a_decoder_is_not_a_rejected_input(
+        mixed_src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C landing in a lazy import (PIL plugins) comes out as RuntimeError from
+    KeyboardInterrupt; found by the soak: it made an image a reject and the run complete."""
+    wrapped = raises_from_ctrl_c(RuntimeError("Error calling __set_name__ on 'cached_property'"))
     monkeypatch.setattr(packer.encode, "_encode_bytes", wrapped)
     with pytest.raises(KeyboardInterrupt):
         convert(mixed_src, tmp_path / "out", "wds", run=RUN)
@@ -306,13 +312,8 @@ def test_ctrl_c_wrapped_by_a_library_exits_130(src: Path, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Found by the soak: Ctrl-C inside h5py's string conversion came out as h5py's own
     error and a traceback; any error caused by a KeyboardInterrupt is Ctrl-C."""
-    def wrapped(*args: object, **kwargs: object) -> None:
-        try:
-            raise KeyboardInterrupt
-        except KeyboardInterrupt as exc:
-            raise TypeError("Can't convert element to VLEN") from exc
-
-    monkeypatch.setattr(packer.cli, "convert", wrapped)
+    monkeypatch.setattr(packer.cli, "convert",
+                        raises_from_ctrl_c(TypeError("Can't convert element to VLEN")))
     result = CliRunner().invoke(packer.cli.main, ["convert", str(src), str(tmp_path / "out"),
                                                   "--to", "hdf5"])
     assert result.exit_code == 130, result.output
