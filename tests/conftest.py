@@ -29,6 +29,7 @@ from packer.encode import EncodeOptions
 from packer.formats.base import ShardOptions, Writer
 from packer.record import Record
 from packer.sample import make_sample_folder, synthetic_image
+from tests.s3_server import endpoint, uploaded  # noqa: F401 - fixtures for the S3 tests
 
 # Names that stress keys: dots, spaces, quotes, '%', non-ASCII, a dotted folder.
 ODD_NAMES = (
