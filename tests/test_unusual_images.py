@@ -139,14 +139,21 @@ def test_unusual_images_npy(unusual_src: Path, tmp_path: Path) -> None:
     assert alpha.dtype == np.uint8
 
 
-def test_exif_rotation_with_a_large_reduction(tmp_path: Path) -> None:
-    """JPEG draft (DCT scaling) and EXIF rotation together still give an upright image."""
+def large_rotated_source(tmp_path: Path) -> Path:
+    """A folder with one 800x400 JPEG stored sideways, EXIF saying rotate 90 (upright:
+    400x800, red on top)."""
     src = tmp_path / "src"
     (src / "x").mkdir(parents=True)
     big = upright_test_image().resize((400, 800)).transpose(Image.Transpose.ROTATE_90)
     exif = Image.Exif()
     exif[0x0112] = 6
     (src / "x" / "big.jpg").write_bytes(jpeg_bytes(big, exif=exif.tobytes()))
+    return src
+
+
+def test_exif_rotation_with_a_large_reduction(tmp_path: Path) -> None:
+    """JPEG draft (DCT scaling) and EXIF rotation together still give an upright image."""
+    src = large_rotated_source(tmp_path)
     convert(src, tmp_path / "out", "wds", EncodeOptions(resize=50), WORKERS0)
     image = decoded(tmp_path / "out")["x/big"]
     assert image.size == (50, 100)
@@ -180,12 +187,7 @@ def test_unusual_images_keep_their_colours_in_npy(unusual_src: Path, tmp_path: P
 
 
 def test_exif_rotation_with_a_large_reduction_in_npy(tmp_path: Path) -> None:
-    src = tmp_path / "src"
-    (src / "x").mkdir(parents=True)
-    big = upright_test_image().resize((400, 800)).transpose(Image.Transpose.ROTATE_90)
-    exif = Image.Exif()
-    exif[0x0112] = 6
-    (src / "x" / "big.jpg").write_bytes(jpeg_bytes(big, exif=exif.tobytes()))
+    src = large_rotated_source(tmp_path)
     convert(src, tmp_path / "out", "npy", EncodeOptions(size=(40, 40), fit="stretch"), WORKERS0)
     pixels = np.load(tmp_path / "out" / "images.npy")[0].astype(int)
     assert pixels[3, 20, 0] > 200 and pixels[3, 20, 2] < 60  # red on top
