@@ -13,15 +13,23 @@ torch's `default_collate` batches those samples as usual, into a fresh planar
 `collate_fn=readers.collate` to the DataLoader) notices that the images already are one
 batch and returns it as a (B, 3, H, W) tensor in channels-last memory format: same
 shape and values, the layout torch's `channels_last` models want (call `.contiguous()`
-for planar memory). In the main process (num_workers=0) that is the gathered buffer
-itself; in a worker, one plain copy into shared memory. Anything else it hands to
-`default_collate`.
+for planar memory). Anything else it hands to `default_collate`.
 
-Where the time goes (measured on the 2-core benchmark machine): a DataLoader worker
-sends every batch in freshly allocated shared memory, and faulting in those pages
-costs more than copying the pixels (~90 us per 224x224 image against ~20), for every
-pipeline alike. An npy batch read in the main process skips it: num_workers=0 with
-`collate` reads at about memcpy speed, which beats workers for npy.
+No copy at all, in the main process and in workers: once `collate` has run in a worker
+process, that worker gathers its next batches straight into shared memory (the memory a
+batch leaves a worker in) that it recycles (readers.shm_pool), and `collate` sends that
+buffer as it is. Until then, with a `transform`, or under any other collate, a worker
+gathers into ordinary memory, since `default_collate` copies into shared memory of its
+own anyway and freshly mapped shared pages cost more to touch than ordinary ones.
+
+Where the time goes (measured on the 2-core benchmark machine, 64 images of 224x224):
+copying the rows into reused memory takes ~23 us an image, into freshly allocated
+shared memory ~72 us (faulting in new shared pages costs more than the copy), and each
+file descriptor a batch hands to the main process costs more again. Side by side
+through a DataLoader with 2 workers: copying into new shared memory in `collate` 11.4k
+images/s, gathering into new shared memory 15.1k, into recycled buffers with the labels
+pickled by value 33.3k (the naive memmap Dataset: 15.9k). An npy batch read in the main
+process skips shared memory: num_workers=0 with `collate` reads at about memcpy speed.
 """
 
 from __future__ import annotations
@@ -34,7 +42,15 @@ import numpy.typing as npt
 import torch
 from torch.utils.data import default_collate, get_worker_info
 
+from readers.shm_pool import PooledBatch, shared_buffer, worker_pool
+
 Sample = tuple[Any, ...]
+
+
+class _WorkerState:
+    """Whether `collate` has run in this process, set in DataLoader workers only."""
+
+    collate_seen = False
 
 
 class Gatherer(Protocol):
@@ -44,18 +60,16 @@ class Gatherer(Protocol):
         """Copy rows `indices` into `out` (len(indices), H, W, 3), each checked."""
 
 
-def shared_buffer(shape: tuple[int, ...]) -> torch.Tensor:
-    """An uninitialized uint8 tensor in shared memory, as default_collate makes in workers."""
-    storage = torch.UntypedStorage._new_shared(int(np.prod(shape)))  # type: ignore[no-untyped-call]
-    return torch.empty(0, dtype=torch.uint8).set_(storage).view(shape)
-
-
 def gathered_samples(reader: Gatherer, positions: Sequence[int], shape: tuple[int, int],
-                     raw: bool, make: Callable[[int, Any], Sample]) -> list[Sample]:
-    """One gather for the batch; `make(k, image)` builds sample k around its image view."""
+                     raw: bool, make: Callable[[int, Any], Sample],
+                     recyclable: bool = False) -> list[Sample]:
+    """One gather for the batch; `make(k, image)` builds sample k around its image view.
+
+    recyclable: the images reach `collate` as the views made here (rgb8, no transform),
+    so a worker may gather into a recycled shared buffer.
+    """
     height, width = shape
-    # ordinary memory: a fresh buffer of the same size reuses the freed one's pages
-    rows = torch.empty((len(positions), height, width, 3), dtype=torch.uint8)
+    rows = _batch_buffer((len(positions), height, width, 3), recyclable and not raw)
     reader.gather(positions, rows.numpy())
     if raw:
         flat = rows.numpy().reshape(len(positions), -1)
@@ -63,18 +77,36 @@ def gathered_samples(reader: Gatherer, positions: Sequence[int], shape: tuple[in
     return [make(k, rows[k].permute(2, 0, 1)) for k in range(len(positions))]
 
 
+def _batch_buffer(shape: tuple[int, ...], recyclable: bool) -> torch.Tensor:
+    """A recycled shared buffer where `collate` will send this batch from a worker as it
+    is; else ordinary memory (a fresh buffer of the same size reuses the freed one's pages)."""
+    if recyclable and _WorkerState.collate_seen and get_worker_info() is not None:
+        pool = worker_pool()
+        if pool is not None:
+            return pool.take(shape)
+    return torch.empty(shape, dtype=torch.uint8)
+
+
 def collate(batch: Sequence[Sample]) -> Any:
     """default_collate, but images gathered as one batch come back as it, uncopied.
 
     The result is [images, labels] or [images, labels, keys], like default_collate's.
     """
+    in_worker = get_worker_info() is not None
+    _WorkerState.collate_seen = _WorkerState.collate_seen or in_worker
     whole = _whole_batch([sample[0] for sample in batch]) if batch else None
     if whole is None:
         return default_collate(list(batch))
-    if get_worker_info() is not None:  # it leaves in shared memory: copy it there once
+    rest = default_collate([sample[1:] for sample in batch])
+    if not in_worker:
+        return [whole, *rest]
+    pool = worker_pool()
+    slot = pool.slot_of(whole) if pool is not None else None
+    if pool is not None and slot is not None:
+        return PooledBatch([whole, *rest], whole, pool, slot)
+    if not whole.untyped_storage().is_shared():  # it leaves in shared memory: copy it there
         shared = shared_buffer((whole.shape[0], *whole.shape[2:], whole.shape[1]))
         whole = shared.permute(0, 3, 1, 2).copy_(whole)
-    rest = default_collate([sample[1:] for sample in batch])
     return [whole, *rest]
 
 

@@ -242,7 +242,8 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
                                     isinstance(indices[k], PaddedIndex))
 
             return gathered_samples(local.gather, positions, self.pixels_shape,
-                                    self.decode == "raw", make)
+                                    self.decode == "raw", make,
+                                    recyclable=self.transform is None)
         records = local.cached.read_many(positions)
         return [
             self._sample(local.table, i, data, isinstance(original, PaddedIndex))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -40,6 +41,31 @@ def test_collate_gives_the_default_batch_channels_last(packed: dict[str, Path],
         assert images.is_contiguous(memory_format=torch.channels_last)
         assert torch.equal(images, want) and torch.equal(labels, want_labels)
         assert keys == want_keys
+
+
+def _collate_noting_shared(batch: Sequence[tuple[torch.Tensor, int]]) -> tuple[bool, list[Any]]:
+    """readers.collate, also saying whether the samples were already in shared memory."""
+    return batch[0][0].is_shared(), collate(batch)
+
+
+def _default_noting_shared(batch: Sequence[tuple[torch.Tensor, int]]) -> bool:
+    return batch[0][0].is_shared()
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_workers_gather_into_shared_memory_once_collate_ran(packed: dict[str, Path],
+                                                            context: str) -> None:
+    ds = PackedDataset(packed["npy"])
+    loader = DataLoader(ds, batch_size=4, num_workers=1, collate_fn=_collate_noting_shared,
+                        multiprocessing_context=context)
+    got = list(loader)
+    assert [shared for shared, _ in got] == [False] + [True] * (len(got) - 1)
+    want = list(DataLoader(ds, batch_size=4))
+    for (_, (images, labels)), (want_images, want_labels) in zip(got, want, strict=True):
+        assert torch.equal(images, want_images) and torch.equal(labels, want_labels)
+    plain = DataLoader(ds, batch_size=4, num_workers=1, collate_fn=_default_noting_shared,
+                       multiprocessing_context=context)
+    assert not any(plain)  # any other collate copies anyway: ordinary memory
 
 
 def test_collate_falls_back_to_default(packed: dict[str, Path]) -> None:

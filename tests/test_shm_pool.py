@@ -1,0 +1,155 @@
+"""Recycled shared memory for npy batches (readers.shm_pool): reused only once dropped."""
+
+from __future__ import annotations
+
+import gc
+import os
+import pickle
+from collections.abc import Sequence
+from multiprocessing.reduction import ForkingPickler
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch.multiprocessing.reductions import shared_cache
+from torch.utils.data import DataLoader
+
+from packer import convert
+from packer.convert import ConvertOptions
+from packer.encode import EncodeOptions
+from packer.sample import make_sample_folder
+from readers import PackedDataset, collate, shm_pool
+from readers.shm_pool import BUSY, FREE, PooledBatch, SlotPool
+
+SIZE = (12, 10)
+NUM = 48
+BATCH = 4
+
+
+@pytest.fixture(scope="module")
+def npy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("pool")
+    src = make_sample_folder(root / "src", count=NUM, classes=3, min_side=16, max_side=24)
+    convert(src, root / "npy", "npy", options=EncodeOptions(size=SIZE),
+            run=ConvertOptions(workers=0))
+    return root / "npy"
+
+
+def _collate_with_slot(batch: Sequence[tuple[torch.Tensor, int]]) -> tuple[Any, ...]:
+    """readers.collate, plus the pool slot the batch left in (None: not recycled)."""
+    out = collate(batch)
+    pool = shm_pool._POOL
+    slot = pool.slot_of(out[0]) if pool is not None else None
+    return slot, out
+
+
+def _expected(path: Path) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [(images.contiguous(), labels)
+            for images, labels in DataLoader(PackedDataset(path), batch_size=BATCH)]
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_dropped_batches_are_recycled_and_held_ones_never_change(npy: Path,
+                                                                 context: str) -> None:
+    want = _expected(npy)
+    loader = DataLoader(PackedDataset(npy), batch_size=BATCH, num_workers=1,
+                        collate_fn=_collate_with_slot, persistent_workers=True,
+                        multiprocessing_context=context)
+    held: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+    slots: list[int | None] = []
+    for _epoch in range(3):
+        for k, (slot, (images, labels)) in enumerate(loader):
+            slots.append(slot)
+            assert torch.equal(images, want[k][0]) and torch.equal(labels, want[k][1])
+            if k % 3 == 0:  # keep a third of the batches: their buffers must stay theirs
+                held.append((k, images, labels))
+    recycled = [slot for slot in slots if slot is not None]
+    assert len(recycled) > len(set(recycled)), "no buffer was ever reused"
+    for k, images, labels in held:
+        assert torch.equal(images, want[k][0]) and torch.equal(labels, want[k][1])
+
+
+def test_a_worker_that_runs_out_of_slots_sends_fresh_buffers(
+        npy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shm_pool, "MAX_SLOTS", 3)  # the forked worker inherits it
+    want = _expected(npy)
+    loader = DataLoader(PackedDataset(npy), batch_size=BATCH, num_workers=1,
+                        collate_fn=_collate_with_slot, multiprocessing_context="fork")
+    held = list(loader)  # every batch kept: the pool fills, then fresh buffers
+    assert [slot for slot, _ in held] == [None, 0, 1, 2] + [None] * (len(held) - 4)
+    for (_, (images, labels)), (want_images, want_labels) in zip(held, want, strict=True):
+        assert torch.equal(images, want_images) and torch.equal(labels, want_labels)
+
+
+def _received(batch: PooledBatch) -> Any:
+    """Pickled as a worker does and unpickled as if in another process (no shared cache)."""
+    data = ForkingPickler.dumps(batch)
+    shared_cache.clear()  # else this process would get its own storage back
+    return pickle.loads(data)
+
+
+def _sent(pool: SlotPool, shape: tuple[int, ...]) -> tuple[PooledBatch, int]:
+    images = pool.take(shape)
+    slot = pool.slot_of(images)
+    assert slot is not None and pool.state[slot] == BUSY
+    return PooledBatch([images, torch.arange(shape[0])], images, pool, slot), slot
+
+
+def test_the_slot_frees_when_the_last_view_dies_in_the_receiving_process() -> None:
+    pool = SlotPool()
+    batch, slot = _sent(pool, (2, 3, 4, 4))
+    received = _received(batch)
+    assert type(received) is list and received[1].tolist() == [0, 1]
+    view = received[0][1]
+    del received
+    gc.collect()
+    assert pool.state[slot] == BUSY  # a view still holds the storage
+    pid = os.fork()
+    if pid == 0:  # a fork of the receiver drops its copy: that must not free the slot
+        del view
+        gc.collect()
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert pool.state[slot] == BUSY
+    del view
+    gc.collect()
+    assert pool.state[slot] == FREE
+    assert pool.take((2, 3, 4, 4)).data_ptr() == batch.images.data_ptr()
+
+
+def test_a_batch_changed_in_the_worker_is_never_recycled() -> None:
+    pool = SlotPool()
+    batch, slot = _sent(pool, (2, 3, 4, 4))
+    batch[0] = batch[0][:1]  # a view of the slot, no longer the tracked tensor
+    received = _received(batch)
+    assert received[0].shape == (1, 3, 4, 4)
+    del received
+    gc.collect()
+    assert pool.state[slot] == BUSY
+
+
+def test_the_state_array_travels_once_and_is_found_again() -> None:
+    pool = SlotPool()
+    first, first_slot = _sent(pool, (1, 3, 2, 2))
+    second, second_slot = _sent(pool, (1, 3, 2, 2))
+    one, two = (_received(batch) for batch in (first, second))
+    assert second.__reduce__()[1][4] is None  # no second copy of the state array
+    del one, two
+    gc.collect()
+    assert pool.state[first_slot] == pool.state[second_slot] == FREE
+
+
+def test_other_sharing_strategies_turn_recycling_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.multiprocessing, "get_sharing_strategy", lambda: "file_system")
+    assert shm_pool.worker_pool() is None
+
+
+def test_pool_size_is_bounded_by_bytes() -> None:
+    pool = SlotPool()
+    big = (shm_pool.POOL_BYTES // 3) + 1
+    for _ in range(5):
+        pool.take((big,))
+    assert len(pool.buffers) == shm_pool.MIN_SLOTS
+    assert np.all(pool.state[: len(pool.buffers)] == BUSY)
