@@ -1,4 +1,4 @@
-"""Recycled shared memory for npy batches leaving a DataLoader worker (used by readers.batch).
+"""Recycled shared memory for batches leaving a DataLoader worker (used by readers.collate).
 
 Why: a worker sends each batch to the main process in shared memory. torch allocates it
 fresh for every batch, and on the 2-core benchmark machine touching those new pages
@@ -6,6 +6,9 @@ costs three times as much as copying the pixels into them (~50 vs ~23 µs per 22
 image, a fault and a zeroed page each 4 KiB). A worker that gathers into buffers it
 allocated before skips that, and sends each batch's labels inside the pickle instead of
 in another new piece of shared memory (a file descriptor handed over each time).
+npy batches are gathered straight into such a buffer; other batches of equal-sized
+tensors (decoded JPEGs) are stacked into one, which is what default_collate does into
+fresh memory.
 
 Safety: a buffer is reused only once the main process has dropped everything that
 views it. The worker marks a slot busy before it sends the batch; the main process,
@@ -41,10 +44,11 @@ FREE, BUSY = 0, 1
 KNOWN_STATES = 64  # state arrays the main process remembers (one per worker lifetime)
 
 
-def shared_buffer(shape: tuple[int, ...]) -> torch.Tensor:
-    """An uninitialized uint8 tensor in shared memory, as default_collate makes in workers."""
-    storage = torch.UntypedStorage._new_shared(int(np.prod(shape)))  # type: ignore[no-untyped-call]
-    return torch.empty(0, dtype=torch.uint8).set_(storage).view(shape)
+def shared_buffer(shape: tuple[int, ...], dtype: torch.dtype = torch.uint8) -> torch.Tensor:
+    """An uninitialized tensor in shared memory, as default_collate makes in workers."""
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    storage = torch.UntypedStorage._new_shared(nbytes)  # type: ignore[no-untyped-call]
+    return torch.empty(0, dtype=dtype).set_(storage).view(shape)
 
 
 class SlotPool:
@@ -58,14 +62,15 @@ class SlotPool:
         self.buffers: list[torch.Tensor] = []
         self.state_sent = False
 
-    def take(self, shape: tuple[int, ...]) -> torch.Tensor:
+    def take(self, shape: tuple[int, ...], dtype: torch.dtype = torch.uint8) -> torch.Tensor:
         """A shared buffer of `shape` marked busy: a free slot, a new one, or an unpooled one."""
         for slot, buffer in enumerate(self.buffers):
-            if self.state[slot] == FREE and tuple(buffer.shape) == shape:
+            if self.state[slot] == FREE and tuple(buffer.shape) == shape \
+                    and buffer.dtype == dtype:
                 self.state[slot] = BUSY
                 return buffer
-        buffer = shared_buffer(shape)
-        if len(self.buffers) < self._max_slots(buffer.numel()):
+        buffer = shared_buffer(shape, dtype)
+        if len(self.buffers) < self._max_slots(buffer.untyped_storage().nbytes()):
             self.state[len(self.buffers)] = BUSY
             self.buffers.append(buffer)
         return buffer
