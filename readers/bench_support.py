@@ -195,13 +195,13 @@ def our_cases(fmt: str, path: Path, size: tuple[int, int]) -> list[Case]:
             make = _factory(cls, path, decode=decode, size=decode_size, **options)
             cases.append(Case(f"{fmt}-{name}-{decode}", name, fmt, shown, make, shuffle,
                               targets))
-    if not jpeg:  # the documented batch path: one gather, no copy in the collate
-        for workers in (None, 0):
-            name = "PackedDataset + readers.collate" + (", 0 workers" if workers == 0 else "")
-            suffix = "" if workers is None else str(workers)
-            cases.append(Case(f"{fmt}-PackedDataset-collate{suffix}-rgb8", name, fmt,
-                              rgb[2], _factory(PackedDataset, path), True, rgb_targets,
-                              collate, workers))
+    # the documented fast path: recycled shared memory; for npy one gather, no copy
+    for workers in (None,) if jpeg else (None, 0):
+        name = "PackedDataset + readers.collate" + (", 0 workers" if workers == 0 else "")
+        suffix = "" if workers is None else str(workers)
+        cases.append(Case(f"{fmt}-PackedDataset-collate{suffix}-rgb8", name, fmt,
+                          rgb[2], _factory(PackedDataset, path, size=rgb[1]), True,
+                          rgb_targets, collate, workers))
     return cases
 
 

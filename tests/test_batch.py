@@ -68,16 +68,24 @@ def test_workers_gather_into_shared_memory_once_collate_ran(packed: dict[str, Pa
     assert not any(plain)  # any other collate copies anyway: ordinary memory
 
 
-@pytest.mark.parametrize("fmt", ["wds", "npy"])
-def test_collate_in_workers_equals_default_collate(packed: dict[str, Path], fmt: str) -> None:
-    """Decoded JPEGs are stacked into recycled shared memory; values as default_collate's."""
-    ds = PackedDataset(packed[fmt], size=SIZE, with_keys=True)
-    fast = list(DataLoader(ds, batch_size=6, num_workers=2, collate_fn=collate,
-                           persistent_workers=True))
-    plain = list(DataLoader(ds, batch_size=6))
-    for (images, labels, keys), (want, want_labels, want_keys) in zip(fast, plain, strict=True):
+@pytest.mark.parametrize(("fmt", "iterable"), [("wds", False), ("npy", False), ("npy", True)])
+def test_collate_in_workers_equals_default_collate(packed: dict[str, Path], fmt: str,
+                                                   iterable: bool) -> None:
+    """Batches go out in recycled shared memory (stacked JPEGs, npy rows in their
+    channels-last layout); values as default_collate's."""
+    ds: Any = (PackedIterableDataset(packed[fmt], shuffle=False, with_keys=True)
+               if iterable else PackedDataset(packed[fmt], size=SIZE, with_keys=True))
+
+    def batches(collate_fn: Any) -> list[Any]:
+        return list(DataLoader(ds, batch_size=6, num_workers=2, collate_fn=collate_fn,
+                               persistent_workers=True))
+
+    for (images, labels, keys), (want, want_labels, want_keys) in zip(
+            batches(collate), batches(None), strict=True):
         assert images.shape == want.shape and torch.equal(images, want)
         assert torch.equal(labels, want_labels) and keys == want_keys
+        if fmt == "npy":
+            assert images.is_contiguous(memory_format=torch.channels_last)
 
 
 def test_collate_falls_back_to_default(packed: dict[str, Path]) -> None:
