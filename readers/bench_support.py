@@ -196,11 +196,12 @@ def our_cases(fmt: str, path: Path, size: tuple[int, int]) -> list[Case]:
             cases.append(Case(f"{fmt}-{name}-{decode}", name, fmt, shown, make, shuffle,
                               targets))
     # the documented fast path: recycled shared memory; for npy one gather, no copy
-    for workers in (None,) if jpeg else (None, 0):
-        name = "PackedDataset + readers.collate" + (", 0 workers" if workers == 0 else "")
+    for cls, workers in ((PackedDataset, None), (PackedIterableDataset, None),
+                         *(() if jpeg else ((PackedDataset, 0),))):
+        name = f"{cls.__name__} + readers.collate" + (", 0 workers" if workers == 0 else "")
         suffix = "" if workers is None else str(workers)
-        cases.append(Case(f"{fmt}-PackedDataset-collate{suffix}-rgb8", name, fmt,
-                          rgb[2], _factory(PackedDataset, path, size=rgb[1]), True,
+        cases.append(Case(f"{fmt}-{cls.__name__}-collate{suffix}-rgb8", name, fmt,
+                          rgb[2], _factory(cls, path, size=rgb[1]), cls is PackedDataset,
                           rgb_targets, collate, workers))
     return cases
 
