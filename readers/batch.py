@@ -99,8 +99,10 @@ def collate(batch: Sequence[Sample]) -> Any:
 
     The result is [images, labels] or [images, labels, keys], like default_collate's.
     """
+    if not _plain_samples(batch):
+        return default_collate(list(batch))
     images = [sample[0] for sample in batch]
-    whole = _whole_batch(images) if batch else None
+    whole = _whole_batch(images)
     if get_worker_info() is None:
         return default_collate(list(batch)) if whole is None else [whole, *_rest(batch)]
     _WorkerState.collate_seen = True
@@ -110,6 +112,13 @@ def collate(batch: Sequence[Sample]) -> Any:
     if whole is None:
         return default_collate(list(batch))
     return [_in_shared_memory(whole), *_rest(batch)]
+
+
+def _plain_samples(batch: Sequence[Any]) -> bool:
+    """(image, label, ...) tuples or lists: batches collate may build itself. Anything
+    else (namedtuples, dicts, bare tensors) keeps default_collate's structure."""
+    return bool(batch) and all(type(sample) in (tuple, list) and len(sample) >= 2
+                               for sample in batch)
 
 
 def _rest(batch: Sequence[Sample]) -> list[Any]:

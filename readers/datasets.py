@@ -227,10 +227,15 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
         return self.index.num_samples
 
     def __getitem__(self, i: int) -> Sample:
-        return self.__getitems__([i])[0]
+        return self._read([i], recyclable=False)[0]
 
     def __getitems__(self, indices: Sequence[int]) -> list[Sample]:
         """A batch in one go: cache hits, whole chunks, then one read_many for the rest."""
+        return self._read(indices, recyclable=self.transform is None)
+
+    def _read(self, indices: Sequence[int], recyclable: bool) -> list[Sample]:
+        """recyclable: an npy batch may be gathered into recycled shared memory (a whole
+        batch that readers.collate sends as it is; never a single sample)."""
         positions = [self._position(i) for i in indices]
         local = self._local()
         if local.gather is not None and self.pixels_shape is not None \
@@ -243,7 +248,7 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
 
             return gathered_samples(local.gather, positions, self.pixels_shape,
                                     self.decode == "raw", make,
-                                    recyclable=self.transform is None)
+                                    recyclable=recyclable)
         records = local.cached.read_many(positions)
         return [
             self._sample(local.table, i, data, isinstance(original, PaddedIndex))

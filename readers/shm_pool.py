@@ -10,19 +10,23 @@ npy batches are gathered straight into such a buffer; other batches of equal-siz
 tensors (decoded JPEGs) are stacked into one, which is what default_collate does into
 fresh memory.
 
-Safety: a buffer is reused only once the main process has dropped everything that
-views it. The worker marks a slot busy before it sends the batch; the main process,
-when it unpickles the batch, ties a finalizer to the storage of the images tensor (torch
-keeps one Python storage object per storage, alive as long as any view of it), and the
-finalizer marks the slot free in a small state array both processes map. A batch that
-cannot be tracked (its list was rebuilt in the worker, the state array never arrived)
-keeps its slot busy for good, and once every slot is busy the worker falls back to a
+Safety: a buffer is reused only when nothing views it any more, in either process.
+- In the worker: torch's count of references to the buffer's storage is back to the
+  pool's own one (a sample, a cached batch, a batch not yet pickled all hold one).
+- In the main process: the worker marks the slot busy when it sends the batch; the main
+  process, when it unpickles it, ties a finalizer to the storage of the images tensor
+  (torch keeps one Python storage object per storage, alive as long as any view of it),
+  and the finalizer marks the slot free in a small state array both processes map.
+- Beyond the main process: when the main process pickles a tracked tensor or storage
+  (a multiprocessing queue, a Process argument) or forks while holding one, that
+  batch's slot is given up (GONE): the worker forgets the buffer, which then lives as
+  long as anyone maps it, like any torch shared memory.
+A batch that cannot be tracked (its list was rebuilt in the worker, the state array
+never arrived) keeps its slot busy; once every slot is busy the worker falls back to a
 fresh buffer per batch, as torch does: slower, never wrong.
 
-Limits: only with torch's default "file_descriptor" sharing strategy. A batch sent on
-from the main process to a third process loses its protection once the main process
-drops it (clone it first); a DataLoader's own pin-memory thread copies, which is safe.
-Each worker keeps up to POOL_BYTES of buffers mapped.
+Limits: only with torch's default "file_descriptor" sharing strategy, and only where
+torch exposes storage reference counts. Each worker keeps up to POOL_BYTES mapped.
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ from __future__ import annotations
 import collections
 import os
 import secrets
+import threading
 import weakref
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import numpy as np
@@ -40,7 +46,7 @@ import torch.multiprocessing
 POOL_BYTES = 96 << 20  # per worker: enough for the DataLoader's prefetched batches
 MIN_SLOTS = 2
 MAX_SLOTS = 16
-FREE, BUSY = 0, 1
+FREE, BUSY, GONE = 0, 1, 2
 KNOWN_STATES = 64  # state arrays the main process remembers (one per worker lifetime)
 
 
@@ -51,6 +57,12 @@ def shared_buffer(shape: tuple[int, ...], dtype: torch.dtype = torch.uint8) -> t
     return torch.empty(0, dtype=dtype).set_(storage).view(shape)
 
 
+def _references(tensor: torch.Tensor) -> int:
+    """How many tensors (views included) hold this tensor's storage, in this process."""
+    count: int = torch._C._storage_Use_Count(tensor.untyped_storage()._cdata)
+    return count
+
+
 class SlotPool:
     """A worker's buffers, and the state array through which the main process frees them."""
 
@@ -59,32 +71,64 @@ class SlotPool:
         self.token = f"{self.pid}-{secrets.token_hex(8)}"
         self.state_tensor = shared_buffer((MAX_SLOTS,)).zero_()
         self.state = self.state_tensor.numpy()
-        self.buffers: list[torch.Tensor] = []
+        self.buffers: list[torch.Tensor | None] = []
+        self.own_references: list[int] = []
         self.state_sent = False
+        self._lock = threading.Lock()
 
     def take(self, shape: tuple[int, ...], dtype: torch.dtype = torch.uint8) -> torch.Tensor:
-        """A shared buffer of `shape` marked busy: a free slot, a new one, or an unpooled one."""
-        for slot, buffer in enumerate(self.buffers):
-            if self.state[slot] == FREE and tuple(buffer.shape) == shape \
-                    and buffer.dtype == dtype:
-                self.state[slot] = BUSY
-                return buffer
-        buffer = shared_buffer(shape, dtype)
-        if len(self.buffers) < self._max_slots(buffer.untyped_storage().nbytes()):
-            self.state[len(self.buffers)] = BUSY
-            self.buffers.append(buffer)
-        return buffer
+        """A shared buffer of `shape`: a slot nobody views, a new slot, or an unpooled one.
 
-    def _max_slots(self, nbytes: int) -> int:
-        return max(MIN_SLOTS, min(MAX_SLOTS, POOL_BYTES // max(1, nbytes)))
+        The result is a fresh view, so the slot counts as in use for as long as the
+        caller (or anything made from it) holds it.
+        """
+        with self._lock:
+            for slot, buffer in enumerate(self.buffers):
+                if buffer is not None and self._reusable(slot, buffer, shape, dtype):
+                    return buffer.view(shape)
+            buffer = shared_buffer(shape, dtype)
+            index = self._free_index(buffer.untyped_storage().nbytes())
+            if index is None:
+                return buffer
+            self._install(index, buffer)
+            return buffer.view(shape)
+
+    def _install(self, slot: int, buffer: torch.Tensor) -> None:
+        self.state[slot] = FREE
+        if slot == len(self.buffers):
+            self.buffers.append(buffer)
+            self.own_references.append(0)
+        self.buffers[slot] = buffer
+        self.own_references[slot] = _references(buffer)
+
+    def _reusable(self, slot: int, buffer: torch.Tensor, shape: tuple[int, ...],
+                  dtype: torch.dtype) -> bool:
+        if self.state[slot] == GONE:  # given up by the main process: forget it
+            self.buffers[slot] = None
+            return False
+        return (self.state[slot] == FREE and tuple(buffer.shape) == shape
+                and buffer.dtype == dtype and _references(buffer) == self.own_references[slot])
+
+    def _free_index(self, nbytes: int) -> int | None:
+        """Where a new slot goes (a forgotten one's place first), or None: pool full."""
+        if None in self.buffers:
+            return self.buffers.index(None)
+        limit = max(MIN_SLOTS, min(MAX_SLOTS, POOL_BYTES // max(1, nbytes)))
+        return len(self.buffers) if len(self.buffers) < limit else None
 
     def slot_of(self, images: torch.Tensor) -> int | None:
         """The slot whose buffer `images` views, or None (not pooled)."""
+        if images.untyped_storage().nbytes() == 0:
+            return None
         pointer = images.untyped_storage().data_ptr()
         for slot, buffer in enumerate(self.buffers):
-            if buffer.untyped_storage().data_ptr() == pointer:
+            if buffer is not None and buffer.untyped_storage().data_ptr() == pointer:
                 return slot
         return None
+
+    def sending(self, slot: int) -> None:
+        """The batch in `slot` is about to leave for the main process: busy until freed."""
+        self.state[slot] = BUSY
 
 
 _POOL: SlotPool | None = None
@@ -93,7 +137,8 @@ _POOL: SlotPool | None = None
 def worker_pool() -> SlotPool | None:
     """This worker process's pool; None where recycling is off (another sharing strategy)."""
     global _POOL
-    if torch.multiprocessing.get_sharing_strategy() != "file_descriptor":  # type: ignore[no-untyped-call]
+    strategy = torch.multiprocessing.get_sharing_strategy()  # type: ignore[no-untyped-call]
+    if strategy != "file_descriptor" or not hasattr(torch._C, "_storage_Use_Count"):
         return None
     if _POOL is None or _POOL.pid != os.getpid():
         _POOL = SlotPool()
@@ -110,39 +155,95 @@ class PooledBatch(list[Any]):
                  slot: int) -> None:
         super().__init__(items)
         self.images, self.pool, self.slot = images, pool, slot
+        pool.sending(slot)
 
     def __reduce__(self) -> Any:
         items = list(self)
         if not items or items[0] is not self.images:  # changed in the worker: untracked
             return list, (items,)
-        labels = items[1] if len(items) > 1 else None
-        if isinstance(labels, torch.Tensor) and not labels.untyped_storage().is_shared():
-            labels = labels.numpy()  # 8 bytes a sample, by value: no shared memory
+        tail = items[1:]
+        by_value = bool(tail) and isinstance(tail[0], torch.Tensor) \
+            and not tail[0].untyped_storage().is_shared()
+        if by_value:  # labels: 8 bytes a sample, in the pickle rather than shared memory
+            tail[0] = tail[0].numpy()
         state = None if self.pool.state_sent else self.pool.state_tensor
         self.pool.state_sent = True
-        return _arrived, (self.images, labels, items[2:], self.pool.token, state, self.slot)
+        return _arrived, (self.images, tail, by_value, self.pool.token, state, self.slot)
 
 
-_STATES: collections.OrderedDict[str, torch.Tensor] = collections.OrderedDict()
+_LOCK = threading.Lock()  # the pin-memory thread unpickles too
+_STATES: collections.OrderedDict[str, np.ndarray] = collections.OrderedDict()
+_LIVE: dict[int, tuple[weakref.finalize[Any, Any], np.ndarray, int]] = {}
 
 
-def _arrived(images: torch.Tensor, labels: Any, rest: list[Any], token: str,
+def _arrived(images: torch.Tensor, tail: list[Any], by_value: bool, token: str,
              state: torch.Tensor | None, slot: int) -> list[Any]:
     """In the main process: the plain batch, its slot freed once `images`' storage dies."""
-    if state is not None:
-        _STATES[token] = state
-    known = _STATES.get(token)
-    if known is not None:
-        _STATES.move_to_end(token)
-        while len(_STATES) > KNOWN_STATES:
-            _STATES.popitem(last=False)
-        weakref.finalize(images.untyped_storage(), _free, os.getpid(), known.numpy(), slot)
-    if isinstance(labels, np.ndarray):
-        labels = torch.from_numpy(labels)
-    return [images, labels, *rest]
+    if by_value:
+        tail[0] = torch.from_numpy(tail[0])
+    _watch_hand_offs()
+    with _LOCK:
+        if state is not None:
+            _STATES[token] = state.numpy()
+        known = _STATES.get(token)
+        if known is not None:
+            _STATES.move_to_end(token)
+            while len(_STATES) > KNOWN_STATES:
+                _STATES.popitem(last=False)
+            storage = images.untyped_storage()
+            key = storage.data_ptr()
+            done = weakref.finalize(storage, _free, os.getpid(), known, slot, key)
+            _LIVE[key] = (done, known, slot)
+    return [images, *tail]
 
 
-def _free(pid: int, state: np.ndarray, slot: int) -> None:
+def _free(pid: int, state: np.ndarray, slot: int, key: int) -> None:
     """Mark the slot free, only in the process that received the batch (not a fork of it)."""
-    if os.getpid() == pid:
-        state[slot] = FREE
+    if os.getpid() != pid:
+        return
+    with _LOCK:
+        _LIVE.pop(key, None)
+    state[slot] = FREE
+
+
+def _give_up(key: int) -> None:
+    """The batch at `key` leaves for another process: its slot is never reused (GONE)."""
+    with _LOCK:
+        entry = _LIVE.pop(key, None)
+    if entry is not None and entry[0].detach() is not None:
+        entry[1][entry[2]] = GONE
+
+
+def _give_up_all() -> None:
+    for key in list(_LIVE):
+        _give_up(key)
+
+
+_WATCHING: list[bool] = []
+
+
+def _watch_hand_offs() -> None:
+    """Once, in the main process: pickling or forking gives up the batches it reaches."""
+    if _WATCHING:
+        return
+    _WATCHING.append(True)
+    os.register_at_fork(before=_give_up_all)
+    for kind in (torch.Tensor, torch.UntypedStorage):
+        reducer = ForkingPickler._extra_reducers.get(kind)  # type: ignore[attr-defined]
+        if reducer is not None:
+            ForkingPickler.register(kind, _giving_up(reducer))
+
+
+def _giving_up(reducer: Any) -> Any:
+    def reduce(obj: Any) -> Any:
+        if _LIVE:
+            try:
+                storage = obj.untyped_storage() if isinstance(obj, torch.Tensor) else obj
+                key = storage.data_ptr()
+            except (RuntimeError, NotImplementedError):  # sparse, meta: never pooled
+                key = None
+            if key is not None:
+                _give_up(key)
+        return reducer(obj)
+
+    return reduce

@@ -10,7 +10,6 @@ from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 from torch.multiprocessing.reductions import shared_cache
@@ -93,8 +92,10 @@ def _received(batch: PooledBatch) -> Any:
 def _sent(pool: SlotPool, shape: tuple[int, ...]) -> tuple[PooledBatch, int]:
     images = pool.take(shape)
     slot = pool.slot_of(images)
-    assert slot is not None and pool.state[slot] == BUSY
-    return PooledBatch([images, torch.arange(shape[0])], images, pool, slot), slot
+    assert slot is not None and pool.state[slot] == FREE  # busy once it leaves
+    batch = PooledBatch([images, torch.arange(shape[0])], images, pool, slot)
+    assert pool.state[slot] == BUSY
+    return batch, slot
 
 
 def test_the_slot_frees_when_the_last_view_dies_in_the_receiving_process() -> None:
@@ -106,17 +107,36 @@ def test_the_slot_frees_when_the_last_view_dies_in_the_receiving_process() -> No
     del received
     gc.collect()
     assert pool.state[slot] == BUSY  # a view still holds the storage
-    pid = os.fork()
-    if pid == 0:  # a fork of the receiver drops its copy: that must not free the slot
-        del view
-        gc.collect()
-        os._exit(0)
-    os.waitpid(pid, 0)
-    assert pool.state[slot] == BUSY
     del view
     gc.collect()
     assert pool.state[slot] == FREE
-    assert pool.take((2, 3, 4, 4)).data_ptr() == batch.images.data_ptr()
+    pointer = batch.images.data_ptr()
+    assert pool.take((2, 3, 4, 4)).data_ptr() != pointer  # the worker still holds it
+    del batch
+    assert pool.take((2, 3, 4, 4)).data_ptr() == pointer
+
+
+@pytest.mark.parametrize("hand_off", ["fork", "pickle"])
+def test_a_batch_handed_to_another_process_gives_up_its_slot(hand_off: str) -> None:
+    """Another process may read it after the receiver dropped it: never reuse that slot."""
+    pool = SlotPool()
+    batch, slot = _sent(pool, (2, 3, 4, 4))
+    pointer = batch.images.data_ptr()
+    received = _received(batch)
+    del batch
+    if hand_off == "fork":
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+    else:
+        ForkingPickler.dumps(received[0][1:])  # e.g. put on a multiprocessing queue
+    assert pool.state[slot] == shm_pool.GONE
+    del received
+    gc.collect()
+    assert pool.state[slot] == shm_pool.GONE  # the finalizer was detached
+    again = pool.take((2, 3, 4, 4))
+    assert again.data_ptr() != pointer and pool.slot_of(again) == slot  # a new buffer
 
 
 def test_a_batch_changed_in_the_worker_is_never_recycled() -> None:
@@ -149,7 +169,6 @@ def test_other_sharing_strategies_turn_recycling_off(monkeypatch: pytest.MonkeyP
 def test_pool_size_is_bounded_by_bytes() -> None:
     pool = SlotPool()
     big = (shm_pool.POOL_BYTES // 3) + 1
-    for _ in range(5):
-        pool.take((big,))
+    held = [pool.take((big,)) for _ in range(5)]  # untouched: no memory used
     assert len(pool.buffers) == shm_pool.MIN_SLOTS
-    assert np.all(pool.state[: len(pool.buffers)] == BUSY)
+    assert [pool.slot_of(tensor) for tensor in held] == [0, 1, None, None, None]

@@ -1,0 +1,388 @@
+"""Adversarial checks of the recycled shared memory (readers.shm_pool) in real DataLoaders.
+
+Each test holds batches, or only views of them, while the DataLoader keeps going long
+enough for the workers' buffers to be reused (checked: a test that never saw a reuse
+would prove nothing), then compares what it held against a plain main-process read.
+A finalizer that fired too early, a slot marked free twice or a buffer handed out while
+still in use shows up as changed pixels.
+
+The last tests pin down problems found in review, now fixed: samples the worker itself
+keeps, threads taking slots, samples that are not (image, label) tuples, single-sample
+reads. Hand-offs from the main process (pickling, fork) are tested below them.
+"""
+
+from __future__ import annotations
+
+import collections
+import gc
+import os
+import pickle
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from multiprocessing.reduction import ForkingPickler
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch.multiprocessing.reductions import shared_cache
+from torch.utils.data import ConcatDataset, DataLoader, Dataset, TensorDataset, default_collate
+
+from packer import convert
+from packer.convert import ConvertOptions
+from packer.encode import EncodeOptions
+from packer.sample import make_sample_folder
+from readers import ChunkSampler, PackedDataset, PackedIterableDataset, collate, shm_pool
+from readers.shm_pool import BUSY, FREE, PooledBatch, SlotPool
+
+SIZE = (12, 10)
+NUM = 48
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("pool-adv")
+    src = make_sample_folder(root / "src", count=NUM, classes=3, min_side=16, max_side=24)
+    for fmt in ("npy", "wds"):
+        convert(src, root / fmt, fmt, options=EncodeOptions(size=SIZE),
+                run=ConvertOptions(workers=0))
+    return {"npy": root / "npy", "wds": root / "wds"}
+
+
+def _read(path: Path) -> dict[str, torch.Tensor]:
+    """Every image by key, read in the main process (no pool involved)."""
+    out: dict[str, torch.Tensor] = {}
+    for images, _, keys in DataLoader(PackedDataset(path, with_keys=True), batch_size=8):
+        out.update((key, image.clone()) for key, image in zip(keys, images, strict=True))
+    return out
+
+
+@pytest.fixture(scope="module")
+def want(packed: dict[str, Path]) -> dict[str, torch.Tensor]:
+    return _read(packed["npy"])
+
+
+def _slot_collate(batch: Sequence[tuple[Any, ...]]) -> tuple[Any, list[Any]]:
+    """readers.collate, plus (worker pid, pool slot) of the batch (slot None: not pooled)."""
+    out = collate(batch)
+    pool = shm_pool._POOL
+    return (os.getpid(), pool.slot_of(out[0]) if pool is not None else None), out
+
+
+def _batches(loader: DataLoader[Any], slots: list[Any]) -> Iterator[list[Any]]:
+    for slot, out in loader:
+        slots.append(slot)
+        yield out
+
+
+def _assert_reused(slots: list[Any]) -> None:
+    pooled = [slot for slot in slots if slot[1] is not None]
+    assert len(pooled) > len(set(pooled)), "no buffer was ever reused: the test proves nothing"
+
+
+def _assert_images(images: Any, keys: Sequence[str], want: dict[str, torch.Tensor]) -> None:
+    for image, key in zip(torch.as_tensor(images), keys, strict=True):
+        assert torch.equal(image, want[key]), f"the image of {key} changed"
+
+
+def _loader(path: Path, **kwargs: Any) -> DataLoader[Any]:
+    options: dict[str, Any] = {"batch_size": 4, "num_workers": 2, "shuffle": True,
+                               "collate_fn": _slot_collate, "multiprocessing_context": "fork"}
+    options.update(kwargs)
+    return DataLoader(PackedDataset(path, with_keys=True), **options)
+
+
+def test_views_outlive_their_batch(packed: dict[str, Path],
+                                   want: dict[str, torch.Tensor]) -> None:
+    """Only a view, a numpy array, a storage or a DLPack tensor of each batch is kept."""
+    views = [
+        lambda images: images[1:3],
+        lambda images: images.permute(0, 2, 3, 1),
+        lambda images: images.numpy(),
+        lambda images: memoryview(images.numpy()),
+        lambda images: torch.from_numpy(images.numpy()),
+        lambda images: torch.utils.dlpack.from_dlpack(torch.utils.dlpack.to_dlpack(images)),
+        lambda images: images.untyped_storage(),
+        lambda images: images.as_subclass(torch.Tensor),
+    ]
+    slots: list[Any] = []
+    loader = _loader(packed["npy"], persistent_workers=True)
+    held = []
+    for _epoch in range(4):
+        for n, (images, _, keys) in enumerate(_batches(loader, slots)):
+            if n % 3 == 0:  # the others are dropped, so that their buffers come back
+                k = len(held) % len(views)
+                held.append((k, views[k](images), images.clone(), keys))
+            del images
+            gc.collect()
+    _assert_reused(slots)
+    for k, view, copy, keys in held:
+        expected = views[k](copy)
+        assert np.array_equal(np.asarray(view), np.asarray(expected)), f"view {k} changed"
+        _assert_images(copy, keys, want)
+
+
+def test_early_breaks_new_iterators_and_deep_prefetch(packed: dict[str, Path],
+                                                      want: dict[str, torch.Tensor]) -> None:
+    slots: list[Any] = []
+    loader = _loader(packed["npy"], persistent_workers=True, prefetch_factor=6)
+    held = []
+    for epoch in range(8):
+        for k, (images, _, keys) in enumerate(_batches(loader, slots)):
+            _assert_images(images, keys, want)
+            if k % 3 == 1:
+                held.append((images, keys))
+            if k == 2 + epoch % 4:  # abandon the pass: prefetched batches are drained
+                break
+    _assert_reused(slots)
+    for images, keys in held:
+        _assert_images(images, keys, want)
+
+
+def test_short_last_batches_two_loaders_and_restarted_workers(
+        packed: dict[str, Path], want: dict[str, torch.Tensor]) -> None:
+    """A persistent loader with a short last batch beside one that forks new workers each
+    pass, while the main process holds batches of workers that already exited."""
+    slots: list[Any] = []
+    steady = _loader(packed["npy"], batch_size=5, drop_last=False, persistent_workers=True)
+    restarted = _loader(packed["npy"], num_workers=1)
+    held = []
+    for _epoch in range(4):
+        pairs = zip(_batches(steady, slots), _batches(restarted, slots), strict=False)
+        for k, ((images, _, keys), (other, _, other_keys)) in enumerate(pairs):
+            _assert_images(images, keys, want)
+            _assert_images(other, other_keys, want)
+            if len(keys) < 5 or k % 4 == 0:
+                held.append((images, keys))
+            if k % 4 == 1:
+                held.append((other, other_keys))
+    _assert_reused(slots)
+    for images, keys in held:
+        _assert_images(images, keys, want)
+
+
+def test_chunk_sampler_with_padding(packed: dict[str, Path],
+                                    want: dict[str, torch.Tensor]) -> None:
+    dataset = PackedDataset(packed["npy"], with_keys=True)
+    sampler = ChunkSampler(dataset, drop_last=False, rank=1, world_size=5, buffer_size=8)
+    loader = DataLoader(dataset, batch_size=3, num_workers=2, sampler=sampler,
+                        collate_fn=_slot_collate, persistent_workers=True,
+                        multiprocessing_context="fork")
+    slots: list[Any] = []
+    held = []
+    for epoch in range(6):
+        sampler.set_epoch(epoch)
+        for k, (images, labels, keys) in enumerate(_batches(loader, slots)):
+            _assert_images(images, keys, want)
+            if k % 2 == 0:
+                held.append((images, keys))
+            assert labels.shape == (len(keys),)
+    _assert_reused(slots)
+    for images, keys in held:
+        _assert_images(images, keys, want)
+
+
+def test_a_full_pool_mixes_fresh_and_recycled_buffers_correctly(
+        packed: dict[str, Path], want: dict[str, torch.Tensor],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two slots a worker (the forked workers inherit the patch) and 12 batches in flight."""
+    monkeypatch.setattr(shm_pool, "POOL_BYTES", 1)
+    slots: list[Any] = []
+    loader = _loader(packed["npy"], persistent_workers=True, prefetch_factor=6)
+    held = []
+    for _epoch in range(4):
+        for k, (images, _, keys) in enumerate(_batches(loader, slots)):
+            _assert_images(images, keys, want)
+            if k % 5 == 0:
+                held.append((images, keys))
+    _assert_reused(slots)
+    assert any(slot[1] is None for slot in slots), "the pool never ran full"
+    assert {slot[1] for slot in slots} <= {None, 0, 1}
+    for images, keys in held:
+        _assert_images(images, keys, want)
+
+
+def test_iterable_dataset_batches_stay_put(packed: dict[str, Path]) -> None:
+    """Decoded JPEGs stacked by collate into recycled buffers (wds, PackedIterableDataset)."""
+    want = _read(packed["wds"])
+    dataset = PackedIterableDataset(packed["wds"], with_keys=True)
+    loader = DataLoader(dataset, batch_size=4, num_workers=2, collate_fn=_slot_collate,
+                        persistent_workers=True, multiprocessing_context="fork")
+    slots: list[Any] = []
+    held = []
+    for epoch in range(4):
+        dataset.set_epoch(epoch)
+        for k, (images, _, keys) in enumerate(_batches(loader, slots)):
+            if k % 3 == 0:
+                held.append((images, keys))
+    _assert_reused(slots)
+    for images, keys in held:
+        assert images.shape == (len(keys), 3, *SIZE)
+        _assert_images(images, keys, want)
+
+
+def _received(batch: PooledBatch) -> Any:
+    """Pickled as a worker does and unpickled as if in another process (no shared cache)."""
+    data = ForkingPickler.dumps(batch)
+    shared_cache.clear()
+    return pickle.loads(data)
+
+
+def _sent(pool: SlotPool, shape: tuple[int, ...]) -> tuple[PooledBatch, int]:
+    images = pool.take(shape)
+    slot = pool.slot_of(images)
+    assert slot is not None
+    return PooledBatch([images, torch.arange(shape[0])], images, pool, slot), slot
+
+
+def test_a_reference_held_only_in_cpp_keeps_the_slot_busy() -> None:
+    """A DLPack capsule and a tensor built from one hold the storage without any Python
+    tensor of it: the slot must stay busy until they are gone."""
+    pool = SlotPool()
+    batch, slot = _sent(pool, (2, 3, 4, 4))
+    received = _received(batch)
+    capsule = torch.utils.dlpack.to_dlpack(received[0][1])
+    del received
+    gc.collect()
+    assert pool.state[slot] == BUSY
+    rebuilt = torch.utils.dlpack.from_dlpack(capsule)
+    del capsule
+    gc.collect()
+    assert pool.state[slot] == BUSY
+    del rebuilt
+    gc.collect()
+    assert pool.state[slot] == FREE
+
+
+def test_a_batch_dropped_in_another_thread_frees_its_slot() -> None:
+    """The pin-memory thread unpickles batches; the training thread drops them."""
+    pool = SlotPool()
+    batch, slot = _sent(pool, (2, 3, 4, 4))
+    data = ForkingPickler.dumps(batch)
+    shared_cache.clear()
+    box: list[Any] = []
+    thread = threading.Thread(target=lambda: box.append(pickle.loads(data)))
+    thread.start()
+    thread.join()
+    assert pool.state[slot] == BUSY
+    box.clear()
+    gc.collect()
+    assert pool.state[slot] == FREE
+
+
+# --- problems found in review ------------------------------------------------------------
+
+
+class _CachingWrapper(Dataset[Any]):
+    """Keeps the samples that PackedDataset.__getitems__ returned, in the worker."""
+
+    def __init__(self, base: PackedDataset) -> None:
+        self.base = base
+        self.cache: dict[int, Any] = {}
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitems__(self, indices: list[int]) -> list[Any]:
+        missing = [i for i in indices if i not in self.cache]
+        if missing:
+            self.cache.update(zip(missing, self.base.__getitems__(missing), strict=True))
+        return [self.cache[i] for i in indices]
+
+
+def test_samples_the_worker_keeps_are_not_overwritten(packed: dict[str, Path],
+                                                      want: dict[str, torch.Tensor]) -> None:
+    loader = DataLoader(_CachingWrapper(PackedDataset(packed["npy"], with_keys=True)),
+                        batch_size=4, num_workers=1, collate_fn=collate,
+                        persistent_workers=True, multiprocessing_context="fork")
+    changed = 0
+    for _epoch in range(3):  # epochs 2 and 3 come from the worker's cache
+        for images, _, keys in loader:
+            changed += sum(not torch.equal(image, want[key])
+                           for image, key in zip(images, keys, strict=True))
+    del loader  # its workers end now, not while a failure is reported
+    assert changed == 0, f"{changed} cached images changed"
+
+
+def test_threads_in_a_worker_never_share_a_buffer() -> None:
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _trial in range(100):
+            pool = SlotPool()
+            for _ in range(4):
+                pool.take((1, 4, 4, 3))
+            pool.state[:] = FREE
+            taken: list[torch.Tensor] = []  # held: each is in use until dropped
+            barrier = threading.Barrier(8)
+
+            def take(pool: SlotPool = pool, taken: list[torch.Tensor] = taken,
+                     barrier: threading.Barrier = barrier) -> None:
+                barrier.wait()
+                taken.append(pool.take((1, 4, 4, 3)))
+
+            threads = [threading.Thread(target=take) for _ in range(8)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            pointers = [tensor.data_ptr() for tensor in taken]
+            assert len(pointers) == len(set(pointers)), "one buffer went to two threads"
+    finally:
+        sys.setswitchinterval(switch)
+
+
+_Named = collections.namedtuple("_Named", "image label")
+
+
+class _Samples(Dataset[Any]):
+    """Samples of another shape than (image, label): bare tensors, namedtuples."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int) -> Any:
+        image = torch.full((3, 4, 4), i, dtype=torch.uint8)
+        return image if self.kind == "bare" else _Named(image, i)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) \
+            and torch.equal(a, b)
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) \
+            and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+@pytest.mark.parametrize("kind", ["one", "bare", "named"])
+def test_collate_in_a_worker_keeps_the_batch_structure(kind: str) -> None:
+    images = torch.arange(8 * 3 * 4 * 4, dtype=torch.uint8).reshape(8, 3, 4, 4)
+    dataset = TensorDataset(images) if kind == "one" else _Samples(kind)
+    want = list(DataLoader(dataset, batch_size=4, collate_fn=default_collate))
+    got = list(DataLoader(dataset, batch_size=4, num_workers=1, collate_fn=collate,
+                          multiprocessing_context="fork"))
+    assert all(_same(a, b) for a, b in zip(got, want, strict=True))
+
+
+def _pool_rows_collate(batch: Sequence[tuple[Any, ...]]) -> tuple[Any, list[Any]]:
+    """readers.collate, plus the number of images in each of the worker's pool buffers."""
+    out = collate(batch)
+    pool = shm_pool._POOL
+    return sorted(buffer.shape[0] for buffer in pool.buffers) if pool is not None else [], out
+
+
+def test_single_sample_reads_do_not_use_up_the_pool(packed: dict[str, Path]) -> None:
+    """ConcatDataset has no __getitems__: each sample is read alone through __getitem__.
+    The pool should hold the batches collate stacks, not one slot per sample read."""
+    dataset = ConcatDataset([PackedDataset(packed["npy"]), PackedDataset(packed["npy"])])
+    loader = DataLoader(dataset, batch_size=4, num_workers=1, collate_fn=_pool_rows_collate,
+                        multiprocessing_context="fork")
+    rows = [rows for rows, _ in loader][-1]
+    assert rows and set(rows) == {4}, f"pool buffers of {rows} images"
