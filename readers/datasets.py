@@ -174,10 +174,15 @@ class _PackedBase:
             image = decode_record(data, self.decode, self.size, pixels_shape=self.pixels_shape)
         return self._finish(table, i, image, padded)
 
-    def _finish(self, table: SampleTable, i: int, image: Any, padded: bool) -> Sample:
+    def _finish(self, table: SampleTable, i: int, image: Any, padded: bool,
+                label: int | None = None) -> Sample:
+        """`label`: sample i's label when the caller looked up a batch of them at once."""
         if self.transform is not None:
             image = self.transform(image)
-        label = PAD_LABEL if padded else int(table.labels[i])
+        if padded:
+            label = PAD_LABEL
+        elif label is None:
+            label = int(table.labels[i])
         return (image, label, table.key(i)) if self.with_keys else (image, label)
 
     def close(self) -> None:
@@ -241,10 +246,11 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
         if local.gather is not None and self.pixels_shape is not None \
                 and self.decode != "pil" and self.size in (None, self.pixels_shape):
             table = local.table
+            labels = table.labels[positions].tolist()  # one lookup for the batch
 
             def make(k: int, image: Any) -> Sample:
                 return self._finish(table, positions[k], image,
-                                    isinstance(indices[k], PaddedIndex))
+                                    isinstance(indices[k], PaddedIndex), labels[k])
 
             return gathered_samples(local.gather, positions, self.pixels_shape,
                                     self.decode == "raw", make,
