@@ -23,7 +23,7 @@ from packer.distributed import (
 )
 from packer.encode import EncodeOptions
 from packer.errors import BadInputError, UnstorableRecord
-from packer.executors import EXECUTORS, Executor, check_executor, encode_ordered
+from packer.executors import EXECUTORS, Executor, batch_size, check_executor, encode_ordered
 from packer.formats.base import ShardOptions, Writer, WriterPlan
 from packer.index import (
     REJECTS_NAME,
@@ -174,9 +174,7 @@ def encoded(items: Sequence[SourceItem], options: EncodeOptions, workers: int | 
             ) -> Iterator[Record | Reject]:
     """Encode items in order on `workers` threads (see executors for why threads), or Ray.
 
-    A task is a batch: large for pass-through, where an image costs microseconds and
-    per-task overhead would dominate; small when every image is decoded and resized,
-    so the window of finished-but-unwritten pixels stays small.
+    A task is a batch of executors.batch_size inputs.
     """
     size = batch_size(options)
     # Slices of the scan's SourceItems are views: each batch builds its SourceItem
@@ -185,12 +183,6 @@ def encoded(items: Sequence[SourceItem], options: EncodeOptions, workers: int | 
                    (items[i : i + size] for i in range(0, len(items), size)))
     for batch in encode_ordered(batches, options, workers, executor, address):
         yield from batch
-
-
-def batch_size(options: EncodeOptions) -> int:
-    if options.transforms or options.pixels:
-        return 8
-    return 64 if options.check == "none" else 32
 
 
 class _Job:

@@ -16,7 +16,7 @@ from PIL import Image
 from packer import convert
 from packer.convert import ConvertOptions
 from packer.encode import EncodeOptions, encode_item, read_input, rgb_pixels
-from packer.executors import map_ordered
+from packer.executors import map_ordered, map_ordered_adaptive
 from packer.formats import _hdf5_writer
 from packer.formats._tar import member_header, pax_member_header
 from packer.formats.stream import ShardFile, sha256_of
@@ -172,6 +172,24 @@ def test_threads_keep_order_and_bound_the_window() -> None:
         results.append(result)
         assert submitted - len(results) <= 6
     assert results == [i * 2 for i in range(200)] and most <= 3
+
+
+@pytest.mark.parametrize(("slow", "switch_after"), [((), None), ((3,), None),
+                                                    ((3, 5), 5), ((2, 3, 4), 3)])
+def test_adaptive_map_goes_to_threads_after_two_slow_tasks_in_four(
+        slow: tuple[int, ...], switch_after: int | None) -> None:
+    where: list[bool] = []
+    caller = threading.current_thread()
+
+    def work(task: int) -> int:
+        where.append(threading.current_thread() is caller)
+        time.sleep(0.02 if task in slow else 0)
+        return task * 2
+
+    results = list(map_ordered_adaptive(work, range(12), workers=2, fast_s=0.01))
+    assert results == [task * 2 for task in range(12)]
+    inline = 12 if switch_after is None else switch_after + 1
+    assert where == [True] * inline + [False] * (12 - inline)
 
 
 def test_shard_file_hashes_what_it_writes(tmp_path: Path) -> None:
