@@ -71,11 +71,11 @@ def gathered_samples(reader: Gatherer, positions: Sequence[int], shape: tuple[in
                      recyclable: bool = False) -> list[Sample]:
     """One gather for the batch; `make(k, image)` builds sample k around its image view.
 
-    recyclable: the images reach `collate` as the views made here (rgb8, no transform),
-    so a worker may gather into a recycled shared buffer.
+    recyclable: the images reach `collate` as the views made here (no transform), so a
+    worker may gather into a recycled shared buffer.
     """
     height, width = shape
-    rows = _batch_buffer((len(positions), height, width, 3), recyclable and not raw)
+    rows = _batch_buffer((len(positions), height, width, 3), recyclable)
     reader.gather(positions, rows.numpy())
     if raw:
         flat = rows.numpy().reshape(len(positions), -1)
@@ -102,7 +102,9 @@ def collate(batch: Sequence[Sample]) -> Any:
     if not _plain_samples(batch):
         return default_collate(list(batch))
     images = [sample[0] for sample in batch]
-    whole = _whole_batch(images)
+    whole = _whole_batch(images) if isinstance(images[0], torch.Tensor) else _whole_rows(images)
+    if whole is not None and whole.dim() == 2:  # raw npy rows: tensors, as default_collate
+        images = list(whole)
     if get_worker_info() is None:
         return default_collate(list(batch)) if whole is None else [whole, *_rest(batch)]
     _WorkerState.collate_seen = True
@@ -144,6 +146,8 @@ def _in_shared_memory(whole: torch.Tensor) -> torch.Tensor:
     """A batch leaves a worker in shared memory: copy it there once if it is not."""
     if whole.untyped_storage().is_shared():
         return whole
+    if whole.dim() == 2:  # raw rows
+        return shared_buffer(tuple(whole.shape)).copy_(whole)
     shared = shared_buffer((whole.shape[0], *whole.shape[2:], whole.shape[1]))
     return shared.permute(0, 3, 1, 2).copy_(whole)
 
@@ -176,6 +180,26 @@ def _channels_last(image: torch.Tensor) -> bool:
         return False
     channels, _, width = image.shape
     return image.stride() == (1, width * channels, channels)
+
+
+def _whole_rows(rows: list[Any]) -> torch.Tensor | None:
+    """The (B, N) uint8 tensor that raw npy rows (1-D numpy views, decode="raw") are
+    consecutive rows of, or None."""
+    first = rows[0]
+    if not isinstance(first, np.ndarray) or first.ndim != 1 or first.dtype != np.uint8:
+        return None
+    owner = first.base.base if isinstance(first.base, np.ndarray) else None
+    size, address = len(first), first.ctypes.data
+    if not isinstance(owner, torch.Tensor) or owner.dtype != torch.uint8 \
+            or owner.numel() != size * len(rows) or owner.data_ptr() != address \
+            or not owner.is_contiguous():
+        return None
+    for k, row in enumerate(rows):
+        if not isinstance(row, np.ndarray) or row.base is not first.base \
+                or row.shape != first.shape or row.strides != first.strides \
+                or row.ctypes.data != address + k * size:
+            return None
+    return owner.view(len(rows), size)
 
 
 def _whole_batch(images: list[Any]) -> torch.Tensor | None:

@@ -203,6 +203,10 @@ def our_cases(fmt: str, path: Path, size: tuple[int, int]) -> list[Case]:
         cases.append(Case(f"{fmt}-{cls.__name__}-collate{suffix}-rgb8", name, fmt,
                           rgb[2], _factory(cls, path, size=rgb[1]), cls is PackedDataset,
                           rgb_targets, collate, workers))
+    if not jpeg:  # raw rows gathered into one (B, N) batch
+        cases.append(Case(f"{fmt}-PackedDataset-collate-raw", "PackedDataset + readers.collate",
+                          fmt, "raw", _factory(PackedDataset, path, decode="raw"), True,
+                          raw[3], collate))
     return cases
 
 

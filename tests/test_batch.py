@@ -68,24 +68,40 @@ def test_workers_gather_into_shared_memory_once_collate_ran(packed: dict[str, Pa
     assert not any(plain)  # any other collate copies anyway: ordinary memory
 
 
-@pytest.mark.parametrize(("fmt", "iterable"), [("wds", False), ("npy", False), ("npy", True)])
+@pytest.mark.parametrize(("fmt", "iterable", "workers", "decode"), [
+    ("wds", False, 2, "rgb8"), ("npy", False, 2, "rgb8"), ("npy", True, 2, "rgb8"),
+    ("npy", False, 2, "raw"), ("npy", False, 0, "raw")])
 def test_collate_in_workers_equals_default_collate(packed: dict[str, Path], fmt: str,
-                                                   iterable: bool) -> None:
+                                                   iterable: bool, workers: int,
+                                                   decode: str) -> None:
     """Batches go out in recycled shared memory (stacked JPEGs, npy rows in their
-    channels-last layout); values as default_collate's."""
+    channels-last layout, raw npy rows as one (B, N) tensor); values as default_collate's."""
+    size = SIZE if decode == "rgb8" else None
     ds: Any = (PackedIterableDataset(packed[fmt], shuffle=False, with_keys=True)
-               if iterable else PackedDataset(packed[fmt], size=SIZE, with_keys=True))
+               if iterable else PackedDataset(packed[fmt], decode=decode,  # type: ignore[arg-type]
+                                              size=size, with_keys=True))
 
     def batches(collate_fn: Any) -> list[Any]:
-        return list(DataLoader(ds, batch_size=6, num_workers=2, collate_fn=collate_fn,
-                               persistent_workers=True))
+        return list(DataLoader(ds, batch_size=6, num_workers=workers, collate_fn=collate_fn,
+                               persistent_workers=workers > 0))
 
     for (images, labels, keys), (want, want_labels, want_keys) in zip(
             batches(collate), batches(None), strict=True):
         assert images.shape == want.shape and torch.equal(images, want)
         assert torch.equal(labels, want_labels) and keys == want_keys
-        if fmt == "npy":
+        if fmt == "npy" and decode == "rgb8":
             assert images.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_collate_returns_raw_npy_rows_uncopied(packed: dict[str, Path]) -> None:
+    ds = PackedDataset(packed["npy"], decode="raw")
+    samples = ds.__getitems__([5, 2, 9])
+    rows, labels = collate(samples)
+    assert rows.shape == (3, SIZE[0] * SIZE[1] * 3) and rows.dtype == torch.uint8
+    assert rows.data_ptr() == samples[0][0].ctypes.data  # the gathered buffer itself
+    want = default_collate(samples)
+    assert torch.equal(rows, want[0]) and torch.equal(labels, want[1])
+    assert collate(samples[::-1])[0].data_ptr() != samples[2][0].ctypes.data  # not in order
 
 
 def test_collate_falls_back_to_default(packed: dict[str, Path]) -> None:
