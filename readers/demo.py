@@ -19,7 +19,7 @@ from packer.convert import ConvertOptions
 from packer.encode import EncodeOptions
 from packer.formats import FORMATS
 from packer.sample import make_sample_folder
-from readers import PackedDataset, PackedIterableDataset
+from readers import PackedDataset, PackedIterableDataset, collate
 
 DECODE_SIZE = (224, 224)
 
@@ -43,8 +43,8 @@ def folder_stats(folder: Path) -> tuple[int, float]:
 
 
 def read_rate(dataset: Dataset[Any], workers: int, batch_size: int = 32) -> tuple[int, float]:
-    """Images per second through a plain DataLoader, one full epoch."""
-    loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers)
+    """Images per second through a DataLoader with readers.collate, one full epoch."""
+    loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, collate_fn=collate)
     seen = 0
     start = time.perf_counter()
     for images, _labels in loader:
