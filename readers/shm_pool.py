@@ -183,7 +183,8 @@ def _arrived(images: torch.Tensor, tail: list[Any], by_value: bool, token: str,
         tail[0] = torch.from_numpy(tail[0])
     _watch_hand_offs()
     with _LOCK:
-        if state is not None:
+        if state is not None:  # a new worker: forget the ones that have ended
+            _forget_ended_workers()
             _STATES[token] = state.numpy()
         known = _STATES.get(token)
         if known is not None:
@@ -195,6 +196,19 @@ def _arrived(images: torch.Tensor, tail: list[Any], by_value: bool, token: str,
             done = weakref.finalize(storage, _free, os.getpid(), known, slot, key)
             _LIVE[key] = (done, known, slot)
     return [images, *tail]
+
+
+def _forget_ended_workers() -> None:
+    """Drop the state arrays of workers that have exited (each holds a file descriptor):
+    no batch will come from them again, and their batches' finalizers keep what they need.
+    Tokens start with the worker's pid; a new process reusing the pid has another token."""
+    for token in list(_STATES):
+        try:
+            os.kill(int(token.partition("-")[0]), 0)
+        except ProcessLookupError:
+            del _STATES[token]
+        except (PermissionError, ValueError):
+            continue
 
 
 def _free(pid: int, state: np.ndarray, slot: int, key: int) -> None:

@@ -10,6 +10,7 @@ from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import torch
 from torch.multiprocessing.reductions import shared_cache
@@ -172,3 +173,21 @@ def test_pool_size_is_bounded_by_bytes() -> None:
     held = [pool.take((big,)) for _ in range(5)]  # untouched: no memory used
     assert len(pool.buffers) == shm_pool.MIN_SLOTS
     assert [pool.slot_of(tensor) for tensor in held] == [0, 1, None, None, None]
+
+
+def test_open_files_stay_flat_when_each_epoch_starts_new_workers(npy: Path) -> None:
+    """Every worker sends its state array once (one descriptor in the main process); the
+    arrays of workers that ended are dropped, so descriptors do not pile up per epoch."""
+    loader = DataLoader(PackedDataset(npy), batch_size=BATCH, num_workers=2,
+                        collate_fn=collate, multiprocessing_context="fork")
+    counts = []
+    for _epoch in range(6):
+        for _batch in loader:
+            pass
+        del _batch
+        gc.collect()
+        counts.append(len(os.listdir("/proc/self/fd")))
+    assert len(set(counts[1:])) == 1, counts
+    alive = {os.getpid(), *(child.pid for child in psutil.Process().children())}
+    ended = {int(token.split("-")[0]) for token in shm_pool._STATES} - alive
+    assert len(ended) <= 2  # the last epoch's workers, dropped when new ones send theirs
