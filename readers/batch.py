@@ -48,7 +48,7 @@ import numpy.typing as npt
 import torch
 from torch.utils.data import default_collate, get_worker_info
 
-from readers.shm_pool import PooledBatch, SlotPool, shared_buffer, worker_pool
+from readers.shm_pool import FREE, PooledBatch, SlotPool, shared_buffer, worker_pool
 
 Sample = tuple[Any, ...]
 
@@ -132,7 +132,10 @@ def _rest(batch: Sequence[Sample]) -> list[Any]:
 def _pooled(images: list[torch.Tensor], whole: torch.Tensor | None, pool: SlotPool,
             rest: list[Any]) -> list[Any]:
     """The batch in a pool slot: as gathered there (npy), else copied into one."""
-    if whole is None or pool.slot_of(whole) is None:
+    slot = None if whole is None else pool.slot_of(whole)
+    if slot is not None and pool.state[slot] != FREE:  # already out: send a copy
+        whole = _stacked(images, pool)
+    elif whole is None or slot is None:
         if whole is not None and whole.untyped_storage().is_shared():
             return [whole, *rest]  # gathered into a fresh shared buffer: the pool was full
         whole = _stacked(images, pool)
@@ -196,6 +199,7 @@ def _whole_rows(rows: list[Any]) -> torch.Tensor | None:
         return None
     for k, row in enumerate(rows):
         if not isinstance(row, np.ndarray) or row.base is not first.base \
+                or row.dtype != first.dtype \
                 or row.shape != first.shape or row.strides != first.strides \
                 or row.ctypes.data != address + k * size:
             return None
@@ -216,6 +220,7 @@ def _whole_batch(images: list[Any]) -> torch.Tensor | None:
     pointer = storage.data_ptr()
     for k, image in enumerate(images):
         if not isinstance(image, torch.Tensor) or image.shape != first.shape \
+                or image.dtype != first.dtype \
                 or image.stride() != first.stride() or image.storage_offset() != k * step \
                 or image.untyped_storage().data_ptr() != pointer:
             return None

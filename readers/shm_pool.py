@@ -34,6 +34,7 @@ from __future__ import annotations
 import collections
 import os
 import secrets
+import sys
 import threading
 import weakref
 from multiprocessing.reduction import ForkingPickler
@@ -73,6 +74,8 @@ class SlotPool:
         self.state = self.state_tensor.numpy()
         self.buffers: list[torch.Tensor | None] = []
         self.own_references: list[int] = []
+        self.storages: list[Any] = []
+        self.own_holders: list[int] = []
         self.state_sent = False
         self._lock = threading.Lock()
 
@@ -98,16 +101,22 @@ class SlotPool:
         if slot == len(self.buffers):
             self.buffers.append(buffer)
             self.own_references.append(0)
+            self.storages.append(None)
+            self.own_holders.append(0)
         self.buffers[slot] = buffer
+        self.storages[slot] = buffer.untyped_storage()
+        self.own_holders[slot] = sys.getrefcount(self.storages[slot])
         self.own_references[slot] = _references(buffer)
 
     def _reusable(self, slot: int, buffer: torch.Tensor, shape: tuple[int, ...],
                   dtype: torch.dtype) -> bool:
         if self.state[slot] == GONE:  # given up by the main process: forget it
             self.buffers[slot] = None
+            self.storages[slot] = None
             return False
         return (self.state[slot] == FREE and tuple(buffer.shape) == shape
-                and buffer.dtype == dtype and _references(buffer) == self.own_references[slot])
+                and buffer.dtype == dtype and _references(buffer) == self.own_references[slot]
+                and sys.getrefcount(self.storages[slot]) == self.own_holders[slot])
 
     def _free_index(self, nbytes: int) -> int | None:
         """Where a new slot goes (a forgotten one's place first), or None: pool full."""
@@ -127,7 +136,10 @@ class SlotPool:
         return None
 
     def sending(self, slot: int) -> None:
-        """The batch in `slot` is about to leave for the main process: busy until freed."""
+        """The batch in `slot` is about to leave for the main process: busy until freed.
+        Only a free slot may leave (readers.batch copies a batch whose slot is out)."""
+        if self.state[slot] != FREE:
+            raise RuntimeError(f"pool slot {slot} is already out (state {self.state[slot]})")
         self.state[slot] = BUSY
 
 
@@ -157,6 +169,15 @@ class PooledBatch(list[Any]):
         self.images, self.pool, self.slot = images, pool, slot
         pool.sending(slot)
 
+    def __copy__(self) -> list[Any]:
+        """A plain list: only the pickle that leaves for the main process is tracked."""
+        return list(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> list[Any]:
+        import copy
+
+        return copy.deepcopy(list(self), memo)
+
     def __reduce__(self) -> Any:
         items = list(self)
         if not items or items[0] is not self.images:  # changed in the worker: untracked
@@ -171,7 +192,7 @@ class PooledBatch(list[Any]):
         return _arrived, (self.images, tail, by_value, self.pool.token, state, self.slot)
 
 
-_LOCK = threading.Lock()  # the pin-memory thread unpickles too
+_LOCK = threading.RLock()  # the pin-memory thread unpickles too
 _STATES: collections.OrderedDict[str, np.ndarray] = collections.OrderedDict()
 _LIVE: dict[int, tuple[weakref.finalize[Any, Any], np.ndarray, int]] = {}
 
@@ -193,6 +214,8 @@ def _arrived(images: torch.Tensor, tail: list[Any], by_value: bool, token: str,
                 _STATES.popitem(last=False)
             storage = images.untyped_storage()
             key = storage.data_ptr()
+            if key in _LIVE:  # the same storage again: its finalizer covers both
+                return [images, *tail]
             done = weakref.finalize(storage, _free, os.getpid(), known, slot, key)
             _LIVE[key] = (done, known, slot)
     return [images, *tail]
@@ -233,6 +256,17 @@ def _give_up_all() -> None:
         _give_up(key)
 
 
+def _before_fork() -> None:
+    _LOCK.acquire()
+    _give_up_all()
+
+
+def _in_child() -> None:
+    global _LOCK
+    _LIVE.clear()
+    _LOCK = threading.RLock()
+
+
 _WATCHING: list[bool] = []
 
 
@@ -241,7 +275,8 @@ def _watch_hand_offs() -> None:
     if _WATCHING:
         return
     _WATCHING.append(True)
-    os.register_at_fork(before=_give_up_all)
+    os.register_at_fork(before=_before_fork, after_in_parent=_LOCK.release,
+                        after_in_child=_in_child)
     for kind in (torch.Tensor, torch.UntypedStorage):
         reducer = ForkingPickler._extra_reducers.get(kind)  # type: ignore[attr-defined]
         if reducer is not None:

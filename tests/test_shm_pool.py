@@ -191,3 +191,14 @@ def test_open_files_stay_flat_when_each_epoch_starts_new_workers(npy: Path) -> N
     alive = {os.getpid(), *(child.pid for child in psutil.Process().children())}
     ended = {int(token.split("-")[0]) for token in shm_pool._STATES} - alive
     assert len(ended) <= 2  # the last epoch's workers, dropped when new ones send theirs
+
+
+def test_copies_of_a_pooled_batch_in_the_worker_are_plain_lists() -> None:
+    """Only the pickle that leaves for the main process carries the slot and state."""
+    import copy
+
+    pool = SlotPool()
+    batch, slot = _sent(pool, (2, 3, 4, 4))
+    for copied in (copy.copy(batch), copy.deepcopy(batch)):
+        assert type(copied) is list and torch.equal(copied[0], batch.images)
+    assert not pool.state_sent and pool.state[slot] == BUSY
