@@ -106,7 +106,7 @@ def _forks_read_right(pending: list[tuple[int, int]]) -> int:
 
 
 def one_round(paths: dict[str, Path], want: Reference, rng: random.Random,
-              tally: Tally, helper: tuple[Any, Any]) -> None:
+              tally: Tally, helper: tuple[Any, Any], collate_fn: Any = collate) -> None:
     fmt = rng.choice(sorted(paths))
     decode = rng.choice(("rgb8", "raw")) if fmt == "npy" else "rgb8"
     iterable = decode == "rgb8" and rng.random() < 0.3
@@ -114,7 +114,7 @@ def one_round(paths: dict[str, Path], want: Reference, rng: random.Random,
     persistent = rng.random() < 0.5
     loader = DataLoader(_dataset(paths[fmt], fmt, decode, iterable, rng.randrange(1 << 30)),
                         batch_size=rng.choice((3, 4, 8, 16)), num_workers=workers,
-                        collate_fn=collate, persistent_workers=persistent,
+                        collate_fn=collate_fn, persistent_workers=persistent,
                         prefetch_factor=rng.randint(1, 4), shuffle=None if iterable else True,
                         multiprocessing_context=rng.choice(("fork", "fork", "spawn")))
     reference_images = want[(fmt, decode)]
@@ -169,8 +169,9 @@ def _use(batch: Any, want: dict[str, torch.Tensor], rng: random.Random, tally: T
 
 
 def run(paths: dict[str, Path], rounds: int, seed: int,
-        progress: Any = None) -> Tally:
-    """`rounds` random rounds; the returned tally lists every mismatch."""
+        progress: Any = None, collate_fn: Any = collate) -> Tally:
+    """`rounds` random rounds; the returned tally lists every mismatch. `collate_fn`:
+    readers.collate, or torch's default_collate for a run to compare with."""
     rng = random.Random(seed)
     want = reference(paths)
     tally = Tally()
@@ -180,7 +181,7 @@ def run(paths: dict[str, Path], rounds: int, seed: int,
     reader.start()
     try:
         for number in range(1, rounds + 1):
-            one_round(paths, want, rng, tally, (queue, result))
+            one_round(paths, want, rng, tally, (queue, result), collate_fn)
             if progress is not None:
                 progress(number, tally)
     finally:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Soak readers.collate's recycled shared memory: random DataLoader rounds, all checked.
 
-    python scripts/soak_pool.py [--rounds 200] [--seed S] [--work DIR]
+    python scripts/soak_pool.py [--rounds 200] [--seed S] [--work DIR] [--default-collate]
 
 See readers/pool_soak.py for what a round does. Packs a small generated source into
 npy and wds once, then runs the rounds; prints a line every 10 rounds and a summary.
@@ -18,10 +18,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from torch.utils.data import default_collate
+
 from packer import convert
 from packer.convert import ConvertOptions
 from packer.encode import EncodeOptions
 from packer.sample import make_sample_folder
+from readers import collate
 from readers.pool_soak import Tally, run
 
 
@@ -31,6 +34,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--work", type=Path, default=None)
+    parser.add_argument("--default-collate", action="store_true",
+                        help="torch's default_collate instead, to compare with")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 32)
     work = args.work or Path(tempfile.mkdtemp(prefix="soak-pool-"))
@@ -50,7 +55,8 @@ def main() -> int:
                   f"{len(tally.mismatches)} mismatches ({time.perf_counter() - start:.0f} s)",
                   flush=True)
 
-    tally: Tally = run(paths, args.rounds, seed, progress)
+    tally: Tally = run(paths, args.rounds, seed, progress,
+                       default_collate if args.default_collate else collate)
     print(f"seed {seed}: {tally.rounds} rounds, {tally.batches} batches checked on arrival, "
           f"{tally.held} held to the end of their round, {tally.handed_off} handed to a "
           f"spawned process, {tally.forked} read by forked children; "
