@@ -103,11 +103,11 @@ def collate(batch: Sequence[Sample]) -> Any:
         return default_collate(list(batch))
     images = [sample[0] for sample in batch]
     whole = _whole_batch(images) if isinstance(images[0], torch.Tensor) else _whole_rows(images)
-    if whole is not None and whole.dim() == 2:  # raw npy rows: tensors, as default_collate
-        images = list(whole)
     if get_worker_info() is None:
         return default_collate(list(batch)) if whole is None else [whole, *_rest(batch)]
     _WorkerState.collate_seen = True
+    if whole is not None and whole.dim() == 2:  # raw npy rows: tensors, as default_collate
+        images = list(whole)
     pool = worker_pool()
     if pool is not None and _stackable(images):
         return _pooled(images, whole, pool, _rest(batch))
@@ -133,13 +133,11 @@ def _pooled(images: list[torch.Tensor], whole: torch.Tensor | None, pool: SlotPo
             rest: list[Any]) -> list[Any]:
     """The batch in a pool slot: as gathered there (npy), else copied into one."""
     slot = None if whole is None else pool.slot_of(whole)
-    if slot is not None and pool.state[slot] != FREE:  # already out: send a copy
+    if whole is not None and slot is None and whole.untyped_storage().is_shared():
+        return [whole, *rest]  # gathered into a fresh shared buffer: the pool was full
+    if whole is None or slot is None or pool.state[slot] != FREE:  # not in a slot, or out
         whole = _stacked(images, pool)
-    elif whole is None or slot is None:
-        if whole is not None and whole.untyped_storage().is_shared():
-            return [whole, *rest]  # gathered into a fresh shared buffer: the pool was full
-        whole = _stacked(images, pool)
-    slot = pool.slot_of(whole)
+        slot = pool.slot_of(whole)
     if slot is None:  # the pool is full: an unpooled buffer, as default_collate's
         return [whole, *rest]
     return PooledBatch([whole, *rest], whole, pool, slot)

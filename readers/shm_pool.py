@@ -64,6 +64,23 @@ def _references(tensor: torch.Tensor) -> int:
     return count
 
 
+class _Slot:
+    """One recycled buffer, and what holds it when only the pool does."""
+
+    def __init__(self, buffer: torch.Tensor) -> None:
+        self.buffer = buffer
+        self.storage = buffer.untyped_storage()  # the one Python object of this storage
+        self.own_references, self.own_holders = self._holders()
+
+    def _holders(self) -> tuple[int, int]:
+        """(tensors holding the storage, Python references to its storage object)."""
+        return _references(self.buffer), sys.getrefcount(self.storage)
+
+    def idle(self) -> bool:
+        """Nothing in this process holds the buffer but the pool (no view, no storage)."""
+        return self._holders() == (self.own_references, self.own_holders)
+
+
 class SlotPool:
     """A worker's buffers, and the state array through which the main process frees them."""
 
@@ -72,12 +89,14 @@ class SlotPool:
         self.token = f"{self.pid}-{secrets.token_hex(8)}"
         self.state_tensor = shared_buffer((MAX_SLOTS,)).zero_()
         self.state = self.state_tensor.numpy()
-        self.buffers: list[torch.Tensor | None] = []
-        self.own_references: list[int] = []
-        self.storages: list[Any] = []
-        self.own_holders: list[int] = []
+        self.slots: list[_Slot | None] = []  # None: given up, its place free for a new one
         self.state_sent = False
         self._lock = threading.Lock()
+
+    @property
+    def buffers(self) -> list[torch.Tensor]:
+        """The buffers the pool holds now."""
+        return [slot.buffer for slot in self.slots if slot is not None]
 
     def take(self, shape: tuple[int, ...], dtype: torch.dtype = torch.uint8) -> torch.Tensor:
         """A shared buffer of `shape`: a slot nobody views, a new slot, or an unpooled one.
@@ -86,53 +105,42 @@ class SlotPool:
         caller (or anything made from it) holds it.
         """
         with self._lock:
-            for slot, buffer in enumerate(self.buffers):
-                if buffer is not None and self._reusable(slot, buffer, shape, dtype):
-                    return buffer.view(shape)
+            for index, slot in enumerate(self.slots):
+                if slot is not None and self._reusable(index, slot, shape, dtype):
+                    return slot.buffer.view(shape)
             buffer = shared_buffer(shape, dtype)
-            index = self._free_index(buffer.untyped_storage().nbytes())
-            if index is None:
+            free = self._free_index(buffer.untyped_storage().nbytes())
+            if free is None:
                 return buffer
-            self._install(index, buffer)
+            self.state[free] = FREE
+            if free == len(self.slots):
+                self.slots.append(None)
+            self.slots[free] = _Slot(buffer)
             return buffer.view(shape)
 
-    def _install(self, slot: int, buffer: torch.Tensor) -> None:
-        self.state[slot] = FREE
-        if slot == len(self.buffers):
-            self.buffers.append(buffer)
-            self.own_references.append(0)
-            self.storages.append(None)
-            self.own_holders.append(0)
-        self.buffers[slot] = buffer
-        self.storages[slot] = buffer.untyped_storage()
-        self.own_holders[slot] = sys.getrefcount(self.storages[slot])
-        self.own_references[slot] = _references(buffer)
-
-    def _reusable(self, slot: int, buffer: torch.Tensor, shape: tuple[int, ...],
+    def _reusable(self, index: int, slot: _Slot, shape: tuple[int, ...],
                   dtype: torch.dtype) -> bool:
-        if self.state[slot] == GONE:  # given up by the main process: forget it
-            self.buffers[slot] = None
-            self.storages[slot] = None
+        if self.state[index] == GONE:  # given up by the main process: forget it
+            self.slots[index] = None
             return False
-        return (self.state[slot] == FREE and tuple(buffer.shape) == shape
-                and buffer.dtype == dtype and _references(buffer) == self.own_references[slot]
-                and sys.getrefcount(self.storages[slot]) == self.own_holders[slot])
+        return (self.state[index] == FREE and tuple(slot.buffer.shape) == shape
+                and slot.buffer.dtype == dtype and slot.idle())
 
     def _free_index(self, nbytes: int) -> int | None:
         """Where a new slot goes (a forgotten one's place first), or None: pool full."""
-        if None in self.buffers:
-            return self.buffers.index(None)
+        if None in self.slots:
+            return self.slots.index(None)
         limit = max(MIN_SLOTS, min(MAX_SLOTS, POOL_BYTES // max(1, nbytes)))
-        return len(self.buffers) if len(self.buffers) < limit else None
+        return len(self.slots) if len(self.slots) < limit else None
 
     def slot_of(self, images: torch.Tensor) -> int | None:
         """The slot whose buffer `images` views, or None (not pooled)."""
         if images.untyped_storage().nbytes() == 0:
             return None
         pointer = images.untyped_storage().data_ptr()
-        for slot, buffer in enumerate(self.buffers):
-            if buffer is not None and buffer.untyped_storage().data_ptr() == pointer:
-                return slot
+        for index, slot in enumerate(self.slots):
+            if slot is not None and slot.storage.data_ptr() == pointer:
+                return index
         return None
 
     def sending(self, slot: int) -> None:
