@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import os
-import pickle
 from collections.abc import Sequence
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
@@ -13,28 +12,18 @@ from typing import Any
 import psutil
 import pytest
 import torch
-from torch.multiprocessing.reductions import shared_cache
 from torch.utils.data import DataLoader
 
-from packer import convert
-from packer.convert import ConvertOptions
-from packer.encode import EncodeOptions
-from packer.sample import make_sample_folder
 from readers import PackedDataset, collate, shm_pool
-from readers.shm_pool import BUSY, FREE, PooledBatch, SlotPool
+from readers.shm_pool import BUSY, FREE, SlotPool
+from tests import shm_pool_support as support
 
-SIZE = (12, 10)
-NUM = 48
 BATCH = 4
 
 
 @pytest.fixture(scope="module")
 def npy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("pool")
-    src = make_sample_folder(root / "src", count=NUM, classes=3, min_side=16, max_side=24)
-    convert(src, root / "npy", "npy", options=EncodeOptions(size=SIZE),
-            run=ConvertOptions(workers=0))
-    return root / "npy"
+    return support.pack_small(tmp_path_factory.mktemp("pool"))["npy"]
 
 
 def _collate_with_slot(batch: Sequence[tuple[torch.Tensor, int]]) -> tuple[Any, ...]:
@@ -83,26 +72,10 @@ def test_a_worker_that_runs_out_of_slots_sends_fresh_buffers(
         assert torch.equal(images, want_images) and torch.equal(labels, want_labels)
 
 
-def _received(batch: PooledBatch) -> Any:
-    """Pickled as a worker does and unpickled as if in another process (no shared cache)."""
-    data = ForkingPickler.dumps(batch)
-    shared_cache.clear()  # else this process would get its own storage back
-    return pickle.loads(data)
-
-
-def _sent(pool: SlotPool, shape: tuple[int, ...]) -> tuple[PooledBatch, int]:
-    images = pool.take(shape)
-    slot = pool.slot_of(images)
-    assert slot is not None and pool.state[slot] == FREE  # busy once it leaves
-    batch = PooledBatch([images, torch.arange(shape[0])], images, pool, slot)
-    assert pool.state[slot] == BUSY
-    return batch, slot
-
-
 def test_the_slot_frees_when_the_last_view_dies_in_the_receiving_process() -> None:
     pool = SlotPool()
-    batch, slot = _sent(pool, (2, 3, 4, 4))
-    received = _received(batch)
+    batch, slot = support.sent(pool, (2, 3, 4, 4))
+    received = support.received(batch)
     assert type(received) is list and received[1].tolist() == [0, 1]
     view = received[0][1]
     del received
@@ -121,9 +94,9 @@ def test_the_slot_frees_when_the_last_view_dies_in_the_receiving_process() -> No
 def test_a_batch_handed_to_another_process_gives_up_its_slot(hand_off: str) -> None:
     """Another process may read it after the receiver dropped it: never reuse that slot."""
     pool = SlotPool()
-    batch, slot = _sent(pool, (2, 3, 4, 4))
+    batch, slot = support.sent(pool, (2, 3, 4, 4))
     pointer = batch.images.data_ptr()
-    received = _received(batch)
+    received = support.received(batch)
     del batch
     if hand_off == "fork":
         pid = os.fork()
@@ -142,9 +115,9 @@ def test_a_batch_handed_to_another_process_gives_up_its_slot(hand_off: str) -> N
 
 def test_a_batch_changed_in_the_worker_is_never_recycled() -> None:
     pool = SlotPool()
-    batch, slot = _sent(pool, (2, 3, 4, 4))
+    batch, slot = support.sent(pool, (2, 3, 4, 4))
     batch[0] = batch[0][:1]  # a view of the slot, no longer the tracked tensor
-    received = _received(batch)
+    received = support.received(batch)
     assert received[0].shape == (1, 3, 4, 4)
     del received
     gc.collect()
@@ -153,9 +126,9 @@ def test_a_batch_changed_in_the_worker_is_never_recycled() -> None:
 
 def test_the_state_array_travels_once_and_is_found_again() -> None:
     pool = SlotPool()
-    first, first_slot = _sent(pool, (1, 3, 2, 2))
-    second, second_slot = _sent(pool, (1, 3, 2, 2))
-    one, two = (_received(batch) for batch in (first, second))
+    first, first_slot = support.sent(pool, (1, 3, 2, 2))
+    second, second_slot = support.sent(pool, (1, 3, 2, 2))
+    one, two = (support.received(batch) for batch in (first, second))
     assert second.__reduce__()[1][4] is None  # no second copy of the state array
     del one, two
     gc.collect()
@@ -198,7 +171,7 @@ def test_copies_of_a_pooled_batch_in_the_worker_are_plain_lists() -> None:
     import copy
 
     pool = SlotPool()
-    batch, slot = _sent(pool, (2, 3, 4, 4))
+    batch, slot = support.sent(pool, (2, 3, 4, 4))
     for copied in (copy.copy(batch), copy.deepcopy(batch)):
         assert type(copied) is list and torch.equal(copied[0], batch.images)
     assert not pool.state_sent and pool.state[slot] == BUSY

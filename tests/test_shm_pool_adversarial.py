@@ -20,35 +20,22 @@ import pickle
 import sys
 import threading
 from collections.abc import Iterator, Sequence
-from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from torch.multiprocessing.reductions import shared_cache
 from torch.utils.data import ConcatDataset, DataLoader, Dataset, TensorDataset, default_collate
 
-from packer import convert
-from packer.convert import ConvertOptions
-from packer.encode import EncodeOptions
-from packer.sample import make_sample_folder
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset, collate, shm_pool
-from readers.shm_pool import BUSY, FREE, PooledBatch, SlotPool
-
-SIZE = (12, 10)
-NUM = 48
+from readers.shm_pool import BUSY, FREE, SlotPool
+from tests import shm_pool_support as support
 
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("pool-adv")
-    src = make_sample_folder(root / "src", count=NUM, classes=3, min_side=16, max_side=24)
-    for fmt in ("npy", "wds"):
-        convert(src, root / fmt, fmt, options=EncodeOptions(size=SIZE),
-                run=ConvertOptions(workers=0))
-    return {"npy": root / "npy", "wds": root / "wds"}
+    return support.pack_small(tmp_path_factory.mktemp("pool-adv"), ("npy", "wds"))
 
 
 def _read(path: Path) -> dict[str, torch.Tensor]:
@@ -219,30 +206,16 @@ def test_iterable_dataset_batches_stay_put(packed: dict[str, Path]) -> None:
                 held.append((images, keys))
     _assert_reused(slots)
     for images, keys in held:
-        assert images.shape == (len(keys), 3, *SIZE)
+        assert images.shape == (len(keys), 3, *support.SIZE)
         _assert_images(images, keys, want)
-
-
-def _received(batch: PooledBatch) -> Any:
-    """Pickled as a worker does and unpickled as if in another process (no shared cache)."""
-    data = ForkingPickler.dumps(batch)
-    shared_cache.clear()
-    return pickle.loads(data)
-
-
-def _sent(pool: SlotPool, shape: tuple[int, ...]) -> tuple[PooledBatch, int]:
-    images = pool.take(shape)
-    slot = pool.slot_of(images)
-    assert slot is not None
-    return PooledBatch([images, torch.arange(shape[0])], images, pool, slot), slot
 
 
 def test_a_reference_held_only_in_cpp_keeps_the_slot_busy() -> None:
     """A DLPack capsule and a tensor built from one hold the storage without any Python
     tensor of it: the slot must stay busy until they are gone."""
     pool = SlotPool()
-    batch, slot = _sent(pool, (2, 3, 4, 4))
-    received = _received(batch)
+    batch, slot = support.sent(pool, (2, 3, 4, 4))
+    received = support.received(batch)
     capsule = torch.utils.dlpack.to_dlpack(received[0][1])
     del received
     gc.collect()
@@ -259,9 +232,8 @@ def test_a_reference_held_only_in_cpp_keeps_the_slot_busy() -> None:
 def test_a_batch_dropped_in_another_thread_frees_its_slot() -> None:
     """The pin-memory thread unpickles batches; the training thread drops them."""
     pool = SlotPool()
-    batch, slot = _sent(pool, (2, 3, 4, 4))
-    data = ForkingPickler.dumps(batch)
-    shared_cache.clear()
+    batch, slot = support.sent(pool, (2, 3, 4, 4))
+    data = support.pickled_for_another_process(batch)
     box: list[Any] = []
     thread = threading.Thread(target=lambda: box.append(pickle.loads(data)))
     thread.start()

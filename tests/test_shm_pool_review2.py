@@ -27,34 +27,19 @@ from typing import Any
 
 import pytest
 import torch
-from torch.multiprocessing.reductions import shared_cache
 from torch.utils.data import DataLoader, Dataset
 
-from packer import convert
-from packer.convert import ConvertOptions
-from packer.encode import EncodeOptions
-from packer.sample import make_sample_folder
 from readers import PackedDataset, collate, shm_pool
 from readers.batch import _pooled
 from readers.shm_pool import BUSY, FREE, GONE, PooledBatch, SlotPool
+from tests import shm_pool_support as support
 
 SHAPE = (2, 3, 4, 4)
 
 
 @pytest.fixture(scope="module")
 def npy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("pool-review2")
-    src = make_sample_folder(root / "src", count=48, classes=3, min_side=16, max_side=24)
-    convert(src, root / "npy", "npy", options=EncodeOptions(size=(12, 10)),
-            run=ConvertOptions(workers=0))
-    return root / "npy"
-
-
-def _received(batch: list[Any]) -> Any:
-    """Pickled as a worker does and unpickled as if in another process (no shared cache)."""
-    data = ForkingPickler.dumps(batch)
-    shared_cache.clear()
-    return pickle.loads(data)
+    return support.pack_small(tmp_path_factory.mktemp("pool-review2"))["npy"]
 
 
 class _KeepsOneBatch(Dataset[Any]):
@@ -114,10 +99,10 @@ def test_a_given_up_buffer_is_not_reused_when_its_batch_is_sent_again() -> None:
     images = pool.take(SHAPE).fill_(1)  # the worker keeps these samples
     slot = pool.slot_of(images)
     assert slot is not None
-    handed_off = _received(_pooled(list(images), images, pool, [torch.arange(2)]))
+    handed_off = support.received(_pooled(list(images), images, pool, [torch.arange(2)]))
     ForkingPickler.dumps(handed_off[0])  # another process gets it (here: this own mapping)
     assert pool.state[slot] == GONE
-    again = _received(_pooled(list(images), images, pool, [torch.arange(2)]))
+    again = support.received(_pooled(list(images), images, pool, [torch.arange(2)]))
     assert torch.equal(again[0], images)
     del again, images  # the main process and the worker drop theirs
     gc.collect()
@@ -159,9 +144,9 @@ def test_a_batch_collected_while_another_arrives_does_not_deadlock(
     first, second = (pool.take(SHAPE) for _ in range(2))
     slots = [pool.slot_of(images) for images in (first, second)]
     assert slots == [0, 1]
-    in_cycle = _received(PooledBatch([first, torch.arange(2)], first, pool, 0))
-    data = ForkingPickler.dumps(PooledBatch([second, torch.arange(2)], second, pool, 1))
-    shared_cache.clear()
+    in_cycle = support.received(PooledBatch([first, torch.arange(2)], first, pool, 0))
+    data = support.pickled_for_another_process(
+        PooledBatch([second, torch.arange(2)], second, pool, 1))
     enabled = gc.isenabled()
     gc.disable()  # the cycle must still be there when the batch below arrives
     try:
@@ -193,7 +178,7 @@ _FORK_RACE = """
 import os, signal, sys, threading, time
 import torch
 from multiprocessing.reduction import ForkingPickler
-from tests.test_shm_pool_review2 import _received
+from tests.shm_pool_support import received as _received
 from readers import shm_pool
 from readers.shm_pool import PooledBatch, SlotPool
 
