@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import time
 from collections.abc import Sequence
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
@@ -148,6 +149,18 @@ def test_pool_size_is_bounded_by_bytes() -> None:
     assert [pool.slot_of(tensor) for tensor in held] == [0, 1, None, None, None]
 
 
+def _lasting_descriptors() -> int:
+    """Open descriptors once the ended workers' pipes are closed: the DataLoader and
+    multiprocessing close some a moment after the loop, so count until two reads agree."""
+    count = len(os.listdir("/proc/self/fd"))
+    for _ in range(50):
+        time.sleep(0.02)
+        again, count = count, len(os.listdir("/proc/self/fd"))
+        if again == count:
+            break
+    return count
+
+
 def test_open_files_stay_flat_when_each_epoch_starts_new_workers(npy: Path) -> None:
     """Every worker sends its state array once (one descriptor in the main process); the
     arrays of workers that ended are dropped, so descriptors do not pile up per epoch."""
@@ -159,7 +172,7 @@ def test_open_files_stay_flat_when_each_epoch_starts_new_workers(npy: Path) -> N
             pass
         del _batch
         gc.collect()
-        counts.append(len(os.listdir("/proc/self/fd")))
+        counts.append(_lasting_descriptors())
     assert len(set(counts[1:])) == 1, counts
     alive = {os.getpid(), *(child.pid for child in psutil.Process().children())}
     ended = {int(token.split("-")[0]) for token in shm_pool._STATES} - alive
