@@ -113,7 +113,9 @@ def collate(batch: Sequence[Sample]) -> Any:
         return _pooled(images, whole, pool, _rest(batch))
     if whole is None:
         return default_collate(list(batch))
-    return [_in_shared_memory(whole), *_rest(batch)]
+    if not whole.untyped_storage().is_shared():  # it leaves in shared memory: copy it there
+        whole = _stacked(images, shared_buffer)
+    return [whole, *_rest(batch)]
 
 
 def _plain_samples(batch: Sequence[Any]) -> bool:
@@ -136,21 +138,11 @@ def _pooled(images: list[torch.Tensor], whole: torch.Tensor | None, pool: SlotPo
     if whole is not None and slot is None and whole.untyped_storage().is_shared():
         return [whole, *rest]  # gathered into a fresh shared buffer: the pool was full
     if whole is None or slot is None or pool.state[slot] != FREE:  # not in a slot, or out
-        whole = _stacked(images, pool)
+        whole = _stacked(images, pool.take)
         slot = pool.slot_of(whole)
     if slot is None:  # the pool is full: an unpooled buffer, as default_collate's
         return [whole, *rest]
     return PooledBatch([whole, *rest], whole, pool, slot)
-
-
-def _in_shared_memory(whole: torch.Tensor) -> torch.Tensor:
-    """A batch leaves a worker in shared memory: copy it there once if it is not."""
-    if whole.untyped_storage().is_shared():
-        return whole
-    if whole.dim() == 2:  # raw rows
-        return shared_buffer(tuple(whole.shape)).copy_(whole)
-    shared = shared_buffer((whole.shape[0], *whole.shape[2:], whole.shape[1]))
-    return shared.permute(0, 3, 1, 2).copy_(whole)
 
 
 def _stackable(images: list[Any]) -> bool:
@@ -163,16 +155,18 @@ def _stackable(images: list[Any]) -> bool:
                for image in images)
 
 
-def _stacked(images: list[torch.Tensor], pool: SlotPool) -> torch.Tensor:
-    """The images stacked in one pool buffer. Channels-last (C, H, W) images (npy rows,
-    JPEGs decoded without a resize) stay channels-last: a plain copy each, where stacking
-    them planar, as default_collate does, transposes at a quarter of the speed."""
+def _stacked(images: list[torch.Tensor],
+             allocate: Callable[[tuple[int, ...], torch.dtype], torch.Tensor]) -> torch.Tensor:
+    """The images stacked in one buffer from `allocate` (a pool's take, or shared_buffer).
+    Channels-last (C, H, W) images (npy rows, JPEGs decoded without a resize) stay
+    channels-last: a plain copy each, where stacking them planar, as default_collate
+    does, transposes at a quarter of the speed."""
     first = images[0]
     if all(_channels_last(image) for image in images):
         rows = [image.permute(1, 2, 0) for image in images]
-        out = pool.take((len(rows), *rows[0].shape), first.dtype)
+        out = allocate((len(rows), *rows[0].shape), first.dtype)
         return torch.stack(rows, 0, out=out).permute(0, 3, 1, 2)
-    out = pool.take((len(images), *first.shape), first.dtype)
+    out = allocate((len(images), *first.shape), first.dtype)
     return torch.stack(images, 0, out=out)
 
 

@@ -186,3 +186,21 @@ def test_random_access_never_reads_whole_chunks() -> None:
     for start in range(0, 640, 4):  # a local sampler: chunk by chunk, a few at a time
         local.read_many([start + 3, start, start + 2, start + 1])
     assert reader.ranges == [(64 * c, 64 * c + 64) for c in range(10)]
+
+
+@pytest.mark.parametrize("decode", ["rgb8", "raw"])
+def test_collate_without_a_pool_copies_npy_batches_into_shared_memory_once(
+        packed: dict[str, Path], decode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another sharing strategy (no recycling): the gathered batch is copied into shared
+    memory once, its layout kept. The forked workers inherit the patch."""
+    import readers.batch
+
+    monkeypatch.setattr(readers.batch, "worker_pool", lambda: None)
+    ds = PackedDataset(packed["npy"], decode=decode)  # type: ignore[arg-type]
+    fast = list(DataLoader(ds, batch_size=6, num_workers=2, collate_fn=collate,
+                           multiprocessing_context="fork"))
+    plain = list(DataLoader(ds, batch_size=6))
+    for (images, labels), (want, want_labels) in zip(fast, plain, strict=True):
+        assert torch.equal(images, want) and torch.equal(labels, want_labels)
+        if decode == "rgb8":
+            assert images.is_contiguous(memory_format=torch.channels_last)
