@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 from decimal import Decimal
 from pathlib import Path
 
@@ -365,3 +366,32 @@ def test_library_refuses_destination_inside_the_source(writable_src: Path) -> No
     with pytest.raises(SourceError, match="inside the source"):
         convert(writable_src, writable_src / "packed", "wds", run=ConvertOptions(workers=0))
     assert tree_hashes(writable_src) == before
+
+
+def test_a_ctrl_c_python_can_only_print_ends_as_interrupted(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A SIGINT landing in a weakref callback (a lazy import) after the command's own work
+    is done: no printed traceback, but "interrupted" and exit 130, as anywhere else."""
+    import weakref
+
+    import packer.cli
+
+    def interrupt(_: object) -> None:
+        raise KeyboardInterrupt
+
+    def command(**_: object) -> None:
+        class Referent:
+            pass
+
+        referent = Referent()
+        watcher = weakref.ref(referent, interrupt)
+        del referent  # the callback raises: Python can only report it as unraisable
+        assert watcher() is None
+        sys.exit(0)
+
+    monkeypatch.setattr(packer.cli.main, "main", command)
+    with pytest.raises(SystemExit) as exited:
+        packer.cli.run([])
+    assert exited.value.code == 130
+    err = capsys.readouterr().err
+    assert "interrupted" in err and "Traceback" not in err and "KeyboardInterrupt" not in err
