@@ -11,7 +11,10 @@ side-by-side runs. torch is imported only by npy conversions (load_torch, up fro
 
 from __future__ import annotations
 
+import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -53,9 +56,29 @@ def load_torch() -> None:
 
     Called when an npy conversion starts: the ~1 s import then happens once, before DST
     is touched, where a Ctrl-C is an ordinary early interrupt, rather than in a worker
-    thread that an interrupted run would have to wait for.
+    thread that an interrupted run would have to wait for. A Ctrl-C is held back until the
+    import ends: raised inside torch's C++ import code (pybind11), a KeyboardInterrupt
+    aborts the process (`terminate called after throwing ... error_already_set`, exit -6).
     """
-    import torch  # noqa: F401
+    with _sigint_held():
+        import torch  # noqa: F401
+
+
+@contextmanager
+def _sigint_held() -> Iterator[None]:
+    """Record a SIGINT instead of acting on it, then deliver it to the handler as it was."""
+    held: list[int] = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda signum, _: held.append(signum))
+    except ValueError:  # not the main thread: signals go to the main thread anyway
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held:
+            signal.raise_signal(signal.SIGINT)
 
 
 def _resize(hwc: np.ndarray, size: tuple[int, int]) -> np.ndarray:

@@ -9,12 +9,11 @@ forked child closes the readers it inherited at once (`os.register_at_fork`) and
 its own on first read: fork, spawn and forkserver workers all work, also when the
 parent read first.
 
-Epochs reach persistent workers through a one-element int64 tensor in shared memory,
-created in `__init__`: forked workers inherit the mapping and spawn/forkserver workers
-receive it through torch's multiprocessing reductions, so `set_epoch(e)` in the parent
-is what every worker reads when its next pass starts. (Counting `__iter__` calls in
-each worker would break as soon as a pass is abandoned or an epoch is repeated.) A
-plain `pickle`/`deepcopy` copies the value, giving an independent dataset.
+Epochs reach workers, persistent ones too, through one int64 word in shared memory
+created in `__init__` (readers.epochs): `set_epoch(e)` in the parent names the next pass,
+and a pass nobody named takes the next epoch, agreed by all the workers that serve it.
+A plain `pickle`/`deepcopy` copies the value, giving an independent dataset. Ranks are
+resolved when a pass starts (readers.world).
 
 `state_dict()` / `load_state_dict()` resume an epoch mid-way (see readers.resume).
 
@@ -32,7 +31,6 @@ from pathlib import Path
 from typing import Any, cast, get_args
 
 import numpy as np
-import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from packer import formats
@@ -42,6 +40,7 @@ from readers.batch import Gatherer, gathered_samples
 from readers.cache import DEFAULT_CACHE_BYTES, CachedReader
 from readers.decode import Mode
 from readers.decode import decode as decode_record
+from readers.epochs import PassEpochs
 from readers.remote import RemoteSource, remote_reader, remote_source
 from readers.resume import PendingResume, pass_records, pending_from_state
 from readers.sampler import (
@@ -49,9 +48,9 @@ from readers.sampler import (
     DEFAULT_CHUNK_SIZE,
     PAD_LABEL,
     PaddedIndex,
-    resolve_rank,
 )
-from readers.sharding import ShardPlan, Spans, check_epoch, epoch_rng, num_in
+from readers.sharding import ShardPlan, Spans, epoch_rng, num_in
+from readers.world import LateWorld, RankWorld
 
 Sample = tuple[Any, ...]
 Transform = Callable[[Any], Any]
@@ -289,30 +288,58 @@ class PackedIterableDataset(_PackedBase, IterableDataset[Sample]):
                  world_size: int | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
                  buffer_size: int = DEFAULT_BUFFER_SIZE, *, cache_dir: str | Path | None = None,
                  cache_bytes: int | None = None,
-                 storage_options: Mapping[str, Any] | None = None) -> None:
+                 storage_options: Mapping[str, Any] | None = None,
+                 batch_size: int | None = None) -> None:
         remote = remote_source(path, storage_options, cache_dir, cache_bytes)
         super().__init__(path, decode, size, transform, with_keys, chunk_size, cache_bytes=0,
                          remote=remote)
         if buffer_size < 0:
             raise ValueError(f"buffer_size must be 0 (chunk order only) or more, "
                              f"not {buffer_size}")
-        self.rank, self.world_size = resolve_rank(rank, world_size)
-        self.plan = ShardPlan(self.index.num_samples, chunk_size, self.world_size, shuffle,
-                              drop_last, seed)
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1 (or None), not {batch_size}")
+        self._world = LateWorld.of(rank, world_size)
+        self._sent: RankWorld | None = None  # the world when sent to a spawned worker
+        self._split = (shuffle, drop_last, seed)
+        self._plan_for(self._world.now()[1])  # bad arguments fail here
         self.buffer_size = buffer_size
-        self._epoch = torch.zeros(1, dtype=torch.int64)
-        self._epoch.share_memory_()  # type: ignore[no-untyped-call]
+        self.batch_size = batch_size
+        self._epochs = PassEpochs()
         self._resume: PendingResume | None = None
         self._pass: tuple[int, int, int] | None = None  # (epoch, worker, num_workers) ...
         self._seen = 0  # ... of this process's latest pass, and the samples it yielded
 
+    def _plan_for(self, world_size: int) -> ShardPlan:
+        shuffle, drop_last, seed = self._split
+        return ShardPlan(self.index.num_samples, self.chunk_size, world_size, shuffle,
+                         drop_last, seed)
+
+    @property
+    def plan(self) -> ShardPlan:
+        """The split for the world as of now."""
+        return self._plan_for(self.world_size)
+
+    @property
+    def rank(self) -> int:
+        return self._world.now(self._sent_here())[0]
+
+    @property
+    def world_size(self) -> int:
+        return self._world.now(self._sent_here())[1]
+
+    def _sent_here(self) -> RankWorld | None:
+        """The world the main process sent, in a DataLoader worker (readers.world)."""
+        return self._sent if get_worker_info() is not None else None
+
     @property
     def epoch(self) -> int:
-        return int(self._epoch[0])
+        """The epoch of the coming pass."""
+        return self._epochs.next
 
     def set_epoch(self, epoch: int) -> None:
-        """Choose the coming epoch's order; reaches running (persistent) workers too."""
-        self._epoch[0] = check_epoch(epoch)
+        """Name the coming epoch; reaches running (persistent) workers too. Without it,
+        each pass takes the epoch after the previous pass's (see readers.epochs)."""
+        self._epochs.set_next(epoch)
 
     def __len__(self) -> int:
         return self.plan.num_per_rank
@@ -325,24 +352,33 @@ class PackedIterableDataset(_PackedBase, IterableDataset[Sample]):
         """
         info = get_worker_info()
         worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        epoch, resume, skip = self.epoch, self._resume, 0
+        rank, world_size = self._world.for_pass(self._sent_here())
+        plan = self._plan_for(world_size)
+        epoch, resume, skip = self._epochs.start_pass(), self._resume, 0
         if resume is not None:
             worker = resume.worker_for(epoch, worker, num_workers)
-        spans = self.plan.worker_spans(epoch, self.rank, worker, num_workers)
+        spans = plan.worker_spans(epoch, rank, worker, num_workers, self.batch_size)
         if resume is not None:
             skip = resume.take(epoch, worker, num_in(spans))
         self._pass, self._seen = (epoch, worker, num_workers), skip
-        return self._stream(spans, epoch, worker, skip)
+        return self._stream(spans, plan, (epoch, rank, worker), skip)
 
-    def _stream(self, spans: Spans, epoch: int, worker: int, skip: int) -> Iterator[Sample]:
+    def _stream(self, spans: Spans, plan: ShardPlan, where: tuple[int, int, int],
+                skip: int) -> Iterator[Sample]:
+        """`where`: (epoch, rank, worker) of the pass, which seed its shuffle buffer."""
         local = self._local()
-        rng = epoch_rng(self.plan.seed, epoch, self.rank, worker, 2) if self.plan.shuffle \
-            else None
+        rng = epoch_rng(plan.seed, *where, 2) if plan.shuffle else None
         records = pass_records(local.reader, spans, self.buffer_size, rng, skip)
         for i, padded, data in records:
             sample = self._sample(local.table, i, data, padded)
             self._seen += 1
             yield sample
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Spawned workers cannot ask the process group: send them the world as of now."""
+        state = super().__getstate__()
+        state["_sent"] = self._world.now(self._sent_here())
+        return state
 
     def state_dict(self) -> dict[str, int]:
         """{"epoch", "seed", "samples_seen", "worker", "num_workers"} of this process's pass.
@@ -354,7 +390,7 @@ class PackedIterableDataset(_PackedBase, IterableDataset[Sample]):
         info = get_worker_info()
         here = (self.epoch, *((info.id, info.num_workers) if info is not None else (0, 1)))
         epoch, worker, num_workers = self._pass if self._pass is not None else here
-        return {"epoch": epoch, "seed": self.plan.seed, "samples_seen": self._seen,
+        return {"epoch": epoch, "seed": self._split[2], "samples_seen": self._seen,
                 "worker": worker, "num_workers": num_workers}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -362,8 +398,11 @@ class PackedIterableDataset(_PackedBase, IterableDataset[Sample]):
 
         Takes one worker's `state_dict()` inside that worker (StatefulDataLoader does
         this), or `loop_state(...)` in the main process before the DataLoader starts its
-        workers. Call `set_epoch` as usual; see `readers.resume`.
+        workers. The next pass is then the state's epoch; a `set_epoch` to another epoch
+        raises if the state stops mid-epoch. See `readers.resume`.
         """
         info = get_worker_info()
         here = (info.id, info.num_workers) if info is not None else None
-        self._resume = pending_from_state(state, self.plan.seed, self.plan.num_per_rank, here)
+        self._resume = pending_from_state(state, self._split[2], len(self), here,
+                                          dealt=self.batch_size)
+        self._epochs.set_next(self._resume.epoch)

@@ -45,8 +45,8 @@ from readers.sharding import (
     check_epoch,
     expand,
     num_in,
-    split_evenly,
     take,
+    worker_bounds,
 )
 
 Record = tuple[int, bool, bytes]
@@ -68,17 +68,19 @@ def loop_state(epoch: int, batches_consumed: int, batch_size: int, num_workers: 
 
 
 def samples_per_worker(num_per_rank: int, batches_consumed: int, batch_size: int,
-                       num_workers: int, drop_last: bool = False) -> tuple[list[int], int]:
+                       num_workers: int, drop_last: bool = False,
+                       dealt: int | None = None) -> tuple[list[int], int]:
     """Samples each worker had delivered when the loop had consumed `batches_consumed`
     batches, and the worker the DataLoader would have asked next.
 
-    Worker w holds an even share of the rank's samples (`split_evenly`, as in ShardPlan)
-    and makes ceil(share / batch_size) batches (floor with drop_last); the DataLoader takes
-    them round robin from worker 0, skipping workers that have none left.
+    Worker w holds its share of the rank's samples (`worker_bounds`, as in ShardPlan: even,
+    or in whole batches of `dealt` when the dataset deals batches) and makes
+    ceil(share / batch_size) batches (floor with drop_last); the DataLoader takes them round
+    robin from worker 0, skipping workers that have none left.
     """
     workers = max(num_workers, 1)
     shares = [hi - lo for lo, hi in
-              (split_evenly(num_per_rank, w, workers) for w in range(workers))]
+              (worker_bounds(num_per_rank, w, workers, dealt) for w in range(workers))]
     limits = [share // batch_size if drop_last else -(-share // batch_size) for share in shares]
     if not 0 <= batches_consumed <= sum(limits):
         raise ValueError(f"{batches_consumed} batches consumed, but an epoch of {num_per_rank} "
@@ -143,12 +145,14 @@ class PendingResume:
 
 
 def pending_from_state(state: Mapping[str, Any], seed: int, num_per_rank: int,
-                       here: tuple[int, int] | None, per_worker: bool = True) -> PendingResume:
+                       here: tuple[int, int] | None, per_worker: bool = True,
+                       dealt: int | None = None) -> PendingResume:
     """Check a state (`state_dict()` or `loop_state(...)`) against this reader and parse it.
 
     `here` is (worker, num_workers) of a DataLoader worker loading it, None in the main
     process. A ChunkSampler's indices are one stream whatever the number of workers
-    (`per_worker=False`): batches reach the loop in sampler order.
+    (`per_worker=False`): batches reach the loop in sampler order. `dealt`: the batch size
+    a PackedIterableDataset deals its workers, if any.
     """
     if "epoch" not in state:
         raise ValueError(f"a resume state needs an epoch; got keys {sorted(state)}")
@@ -160,7 +164,7 @@ def pending_from_state(state: Mapping[str, Any], seed: int, num_per_rank: int,
         counts, first = samples_per_worker(
             num_per_rank, int(state["batches_consumed"]), int(state["batch_size"]),
             int(state.get("num_workers", 0)) if per_worker else 0,
-            bool(state.get("drop_last", False)))
+            bool(state.get("drop_last", False)), dealt)
         return PendingResume(epoch, counts, first)
     if "samples_seen" not in state:
         raise ValueError("a resume state needs samples_seen (from state_dict()) or "

@@ -11,6 +11,13 @@ into samples with label `PAD_LABEL` (-1), so evaluation can mask them out
 (`labels >= 0`) and `CrossEntropyLoss(ignore_index=PAD_LABEL)` skips them.
 
 `state_dict()` / `load_state_dict()` resume an epoch mid-way (see readers.resume).
+
+Training frameworks: ChunkSampler is a `DistributedSampler`, so Lightning keeps it as it is
+(it wraps any other sampler in its own distributed sampler, which would split the ranks'
+shares again) and calls its `set_epoch`. The rank is resolved when a pass starts, not at
+construction (see readers.world), and a pass that no `set_epoch` named takes the epoch
+after the previous pass's (see readers.epochs), so a loop that never calls it still gets a
+new order every epoch.
 """
 
 from __future__ import annotations
@@ -19,11 +26,11 @@ from collections.abc import Iterator, Mapping, Sized
 from itertools import islice
 from typing import Any
 
-import torch.distributed as dist
-from torch.utils.data import Sampler
+from torch.utils.data import DistributedSampler
 
 from readers.resume import PendingResume, pending_from_state
 from readers.sharding import ShardPlan, buffered_shuffle, check_epoch, epoch_rng, expand
+from readers.world import LateWorld
 
 PAD_LABEL = -1
 DEFAULT_CHUNK_SIZE = 64
@@ -37,53 +44,77 @@ class PaddedIndex(int):
         return f"PaddedIndex({int(self)})"
 
 
-def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """Explicit arguments win; else torch.distributed when initialized; else rank 0 of 1.
-
-    Arguments first, as in DistributedSampler, so a caller can split differently from
-    the process group (for example one split per node).
-    """
-    if rank is None or world_size is None:
-        initialized = dist.is_available() and dist.is_initialized()
-        if rank is None:
-            rank = dist.get_rank() if initialized else 0
-        if world_size is None:
-            world_size = dist.get_world_size() if initialized else 1
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} is not in 0..{world_size - 1} (world_size {world_size})")
-    return rank, world_size
-
-
-class ChunkSampler(Sampler[int]):
+class ChunkSampler(DistributedSampler[int]):
     """Yields this rank's indices chunk by chunk, shuffled within `buffer_size` indices.
 
-    Call `set_epoch(e)` before each epoch, as with DistributedSampler; the order depends
-    only on (seed, epoch), so every rank agrees without communicating. Chunks are the
-    dataset's `chunk_size` (PackedDataset's cache unit). The default window of 1024
-    indices spans about 16 chunks of 64, which a 256 MiB cache holds for images up to
-    ~250 KB; a larger window mixes classes better (index order is sorted by key) but
-    needs a larger `cache_bytes` to keep reads sequential.
+    The order depends only on (seed, epoch), so every rank agrees without communicating;
+    `set_epoch(e)` names the coming epoch, as with DistributedSampler (without it, each
+    pass takes the next epoch). Chunks are the dataset's `chunk_size` (PackedDataset's
+    cache unit). The default window of 1024 indices spans about 16 chunks of 64, which a
+    256 MiB cache holds for images up to ~250 KB; a larger window mixes classes better
+    (index order is sorted by key) but needs a larger `cache_bytes` to keep reads
+    sequential. `rank` and `world_size` default to the process group's when a pass starts.
     """
 
     def __init__(self, dataset: Sized, shuffle: bool = True, seed: int = 0,
                  drop_last: bool = True, rank: int | None = None,
                  world_size: int | None = None, *,
                  buffer_size: int = DEFAULT_BUFFER_SIZE) -> None:
-        self.rank, self.world_size = resolve_rank(rank, world_size)
-        chunk_size = getattr(dataset, "chunk_size", DEFAULT_CHUNK_SIZE)
-        self.plan = ShardPlan(len(dataset), chunk_size, self.world_size, shuffle, drop_last, seed)
+        # DistributedSampler.__init__ would ask the process group now: it may not exist yet
+        self.dataset = dataset  # type: ignore[assignment]  # any Sized, as Sampler takes
+        self._world = LateWorld.of(rank, world_size)
+        self._chunk_size = getattr(dataset, "chunk_size", DEFAULT_CHUNK_SIZE)
+        self._args = (len(dataset), shuffle, drop_last, seed)
+        self.shuffle, self.drop_last, self.seed = shuffle, drop_last, seed
+        self._plan_for(self._world.now()[1])  # bad arguments fail here
         if buffer_size < 0:
             raise ValueError(f"buffer_size must be 0 (no shuffle within chunks) or more, "
                              f"not {buffer_size}")
         self.buffer_size = buffer_size
-        self.epoch = 0
+        self._next_epoch = 0
         self._resume: PendingResume | None = None
         self._pass_epoch: int | None = None  # the epoch of the latest pass, and its count
         self._yielded = 0
 
+    def _plan_for(self, world_size: int) -> ShardPlan:
+        num_samples, shuffle, drop_last, seed = self._args
+        return ShardPlan(num_samples, self._chunk_size, world_size, shuffle, drop_last, seed)
+
+    @property
+    def plan(self) -> ShardPlan:
+        """The split for the world as of now."""
+        return self._plan_for(self.world_size)
+
+    @property
+    def rank(self) -> int:  # type: ignore[override]
+        return self._world.now()[0]
+
+    @property
+    def world_size(self) -> int:
+        return self._world.now()[1]
+
+    @property
+    def num_replicas(self) -> int:  # type: ignore[override]
+        """DistributedSampler's name for world_size."""
+        return self.world_size
+
+    @property
+    def num_samples(self) -> int:  # type: ignore[override]
+        """DistributedSampler's name for the indices this rank yields per epoch."""
+        return len(self)
+
+    @property
+    def total_size(self) -> int:  # type: ignore[override]
+        return len(self) * self.world_size
+
+    @property
+    def epoch(self) -> int:  # type: ignore[override]
+        """The epoch of the coming pass."""
+        return self._next_epoch
+
     def set_epoch(self, epoch: int) -> None:
         """Choose the permutation of the coming epoch (the same on every rank)."""
-        self.epoch = check_epoch(epoch)
+        self._next_epoch = check_epoch(epoch)
 
     def __len__(self) -> int:
         return self.plan.num_per_rank
@@ -94,16 +125,18 @@ class ChunkSampler(Sampler[int]):
         Not a generator itself: the count restarts when the pass is created, so a
         state_dict() taken before its first index (StatefulDataLoader does) is right.
         """
-        epoch = self.epoch
-        skip = self._resume.take(epoch, 0, len(self)) if self._resume is not None else 0
+        rank, world_size = self._world.for_pass()
+        plan = self._plan_for(world_size)
+        epoch, self._next_epoch = self._next_epoch, self._next_epoch + 1
+        skip = self._resume.take(epoch, 0, plan.num_per_rank) if self._resume is not None else 0
         self._pass_epoch, self._yielded = epoch, skip
-        indices, padded = expand(self.plan.rank_spans(epoch, self.rank))
+        indices, padded = expand(plan.rank_spans(epoch, rank))
         stream: Iterator[int] = (
             PaddedIndex(i) if pad else int(i)
             for i, pad in zip(indices.tolist(), padded.tolist(), strict=True)
         )
-        if self.plan.shuffle:
-            rng = epoch_rng(self.plan.seed, epoch, self.rank, 1)
+        if plan.shuffle:
+            rng = epoch_rng(plan.seed, epoch, rank, 1)
             stream = buffered_shuffle(stream, self.buffer_size, rng)
         return self._counted(islice(stream, skip, None))
 
@@ -119,14 +152,15 @@ class ChunkSampler(Sampler[int]):
         StatefulDataLoader stores this with each batch it sends, which makes it exact; with
         a plain DataLoader save `readers.resume.loop_state(...)` from the loop instead.
         """
-        epoch = self.epoch if self._pass_epoch is None else self._pass_epoch
-        return {"epoch": epoch, "seed": self.plan.seed, "samples_seen": self._yielded}
+        epoch = self._next_epoch if self._pass_epoch is None else self._pass_epoch
+        return {"epoch": epoch, "seed": self.seed, "samples_seen": self._yielded}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Make the next pass over state["epoch"] skip the indices already seen.
+        """Make the next pass be state["epoch"], less the indices already seen.
 
-        Takes `state_dict()` or `loop_state(...)`. Call `set_epoch` as usual: a pass of
-        another epoch raises if the state stops mid-epoch and ignores a finished one.
+        Takes `state_dict()` or `loop_state(...)`. A later `set_epoch` to another epoch
+        raises if the state stops mid-epoch and ignores a finished one.
         """
-        self._resume = pending_from_state(state, self.plan.seed, self.plan.num_per_rank,
-                                          here=None, per_worker=False)
+        self._resume = pending_from_state(state, self.seed, len(self), here=None,
+                                          per_worker=False)
+        self._next_epoch = self._resume.epoch

@@ -13,7 +13,8 @@ One epoch, in the spirit of DistributedSampler but at chunk granularity:
     drop_last:  cut to world_size * (N // world_size)        (drops < world_size samples)
     otherwise:  cycle from the start to world_size * ceil(N / world_size), repeats flagged
     rank r:     samples [r * per_rank, (r + 1) * per_rank) of that sequence
-    worker w:   an even contiguous split of the rank's samples
+    worker w:   an even contiguous split of the rank's samples (or of its batches, when
+                the reader knows the batch size: then only the rank's last is partial)
 
 The rotation makes the dropped samples differ from epoch to epoch even when the
 dataset is a single chunk. The worker split depends only on `per_rank` and the number
@@ -92,6 +93,21 @@ def split_evenly(count: int, part: int, num_parts: int) -> tuple[int, int]:
     return part * count // num_parts, (part + 1) * count // num_parts
 
 
+def worker_bounds(count: int, worker: int, num_workers: int,
+                  batch_size: int | None = None) -> tuple[int, int]:
+    """Bounds of worker `worker`'s share of a rank's `count` samples.
+
+    Without a batch size, an even split. With one, whole batches are dealt out (an even
+    split of ceil(count / batch_size) batches), so only the rank's last batch can be
+    partial: a DataLoader then makes exactly ceil(count / batch_size) batches, the
+    `len()` it reports, where an even split would leave one partial batch per worker.
+    """
+    if batch_size is None:
+        return split_evenly(count, worker, num_workers)
+    lo, hi = split_evenly(-(-count // batch_size), worker, num_workers)
+    return min(lo * batch_size, count), min(hi * batch_size, count)
+
+
 def epoch_rng(seed: int, epoch: int, *stream: int) -> np.random.Generator:
     """A generator that depends only on its arguments (same on every rank and worker)."""
     return np.random.default_rng([seed, epoch, *stream])
@@ -146,12 +162,14 @@ class ShardPlan:
         per_rank = self.num_per_rank
         return take(self.epoch_spans(epoch), rank * per_rank, (rank + 1) * per_rank)
 
-    def worker_spans(self, epoch: int, rank: int, worker: int, num_workers: int) -> Spans:
-        """What worker `worker` of rank `rank` reads this epoch (num_workers 0 means 1)."""
+    def worker_spans(self, epoch: int, rank: int, worker: int, num_workers: int,
+                     batch_size: int | None = None) -> Spans:
+        """What worker `worker` of rank `rank` reads this epoch (num_workers 0 means 1);
+        `batch_size`: deal whole batches (see `worker_bounds`)."""
         num_workers = max(num_workers, 1)
         if not 0 <= worker < num_workers:
             raise ValueError(f"worker must be in 0..{num_workers - 1}, not {worker}")
-        lo, hi = split_evenly(self.num_per_rank, worker, num_workers)
+        lo, hi = worker_bounds(self.num_per_rank, worker, num_workers, batch_size)
         return take(self.rank_spans(epoch, rank), lo, hi)
 
 
