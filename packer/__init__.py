@@ -1,12 +1,92 @@
 """Offline side of the toolkit: turn a folder of small images into one packed dataset.
 
-`packer` never imports torch, so converting works on machines without it.
+    from packer import convert, ConvertOptions, EncodeOptions, ShardOptions, verify
+
+`packer` never imports torch at import time, so converting works on machines without it
+(npy's resize loads it when an npy conversion starts). Names load lazily (PEP 562), so
+`import packer.errors` in a DataLoader worker costs the error classes, not the conversion
+stack, Pillow and libjpeg-turbo.
+
+Layers, each importing only those below it (pyproject's import-linter contracts):
+
+    packer.conversion            options, the writer loop, journal, destinations, executors
+    packer.source | encode       what a conversion reads | how a sample is stored
+    packer.dataset               operations on a complete dataset: verify, describe, fetch
+    packer.formats | imaging     one module per byte layout | codecs
+    packer.core                  the on-disk contract: records, index.json, the sample table
+    packer.storage | errors      bytes on disks | every error class
 """
 
-from packer.convert import convert
-from packer.encode import EncodeOptions
-from packer.errors import PackError
-from packer.index import Index, SampleTable, read_index
+from __future__ import annotations
 
-__all__ = ["EncodeOptions", "Index", "PackError", "SampleTable", "convert", "read_index"]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from packer.errors import (
+    BadInputError,
+    CorruptDatasetError,
+    DatasetExistsError,
+    DestinationError,
+    DiskFullError,
+    IncompleteDatasetError,
+    MissingDependencyError,
+    PackError,
+    SourceError,
+)
+
+if TYPE_CHECKING:
+    from packer.api import verify
+    from packer.conversion.job import ConvertOptions, convert
+    from packer.core.index import Index, SampleTable, open_dataset, read_index
+    from packer.dataset.describe import describe
+    from packer.encode import EncodeOptions
+    from packer.formats.base import ShardOptions
+
+_LAZY = {
+    "ConvertOptions": "packer.conversion.job",
+    "convert": "packer.conversion.job",
+    "EncodeOptions": "packer.encode",
+    "ShardOptions": "packer.formats.base",
+    "Index": "packer.core.index",
+    "SampleTable": "packer.core.index",
+    "open_dataset": "packer.core.index",
+    "read_index": "packer.core.index",
+    "verify": "packer.api",
+    "describe": "packer.dataset.describe",
+}
+
+__all__ = [
+    "BadInputError",
+    "ConvertOptions",
+    "CorruptDatasetError",
+    "DatasetExistsError",
+    "DestinationError",
+    "DiskFullError",
+    "EncodeOptions",
+    "IncompleteDatasetError",
+    "Index",
+    "MissingDependencyError",
+    "PackError",
+    "SampleTable",
+    "ShardOptions",
+    "SourceError",
+    "convert",
+    "describe",
+    "open_dataset",
+    "read_index",
+    "verify",
+]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name on first use (PEP 562) and keep it."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'packer' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

@@ -19,16 +19,16 @@ from typing import Any, TypeVar
 import click
 from tqdm import tqdm
 
-from packer.cli_info import describe
-from packer.convert import ConvertOptions, convert
+from packer.api import verify, verify_remote
+from packer.conversion.executors import EXECUTORS
+from packer.conversion.job import ConvertOptions, convert
+from packer.conversion.upload import convert_remote
+from packer.dataset.describe import describe
+from packer.dataset.remote import describe_remote, is_url, parse_storage_options
 from packer.encode import EncodeOptions
 from packer.errors import CTRL_C, PackError, interrupted
-from packer.executors import EXECUTORS
 from packer.formats import FORMATS
 from packer.formats.base import ShardOptions
-from packer.remote import describe_remote, is_url, parse_storage_options
-from packer.upload import convert_remote
-from packer.verify import verify, verify_remote
 
 F = TypeVar("F", bound=Callable[..., Any])
 UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20,

@@ -4,14 +4,13 @@ Runs in the worker threads. Every failure becomes a Reject with a reason a perso
 understands, so the writer decides (skip or fail) and nothing vanishes silently.
 
 An item's bytes come from its file, or, for a sample of a packed dataset, from
-`item.origin` (see packer.packed): an encoded image, or raw RGB pixels (npy), which
+`item.origin` (see packer.source.packed): an encoded image, or raw RGB pixels (npy), which
 are re-encoded (PNG unless asked otherwise) or resized as the options say.
 """
 
 from __future__ import annotations
 
 import io
-import os
 import sys
 import zlib
 from collections.abc import Iterable
@@ -19,15 +18,23 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import numpy as np
-import xxhash
 from PIL import Image, UnidentifiedImageError
 
-from packer.errors import interrupted
-from packer.imaging import Fit, check_decodes, fit_image, load_rgb, open_image, resize_shorter
-from packer.jpeg import decodes as jpeg_decodes
-from packer.jpeg import load_rgb_fast
-from packer.record import Record, Reject, SourceItem
-from packer.resize import fit_pixels
+from packer.core.record import Record, Reject, SourceItem
+from packer.errors import RejectReason, interrupted
+from packer.imaging.jpeg import decodes as jpeg_decodes
+from packer.imaging.jpeg import load_rgb_fast
+from packer.imaging.pillow import (
+    Fit,
+    check_decodes,
+    fit_image,
+    load_rgb,
+    open_image,
+    resize_shorter,
+)
+from packer.imaging.resize import fit_pixels
+from packer.storage.files import read_input
+from packer.storage.hashing import digest_of
 
 Check = Literal["decode", "header", "none"]
 Codec = Literal["jpeg", "png", "webp"]
@@ -86,11 +93,6 @@ class EncodeOptions:
         return data
 
 
-def digest_of(data: bytes | memoryview) -> bytes:
-    """The per-sample content hash stored in the index (xxh3-128: ~10 GB/s)."""
-    return xxhash.xxh3_128_digest(data)
-
-
 def encode_item(item: SourceItem, options: EncodeOptions) -> Record | Reject:
     """Read, check and encode one input; any problem becomes a Reject."""
     origin = item.origin
@@ -114,38 +116,6 @@ def encode_item(item: SourceItem, options: EncodeOptions) -> Record | Reject:
 def encode_batch(items: Iterable[SourceItem], options: EncodeOptions) -> list[Record | Reject]:
     """Worker entry point: one task covers several items to amortize inter-process cost."""
     return [encode_item(item, options) for item in items]
-
-
-class RejectReason(Exception):
-    """An input problem already worded for rejects.jsonl (raised by readers of inputs)."""
-
-
-def read_input(path: str) -> bytes:
-    """The whole file in four system calls (open, fstat, read, close), no file object."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            return _read_all(fd)
-        finally:
-            os.close(fd)
-    except FileNotFoundError as exc:
-        raise RejectReason("missing file: it does not exist") from exc
-    except IsADirectoryError as exc:
-        raise RejectReason("unreadable: it is a folder") from exc
-    except OSError as exc:
-        raise RejectReason(f"unreadable: {exc.strerror or exc}") from exc
-
-
-def _read_all(fd: int) -> bytes:
-    """Read to the end; one read() for a file whose size fstat reports correctly."""
-    size = os.fstat(fd).st_size
-    data = os.read(fd, size + 1)
-    if len(data) == size:  # all that fstat promised, and nothing beyond: the end
-        return data
-    chunks = [data]  # the file changed size, or a short read (some network file systems)
-    while chunk := os.read(fd, 1 << 20):
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def describe_failure(exc: BaseException) -> str:

@@ -25,6 +25,10 @@ class UnstorableRecord(PackError, ValueError):
     rejected like a bad input, and the conversion goes on (or stops, with --on-error fail)."""
 
 
+class RejectReason(Exception):
+    """An input problem already worded for rejects.jsonl (raised by readers of inputs)."""
+
+
 class IncompleteDatasetError(PackError, FileNotFoundError):
     """A dataset folder has no index.json: its conversion did not finish."""
 

@@ -19,8 +19,8 @@ import psutil
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from packer.core.index import INDEX_NAME
 from packer.errors import PackError
-from packer.index import INDEX_NAME
 from readers.monitor import LoaderMonitor, batch_length
 from readers.tuning import LoaderConfig, Measurement
 

@@ -34,8 +34,8 @@ import numpy as np
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from packer import formats
+from packer.core.index import INDEX_NAME, SampleTable, open_dataset
 from packer.formats.base import RecordReader
-from packer.index import INDEX_NAME, SampleTable, open_dataset
 from readers.batch import Gatherer, gathered_samples
 from readers.cache import DEFAULT_CACHE_BYTES, CachedReader
 from readers.decode import Mode

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from packer.errors import PackError
-from packer.imaging import load_rgb
+from packer.imaging.pillow import load_rgb
 from readers.exif import exif_orientation
 
 Mode = Literal["rgb8", "pil", "raw"]

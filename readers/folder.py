@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
-from packer.encode import read_input
-from packer.scan import scan
+from packer.source.scan import scan
+from packer.storage.files import read_input
 from readers.decode import decode
 
 

@@ -20,9 +20,9 @@ from torch.utils.data import DataLoader, Subset
 from torch.utils.data._utils.collate import default_collate
 
 from packer import formats
-from packer.encode import read_input
-from packer.index import INDEX_NAME, open_dataset
-from packer.scan import scan
+from packer.core.index import INDEX_NAME, open_dataset
+from packer.source.scan import scan
+from packer.storage.files import read_input
 from readers.bench import open_for_bench
 from readers.decode import decode
 from readers.monitor import LoaderMonitor

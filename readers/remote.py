@@ -46,9 +46,9 @@ from typing import Any
 
 import numpy as np
 
+from packer.core.index import INDEX_NAME, KEYS_NAME, SAMPLES_NAME, Index
+from packer.dataset.remote import fetch, fetch_metadata, is_url, open_fs
 from packer.formats.base import RecordReader
-from packer.index import INDEX_NAME, KEYS_NAME, SAMPLES_NAME, Index
-from packer.remote import fetch, fetch_metadata, is_url, open_fs
 
 DEFAULT_DISK_CACHE_BYTES = 8 * 2**30
 MAX_PINNED = 2  # shards a process keeps pinned (a span can cross one shard boundary)

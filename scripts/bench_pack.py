@@ -13,14 +13,20 @@ N images with one of 10N (the same files linked under distinct names).
 
 from __future__ import annotations
 
+import sys as _sys
+from pathlib import Path as _Path
+
+# devtools/ (the harness, not shipped) sits beside scripts/: import it from the checkout
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+
 import argparse
 import os
 import sys
 from pathlib import Path
 
-from packer.bench import Case, linked_folder, source_files, warm
-from packer.bench_memory import convert_peak
-from packer.bench_report import cases_for, memory_table, run_suite, speed_table
+from devtools.bench.memory import convert_peak
+from devtools.bench.pack import Case, linked_folder, source_files, warm
+from devtools.bench.pack_report import cases_for, memory_table, run_suite, speed_table
 
 FORMATS = ("wds", "lmdb", "hdf5", "npy")
 

@@ -11,11 +11,17 @@ interleaved runs, ratios against the baselines run in the same process).
 
 from __future__ import annotations
 
+import sys as _sys
+from pathlib import Path as _Path
+
+# devtools/ (the harness, not shipped) sits beside scripts/: import it from the checkout
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+
 import argparse
 import sys
 from pathlib import Path
 
-from readers.bench_support import FORMATS, Settings, build_cases, markdown, pack_all, run_cases
+from devtools.bench.read import FORMATS, Settings, build_cases, markdown, pack_all, run_cases
 
 QUICK_COUNT = 1000
 

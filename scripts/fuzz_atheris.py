@@ -27,12 +27,9 @@ import atheris
 with atheris.instrument_imports():
     import tarfile  # noqa: F401  (instrumented: the tar parser read_labels relies on)
 
-    from packer import convert
-    from packer.convert import ConvertOptions
-    from packer.errors import CorruptDatasetError
-    from packer.formats import _wds
-    from packer.formats.base import ShardOptions
-    from packer.index import (
+    from packer import ConvertOptions, convert
+    from packer.core.checks import files_digest
+    from packer.core.index import (
         INDEX_NAME,
         KEYS_NAME,
         SAMPLES_NAME,
@@ -40,8 +37,10 @@ with atheris.instrument_imports():
         open_dataset,
         read_index,
     )
-    from packer.index_checks import files_digest
-    from packer.sample import make_sample_folder
+    from packer.errors import CorruptDatasetError
+    from packer.formats import _wds
+    from packer.formats.base import ShardOptions
+    from packer.testing import make_sample_folder
 
 
 def seed_dataset(work: Path) -> Path:

@@ -4,19 +4,25 @@
     python scripts/soak.py [--rounds 300] [--formats wds,lmdb,hdf5,npy] [--seed S]
                            [--work DIR] [--million] [--flips N] [--no-kills]
 
-Each round is one of tests/test_faults_kill.py's (see packer.kills): SIGKILL rounds,
+Each round is one of tests/test_faults_kill.py's (see devtools.faults.kills): SIGKILL rounds,
 then SIGINT rounds (half as many), at I/O events and random times, some resumes
 interrupted too. Prints one line per format and signal: interruptions sent, how many
 stopped a running conversion, how many left a complete dataset or a refused one, and
 how many rounds ended byte-identical to an uninterrupted run. --million also builds a
 1,000,000-sample dataset and reports its index load cost and the worker USS over 3
 epochs with 2 persistent workers. --flips N flips two bytes at N places spread over
-each format's data file and reads every sample back (packer.flips): intact, refused,
+each format's data file and reads every sample back (devtools.faults.flips): intact, refused,
 or crashed. Exits 1 if any promise failed (a flip crash is reported, not a failure:
 LMDB trusts its page pointers).
 """
 
 from __future__ import annotations
+
+import sys as _sys
+from pathlib import Path as _Path
+
+# devtools/ (the harness, not shipped) sits beside scripts/: import it from the checkout
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
 
 import argparse
 import os
@@ -28,15 +34,20 @@ import time
 from pathlib import Path
 from typing import cast
 
-from packer import convert
-from packer.convert import ConvertOptions
+from devtools.faults.flips import flip_scan
+from devtools.faults.forkserver import ForkServer
+from devtools.faults.kills import (
+    Figures,
+    make_kill_source,
+    reference_run,
+    run_rounds,
+    standard_case,
+)
+from devtools.scale.index import index_load_cost, make_tiny_dataset
+from devtools.scale.workers import growth, worker_uss_by_epoch
+from packer import ConvertOptions, convert
 from packer.encode import EncodeOptions
-from packer.faults import ForkServer
-from packer.flips import flip_scan
 from packer.formats.base import ShardOptions
-from packer.kills import Figures, make_kill_source, reference_run, run_rounds, standard_case
-from packer.scale import index_load_cost, make_tiny_dataset
-from readers.scale import growth, worker_uss_by_epoch
 
 FORMATS = ("wds", "lmdb", "hdf5", "npy")
 DATA_FILES = {"wds": "shard-00001.tar", "lmdb": "data.lmdb/data.mdb", "hdf5": "data.h5",

@@ -3,12 +3,18 @@
 
     python scripts/soak_pool.py [--rounds 200] [--seed S] [--work DIR] [--default-collate]
 
-See readers/pool_soak.py for what a round does. Packs a small generated source into
+See devtools/soak/pool.py for what a round does. Packs a small generated source into
 npy and wds once, then runs the rounds; prints a line every 10 rounds and a summary.
 Exits 1 if any batch, held batch, handed-off batch or forked child saw wrong pixels.
 """
 
 from __future__ import annotations
+
+import sys as _sys
+from pathlib import Path as _Path
+
+# devtools/ (the harness, not shipped) sits beside scripts/: import it from the checkout
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
 
 import argparse
 import random
@@ -20,12 +26,11 @@ from typing import Any
 
 from torch.utils.data import default_collate
 
-from packer import convert
-from packer.convert import ConvertOptions
+from devtools.soak.pool import Tally, run
+from packer import ConvertOptions, convert
 from packer.encode import EncodeOptions
-from packer.sample import make_sample_folder
+from packer.testing import make_sample_folder
 from readers import collate
-from readers.pool_soak import Tally, run
 
 
 def main() -> int:

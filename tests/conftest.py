@@ -23,12 +23,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from packer import convert, formats
-from packer.convert import ConvertOptions
+from packer import ConvertOptions, convert, formats
+from packer.core.record import Record
 from packer.encode import EncodeOptions
 from packer.formats.base import ShardOptions, Writer
-from packer.record import Record
-from packer.sample import make_sample_folder, synthetic_image
+from packer.testing import make_sample_folder, synthetic_image
 from tests.s3_server import endpoint, uploaded  # noqa: F401 - fixtures for the S3 tests
 
 # Names that stress keys: dots, spaces, quotes, '%', non-ASCII, a dotted folder.

@@ -12,10 +12,9 @@ from typing import Any
 
 import pytest
 
-from packer import convert
-from packer.convert import ConvertOptions
+from packer import ConvertOptions, convert
+from packer.conversion.upload import Uploader, convert_remote
 from packer.formats.base import ShardOptions
-from packer.upload import Uploader, convert_remote
 
 BUCKET = "packer-test"
 SHARD_SAMPLES = 5

@@ -11,10 +11,9 @@ from typing import Any
 import torch
 from torch.multiprocessing.reductions import shared_cache
 
-from packer import convert
-from packer.convert import ConvertOptions
+from packer import ConvertOptions, convert
 from packer.encode import EncodeOptions
-from packer.sample import make_sample_folder
+from packer.testing import make_sample_folder
 from readers.shm_pool import BUSY, FREE, PooledBatch, SlotPool
 
 SIZE = (12, 10)

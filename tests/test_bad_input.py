@@ -22,14 +22,13 @@ import pytest
 from click.testing import CliRunner
 from PIL import Image
 
-from packer import EncodeOptions, convert
+from packer import ConvertOptions, EncodeOptions, convert
+from packer.api import verify
 from packer.cli import main
-from packer.convert import ConvertOptions
+from packer.core.index import INDEX_NAME, REJECTS_NAME, open_dataset
+from packer.core.record import Reject, SourceItem
 from packer.encode import encode_item
 from packer.errors import BadInputError
-from packer.index import INDEX_NAME, REJECTS_NAME, open_dataset
-from packer.record import Reject, SourceItem
-from packer.verify import verify
 from tests.conftest import jpeg_bytes, png_bytes, random_image, tree_hashes
 
 FORMATS = ("wds", "lmdb", "hdf5", "npy")

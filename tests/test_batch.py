@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, default_collate
 
-from packer.index import open_dataset
+from packer.core.index import open_dataset
 from readers import PackedDataset, PackedIterableDataset, collate
 from readers.cache import CachedReader
 from tests.conftest import pack_every_format

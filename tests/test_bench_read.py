@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from packer.sample import make_sample_folder
-from readers.bench_support import Settings, build_cases, markdown, pack_all, run_cases
+from devtools.bench.read import Settings, build_cases, markdown, pack_all, run_cases
+from packer.testing import make_sample_folder
 
 
 @pytest.mark.timeout(300)

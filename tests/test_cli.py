@@ -16,11 +16,10 @@ from click.testing import CliRunner, Result
 from hypothesis import given
 from hypothesis import strategies as st
 
-from packer import convert
+from packer import ConvertOptions, convert
 from packer.cli import UNITS, main, parse_bytes, parse_size
-from packer.convert import ConvertOptions
+from packer.core.index import INDEX_NAME, open_dataset
 from packer.errors import SourceError
-from packer.index import INDEX_NAME, open_dataset
 from tests.conftest import tree_hashes
 
 

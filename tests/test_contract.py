@@ -28,17 +28,17 @@ import webdataset
 from click.testing import CliRunner
 from PIL import Image
 
-from packer import convert, formats
+from packer import ConvertOptions, convert, formats
+from packer.api import verify
 from packer.cli import main
-from packer.convert import ConvertOptions, effective_options
+from packer.conversion.job import effective_options
+from packer.core.index import INDEX_NAME, open_dataset, read_index
+from packer.core.record import Record
 from packer.encode import EncodeOptions, digest_of, encode_item
 from packer.errors import DatasetExistsError, IncompleteDatasetError
 from packer.formats import _lmdb, _npy
 from packer.formats.base import ShardOptions
-from packer.index import INDEX_NAME, open_dataset, read_index
-from packer.record import Record
-from packer.scan import scan
-from packer.verify import verify
+from packer.source.scan import scan
 from tests.conftest import count_adds, pack_command, tree_hashes, wait_for_state
 
 # Kill rounds per format; raise it to hunt for rare crash windows, e.g.

@@ -15,8 +15,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from packer.core.index import INDEX_NAME, open_dataset
 from packer.errors import CorruptDatasetError, IncompleteDatasetError
-from packer.index import INDEX_NAME, open_dataset
 from readers import PAD_LABEL, ChunkSampler, PackedDataset, PackedIterableDataset
 from readers.decode import decode
 from tests.conftest import pack_every_format

@@ -17,11 +17,10 @@ import pytest
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
-from packer import convert
-from packer.convert import ConvertOptions
+from packer import ConvertOptions, convert
+from packer.core.index import open_dataset
 from packer.formats.base import ShardOptions
-from packer.index import open_dataset
-from packer.sample import make_sample_folder
+from packer.testing import make_sample_folder
 from readers import PAD_LABEL, ChunkSampler, PackedDataset, PackedIterableDataset
 
 NUM = 45  # odd: two ranks must drop or pad one sample

@@ -10,7 +10,7 @@ import pytest
 import torch
 from PIL import Image, ImageDraw, ImageFilter
 
-from packer.sample import synthetic_image
+from packer.testing import synthetic_image
 from readers.decode import DecodeError, decode
 from readers.exif import exif_orientation
 

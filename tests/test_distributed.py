@@ -1,4 +1,4 @@
-"""packer.distributed without Ray: group planning (a property test) and a task run in-process."""
+"""packer.conversion.parallel without Ray: group planning (a property test), a task in-process."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from packer.convert import ConvertOptions, convert
-from packer.distributed import commit_group, plan_groups, write_group
+from packer import ConvertOptions, convert
+from packer.conversion.parallel import commit_group, plan_groups, write_group
+from packer.core.index import ShardInfo
 from packer.encode import EncodeOptions
 from packer.errors import DestinationError
 from packer.formats.base import ShardOptions
-from packer.index import ShardInfo
-from packer.scan import scan
+from packer.source.scan import scan
 from tests.conftest import tree_hashes
 
 

@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 from PIL import Image
 from webdataset.tariterators import base_plus_ext
 
-from packer import EncodeOptions, convert, formats
-from packer.convert import ConvertOptions, effective_options
+from packer import ConvertOptions, EncodeOptions, convert, formats
+from packer.conversion.job import effective_options
+from packer.core.index import open_dataset
+from packer.core.record import Record, Reject, SourceItem
 from packer.encode import digest_of, encode_item
 from packer.formats._npy import HEADER_BYTES, npy_header
 from packer.formats._wds import encode_key
-from packer.index import open_dataset
-from packer.record import Record, Reject, SourceItem
 from tests.conftest import jpeg_bytes, png_bytes, random_image
 
 WORKERS0 = ConvertOptions(workers=0)

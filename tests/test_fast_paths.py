@@ -13,19 +13,18 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from packer import convert
-from packer.convert import ConvertOptions
+from packer import ConvertOptions, convert
+from packer.api import verify
+from packer.conversion.executors import map_ordered, map_ordered_adaptive
+from packer.core.index import TableBuilder, open_dataset
+from packer.core.record import Record, Reject, SourceItem
 from packer.encode import EncodeOptions, encode_item, read_input, rgb_pixels
-from packer.executors import map_ordered, map_ordered_adaptive
 from packer.formats import _hdf5_writer
 from packer.formats._tar import member_header, pax_member_header
-from packer.formats.stream import ShardFile, sha256_of
-from packer.imaging import Fit, fit_image, load_rgb
-from packer.index import TableBuilder, open_dataset
-from packer.jpeg import decodes, load_rgb_fast
-from packer.record import Record, Reject, SourceItem
-from packer.sample import make_sample_folder, synthetic_image
-from packer.verify import verify
+from packer.imaging.jpeg import decodes, load_rgb_fast
+from packer.imaging.pillow import Fit, fit_image, load_rgb
+from packer.storage.filestream import ShardFile, sha256_of
+from packer.testing import make_sample_folder, synthetic_image
 
 
 def jpeg_bytes(width: int = 160, height: int = 120, **save: object) -> bytes:

@@ -21,14 +21,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from packer import convert
-from packer.convert import ConvertOptions
+from packer import ConvertOptions, convert
+from packer.core.checks import files_digest
+from packer.core.index import INDEX_NAME, KEYS_NAME, SAMPLES_NAME, TABLE_DIGEST, open_dataset
 from packer.encode import EncodeOptions
 from packer.errors import CorruptDatasetError, IncompleteDatasetError
 from packer.formats.base import ShardOptions
-from packer.index import INDEX_NAME, KEYS_NAME, SAMPLES_NAME, TABLE_DIGEST, open_dataset
-from packer.index_checks import files_digest
-from packer.sample import make_sample_folder
+from packer.testing import make_sample_folder
 from readers import PackedDataset, PackedIterableDataset
 
 FORMATS = ("wds", "lmdb", "hdf5", "npy")

@@ -23,16 +23,15 @@ import lmdb
 import pytest
 from click.testing import CliRunner
 
-import packer.atomic
-from packer import convert
+import packer.storage.atomic
+from devtools.faults.kills import temporary_files, tree
+from packer import ConvertOptions, convert
 from packer.cli import main
-from packer.convert import ConvertOptions
+from packer.core.index import INDEX_NAME
 from packer.encode import EncodeOptions
 from packer.errors import DestinationError, DiskFullError, PackError
 from packer.formats import _lmdb, _npy
 from packer.formats.base import ShardOptions
-from packer.index import INDEX_NAME
-from packer.kills import temporary_files, tree
 
 FORMATS = ("wds", "lmdb", "hdf5", "npy")
 SHARDS = ShardOptions(max_samples=6)
@@ -144,7 +143,7 @@ class FullTxn:
 
 def fill_disk(monkeypatch: pytest.MonkeyPatch, fmt: str, disk: Disk) -> None:
     """Route every write of format `fmt` (and of the index files) through `disk`."""
-    monkeypatch.setattr(packer.atomic, "open", opener(disk), raising=False)
+    monkeypatch.setattr(packer.storage.atomic, "open", opener(disk), raising=False)
     if fmt in ("wds", "hdf5"):
         fill_os_writes(monkeypatch, disk)
     elif fmt == "npy":
@@ -228,7 +227,7 @@ def test_an_unwritable_destination_is_one_line(mixed_src: Path, tmp_path: Path,
     def denied(*args: object, **kwargs: object) -> None:
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(args[0]))
 
-    monkeypatch.setattr(packer.atomic, "open", denied, raising=False)
+    monkeypatch.setattr(packer.storage.atomic, "open", denied, raising=False)
     with pytest.raises(DestinationError, match="cannot write") as caught:
         convert(mixed_src, tmp_path / "out", "wds", run=run())
     assert not isinstance(caught.value, DiskFullError)

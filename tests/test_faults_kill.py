@@ -1,6 +1,6 @@
 """Interrupt `pack convert` with SIGKILL and SIGINT at many moments per format, then resume.
 
-Each round is checked by `packer.kills` (see there): after the interruption the dataset
+Each round is checked by `devtools.faults.kills` (see there): after the interruption the dataset
 is complete and verifies, or it is refused as unfinished by `pack info`, open_dataset
 and both readers; `--resume` then gives the uninterrupted run's files byte for byte,
 with no temporary file left. Half the moments are I/O events (every gap between two
@@ -29,17 +29,8 @@ from click.testing import CliRunner
 
 import packer.cli
 import packer.encode
-from packer import convert
-from packer.convert import ConvertOptions
-from packer.encode import EncodeOptions
-from packer.errors import CTRL_C, DatasetExistsError, IncompleteDatasetError, interrupted
-from packer.faults import ForkServer
-from packer.formats import _lmdb, _wds
-from packer.formats.base import ShardOptions, WriterPlan
-from packer.formats.stream import Hasher
-from packer.index import INDEX_NAME
-from packer.journal import STATE_DIR, Journal
-from packer.kills import (
+from devtools.faults.forkserver import ForkServer
+from devtools.faults.kills import (
     Reference,
     reference_run,
     run_rounds,
@@ -47,6 +38,13 @@ from packer.kills import (
     temporary_files,
     tree,
 )
+from packer import ConvertOptions, convert
+from packer.conversion.journal import STATE_DIR, Journal
+from packer.core.index import INDEX_NAME
+from packer.errors import CTRL_C, DatasetExistsError, IncompleteDatasetError, interrupted
+from packer.formats import _lmdb, _wds
+from packer.formats.base import ShardOptions, WriterPlan
+from packer.storage.filestream import Hasher
 from readers import PackedDataset, PackedIterableDataset
 from tests.conftest import count_adds
 
@@ -218,7 +216,7 @@ def test_ctrl_c_between_closing_and_forgetting_a_descriptor(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Found by the soak: Ctrl-C right after LmdbWriter closed its writeback descriptor made
     abort() close it again (EBADF), reported as "cannot write" with exit 1."""
-    writer = _lmdb.LmdbWriter(WriterPlan(tmp_path, 0, EncodeOptions(), ShardOptions()))
+    writer = _lmdb.LmdbWriter(WriterPlan(tmp_path, 0, None, ShardOptions()))
     real_close = os.close
 
     def close_then_interrupt(fd: int) -> None:

@@ -23,12 +23,11 @@ import psutil
 import pytest
 from torch.utils.data import DataLoader
 
-from packer import convert
-from packer.convert import ConvertOptions
+from packer import ConvertOptions, convert
 from packer.encode import EncodeOptions
 from packer.formats._wds import MAX_OPEN_SHARDS
 from packer.formats.base import ShardOptions
-from packer.sample import make_sample_folder
+from packer.testing import make_sample_folder
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,6 +1,6 @@
 """Memory at scale: a 1,000,000-sample index loads fast and small; workers stay flat.
 
-The million-sample dataset is written directly (packer.scale.make_tiny_dataset, 1x1
+The million-sample dataset is written directly (devtools.scale.index.make_tiny_dataset, 1x1
 images, ~6 s) since encoding a million images would take far longer; its index and
 table are what a conversion writes. Its index must load in under 1 s and 100 MB.
 
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from packer.scale import index_load_cost, make_tiny_dataset
-from packer.verify import verify
-from readers.scale import growth, worker_uss_by_epoch
+from devtools.scale.index import index_load_cost, make_tiny_dataset
+from devtools.scale.workers import growth, worker_uss_by_epoch
+from packer.api import verify
 
 MILLION = 1_000_000
 MID_SAMPLES = 100_000

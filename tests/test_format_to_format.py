@@ -18,18 +18,17 @@ import pytest
 from click.testing import CliRunner
 from PIL import Image
 
-from packer import convert
+from packer import ConvertOptions, convert
+from packer.api import verify
 from packer.cli import main
-from packer.convert import ConvertOptions
+from packer.conversion.journal import fingerprint
+from packer.core.index import INDEX_NAME, REJECTS_NAME, open_dataset, read_index
+from packer.core.record import Record
 from packer.encode import EncodeOptions, encode_batch
 from packer.errors import BadInputError, SourceError
 from packer.formats.base import ShardOptions
-from packer.index import INDEX_NAME, REJECTS_NAME, open_dataset, read_index
-from packer.journal import fingerprint
-from packer.record import Record
-from packer.sample import make_sample_folder
-from packer.scan import scan
-from packer.verify import verify
+from packer.source.scan import scan
+from packer.testing import make_sample_folder
 from tests import test_contract as contract
 from tests.conftest import ODD_NAMES, jpeg_bytes, png_bytes, random_image, tree_hashes
 

@@ -14,11 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from packer import convert
-from packer.convert import ConvertOptions
+from packer import ConvertOptions, convert
+from packer.core.index import open_dataset
 from packer.formats.base import ShardOptions
-from packer.index import open_dataset
-from packer.sample import make_sample_folder
+from packer.testing import make_sample_folder
 
 NUM = 200
 RANKS = 2

@@ -25,12 +25,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from packer import convert
-from packer.convert import ConvertOptions
-from packer.errors import CorruptDatasetError
-from packer.formats import _wds
-from packer.formats.base import ShardOptions
-from packer.index import (
+from packer import ConvertOptions, convert
+from packer.core.checks import files_digest
+from packer.core.index import (
     INDEX_NAME,
     KEYS_NAME,
     SAMPLES_NAME,
@@ -40,7 +37,9 @@ from packer.index import (
     open_dataset,
     read_index,
 )
-from packer.index_checks import files_digest
+from packer.errors import CorruptDatasetError
+from packer.formats import _wds
+from packer.formats.base import ShardOptions
 
 EXAMPLES = int(os.environ.get("PACKER_FUZZ_EXAMPLES", "400"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=False,

@@ -6,10 +6,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from packer import convert
+from packer import ConvertOptions, convert
 from packer.cli import main
-from packer.convert import ConvertOptions
-from packer.sample import make_sample_folder
+from packer.testing import make_sample_folder
 
 
 @pytest.fixture(scope="module")

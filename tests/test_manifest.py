@@ -9,13 +9,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from packer import convert
+from packer import ConvertOptions, convert
+from packer.api import verify
 from packer.cli import main
-from packer.convert import ConvertOptions
+from packer.core.index import INDEX_NAME, REJECTS_NAME, open_dataset
 from packer.errors import BadInputError, SourceError
-from packer.index import INDEX_NAME, REJECTS_NAME, open_dataset
-from packer.scan import scan
-from packer.verify import verify
+from packer.source.scan import scan
 from tests.conftest import jpeg_bytes, png_bytes, random_image, tree_hashes
 
 WORKERS0 = ConvertOptions(workers=0)

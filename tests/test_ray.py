@@ -20,19 +20,19 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from packer import ConvertOptions, convert
 from packer.cli import main
-from packer.convert import ConvertOptions, convert
-from packer.distributed import GroupResult
+from packer.conversion.parallel import GroupResult
 from packer.encode import EncodeOptions
 from packer.errors import DestinationError, MissingDependencyError
 from packer.formats.base import ShardOptions
-from packer.scan import scan
+from packer.source.scan import scan
 from tests.conftest import tree_hashes
 
 CASES = {  # name: (format, encode options, shard options)
     "wds-passthrough": ("wds", EncodeOptions(), ShardOptions(max_samples=7)),
     "wds-small-shards": ("wds", EncodeOptions(check="header"), ShardOptions(max_bytes=20_000)),
-    # tasks write the shards (packer.distributed); some groups roll by bytes too
+    # tasks write the shards (packer.conversion.parallel); some groups roll by bytes too
     "wds-parallel-writers": ("wds", EncodeOptions(), ShardOptions(max_bytes=12_000,
                                                                   max_samples=5)),
     "npy-pixels": ("npy", EncodeOptions(size=(24, 32)), ShardOptions()),
@@ -68,7 +68,7 @@ def test_tasks_write_the_shards_with_shard_samples(
         ray_instance: Any, mixed_src: Path, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     committed: list[int] = []
-    module = importlib.import_module("packer.convert")  # `packer.convert` is the function
+    module = importlib.import_module("packer.conversion.job")
     real = module.commit_group
 
     def spy(folder: Path, result: GroupResult, shards: list[Any]) -> None:
@@ -121,7 +121,7 @@ def test_cli_executor_ray(ray_instance: Any, src: Path, tmp_path: Path) -> None:
 
 
 def test_stopping_cancels_tasks_in_flight(ray_instance: Any, tmp_path: Path) -> None:
-    from packer.executor_ray import map_ordered_ray
+    from packer.conversion.ray import map_ordered_ray
 
     def work(n: int) -> int:  # defined here so that Ray pickles it by value
         time.sleep(0.1 if n == 0 else 2.0)
@@ -137,7 +137,7 @@ def test_stopping_cancels_tasks_in_flight(ray_instance: Any, tmp_path: Path) -> 
 
 
 def test_lost_worker_is_one_line_error(ray_instance: Any) -> None:
-    from packer.executor_ray import RayClusterError, map_ordered_ray
+    from packer.conversion.ray import RayClusterError, map_ordered_ray
 
     def work(n: int) -> int:
         if n == 3:
@@ -163,7 +163,7 @@ def test_silent_address_fails_fast_before_dst(src: Path, tmp_path: Path,
 
 
 def test_missing_ray_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    from packer.executor_ray import import_ray
+    from packer.conversion.ray import import_ray
 
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(MissingDependencyError, match=r"pip install 'packer\[ray\]'"):
@@ -185,7 +185,7 @@ def _refuse(task: int) -> int:
 
 
 def test_a_tasks_own_error_reaches_the_user_as_one_line(ray_instance: Any) -> None:
-    from packer.executor_ray import map_ordered_ray
+    from packer.conversion.ray import map_ordered_ray
 
     with pytest.raises(DestinationError) as caught:
         list(map_ordered_ray(_refuse, range(3), workers=1))
@@ -195,7 +195,7 @@ def test_a_tasks_own_error_reaches_the_user_as_one_line(ray_instance: Any) -> No
 def test_a_url_dst_keeps_the_driver_writing(ray_instance: Any, src: Path, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """With an upload hook (convert_remote), tasks must not write into the local staging."""
-    module = importlib.import_module("packer.convert")
+    module = importlib.import_module("packer.conversion.job")
     monkeypatch.setattr(module, "commit_group", lambda *a: pytest.fail("tasks wrote shards"))
     parts: list[int] = []
     convert(src, tmp_path / "staged", "wds",

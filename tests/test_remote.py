@@ -12,16 +12,15 @@ import pytest
 from click.testing import CliRunner
 from torch.utils.data import DataLoader
 
-from packer import convert
+from packer import ConvertOptions, convert
 from packer.cli import main
-from packer.convert import ConvertOptions
+from packer.conversion.journal import ResumeRefused
+from packer.conversion.upload import convert_remote
+from packer.core.index import INDEX_NAME, KEYS_NAME, REJECTS_NAME, SAMPLES_NAME, open_dataset
+from packer.dataset.remote import parse_storage_options
 from packer.encode import EncodeOptions
 from packer.errors import DatasetExistsError, IncompleteDatasetError
 from packer.formats.base import ShardOptions
-from packer.index import INDEX_NAME, KEYS_NAME, REJECTS_NAME, SAMPLES_NAME, open_dataset
-from packer.journal import ResumeRefused
-from packer.remote import parse_storage_options
-from packer.upload import convert_remote
 from readers import PackedDataset, PackedIterableDataset
 from readers.remote import MAX_PINNED
 from tests.s3_server import BUCKET, RUN, SHARD_SAMPLES, listing, local_files

@@ -17,8 +17,8 @@ from click.testing import CliRunner
 
 import readers.remote as remote_module
 from packer.cli import main
+from packer.conversion.upload import convert_remote
 from packer.errors import CorruptDatasetError
-from packer.upload import convert_remote
 from readers import PackedDataset, PackedIterableDataset
 from tests.s3_server import BUCKET, RUN, SHARD_SAMPLES
 

@@ -13,15 +13,14 @@ import pytest
 from click.testing import CliRunner
 
 import packer.cli
-from packer import EncodeOptions, convert
+from packer import ConvertOptions, EncodeOptions, convert
 from packer.cli import main
-from packer.convert import ConvertOptions
+from packer.conversion.journal import STATE_DIR, ResumeRefused
+from packer.core.index import INDEX_NAME
 from packer.errors import PackError
 from packer.formats import _npy
 from packer.formats.base import ShardOptions
-from packer.index import INDEX_NAME
-from packer.journal import STATE_DIR, ResumeRefused
-from packer.sample import make_sample_folder
+from packer.testing import make_sample_folder
 from tests.conftest import count_adds, pack_command, tree_hashes, wait_for_state
 
 WDS = ConvertOptions(shards=ShardOptions(max_samples=4), workers=0)

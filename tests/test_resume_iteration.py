@@ -17,11 +17,10 @@ from typing import Any
 import pytest
 from torch.utils.data import DataLoader
 
-from packer import convert
-from packer.convert import ConvertOptions
+from packer import ConvertOptions, convert
+from packer.core.index import open_dataset
 from packer.formats.base import ShardOptions
-from packer.index import open_dataset
-from packer.sample import make_sample_folder
+from packer.testing import make_sample_folder
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset, loop_state
 from readers.resume import resumed_records, samples_per_worker, stream_order
 from readers.sharding import ShardPlan, epoch_rng, expand

@@ -9,10 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from packer import convert
-from packer.convert import ConvertOptions
+from packer import ConvertOptions, convert
 from packer.errors import SourceError
-from packer.scan import key_of, scan
+from packer.source.scan import key_of, scan
 from tests.conftest import jpeg_bytes, png_bytes, random_image
 
 JPEG = jpeg_bytes(random_image(24, 20))

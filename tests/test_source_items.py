@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packer.journal import fingerprint
-from packer.record import Reject, SourceItem
-from packer.scan import scan
-from packer.sources import SORT_PREFIX, ItemsBuilder
+from packer.conversion.journal import fingerprint
+from packer.core.record import Reject, SourceItem
+from packer.source.items import SORT_PREFIX, ItemsBuilder
+from packer.source.scan import scan
 
 # Keys that tie on the numpy-sorted prefix (long shared stems), multi-byte characters
 # around it, and repeats.

@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from packer import EncodeOptions, convert, formats
-from packer.convert import ConvertOptions
-from packer.index import REJECTS_NAME, open_dataset
+from packer import ConvertOptions, EncodeOptions, convert, formats
+from packer.core.index import REJECTS_NAME, open_dataset
 from tests.conftest import jpeg_bytes, png_bytes, random_image, tree_hashes
 
 WORKERS0 = ConvertOptions(workers=0)

@@ -25,10 +25,10 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from packer.core.index import Index, SampleTable
 from packer.errors import CorruptDatasetError
 from packer.formats._hdf5_writer import Hdf5Writer
 from packer.formats.base import WriterPlan, checked
-from packer.index import Index, SampleTable
 
 NAME = "hdf5"
 FILE = "data.h5"

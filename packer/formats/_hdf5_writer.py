@@ -24,11 +24,11 @@ from typing import Any
 import h5py
 import numpy as np
 
-from packer.atomic import commit, fsync_file, partial_path
+from packer.core.index import SAMPLE_DTYPE, SampleTable, ShardInfo
+from packer.core.record import Record
 from packer.formats.base import Location, WriterPlan
-from packer.formats.stream import ShardFile, hash_while
-from packer.index import SAMPLE_DTYPE, SampleTable, ShardInfo
-from packer.record import Record
+from packer.storage.atomic import commit, fsync_file, partial_path
+from packer.storage.filestream import ShardFile, hash_while
 
 FILE = "data.h5"
 META_SUFFIX = ".meta.partial"

@@ -23,12 +23,12 @@ from typing import Any
 import lmdb
 import numpy as np
 
-from packer.atomic import commit, fsync_dir, partial_path
+from packer.core.index import Index, SampleTable, ShardInfo
+from packer.core.record import Record
 from packer.errors import CorruptDatasetError, UnstorableRecord
 from packer.formats.base import Location, WriterPlan, checked
-from packer.formats.stream import Writeback, hash_while
-from packer.index import Index, SampleTable, ShardInfo
-from packer.record import Record
+from packer.storage.atomic import commit, fsync_dir, partial_path
+from packer.storage.filestream import Writeback, hash_while
 
 NAME = "lmdb"
 FOLDER = "data.lmdb"

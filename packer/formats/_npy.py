@@ -20,14 +20,14 @@ from typing import BinaryIO
 
 import numpy as np
 
-from packer.atomic import atomic_writer, commit, partial_path
-from packer.encode import digest_of
+from packer.core.checks import load_array
+from packer.core.index import Index, SampleTable, ShardInfo
+from packer.core.record import Record
 from packer.errors import CorruptDatasetError
 from packer.formats.base import Location, WriterPlan, checked
-from packer.formats.stream import StreamHash, hash_while
-from packer.index import Index, SampleTable, ShardInfo
-from packer.index_checks import load_array
-from packer.record import Record
+from packer.storage.atomic import atomic_writer, commit, partial_path
+from packer.storage.filestream import StreamHash, hash_while
+from packer.storage.hashing import digest_of
 
 NAME = "npy"
 IMAGES = "images.npy"
@@ -53,9 +53,9 @@ class NpyWriter:
     resumable = True
 
     def __init__(self, plan: WriterPlan) -> None:
-        if plan.encode.size is None:
+        if plan.image_size is None:
             raise ValueError("npy needs a fixed image size")
-        self.height, self.width = plan.encode.size
+        self.height, self.width = plan.image_size
         self.sample_bytes = self.height * self.width * 3
         self.folder = plan.folder
         self.tmp = partial_path(plan.folder / IMAGES)

@@ -25,13 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
-from packer.atomic import commit, partial_path
+from packer.core.index import Index, SampleTable, ShardInfo
+from packer.core.record import Record
 from packer.errors import CorruptDatasetError
 from packer.formats._tar import member_header, padding
 from packer.formats.base import Location, WriterPlan, checked
-from packer.formats.stream import ShardFile
-from packer.index import Index, SampleTable, ShardInfo
-from packer.record import Record
+from packer.storage.atomic import commit, partial_path
+from packer.storage.filestream import ShardFile
 
 NAME = "wds"
 FILES = ("shard-*.tar",)

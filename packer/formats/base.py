@@ -15,10 +15,10 @@ from typing import Protocol, TypeVar
 
 import numpy as np
 
-from packer.encode import EncodeOptions, digest_of
+from packer.core.index import Index, SampleTable, ShardInfo
+from packer.core.record import Record
 from packer.errors import CorruptDatasetError
-from packer.index import Index, SampleTable, ShardInfo
-from packer.record import Record
+from packer.storage.hashing import digest_of
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class WriterPlan:
 
     folder: Path
     capacity: int
-    encode: EncodeOptions
+    image_size: tuple[int, int] | None  # (H, W) of stored pixels (npy), else None
     shards: ShardOptions
     done_samples: int = 0
     done_shards: tuple[ShardInfo, ...] = ()

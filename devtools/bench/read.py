@@ -1,0 +1,304 @@
+"""The logic of scripts/bench_read.py: pack once, time DataLoaders, compare, tabulate.
+
+Every loader case (ours and the baselines) reads the same images through the same
+DataLoader settings; two more cases time decode + resize alone on one core (ours
+and the PIL pipeline, same bytes), which separates the codec from the loader. Runs
+are interleaved (run 1 of every case, then run 2, ...) so the noise of a shared
+machine falls on all cases alike, and the table shows medians. A loader's clock
+starts at its first batch: worker start-up is not counted.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import psutil
+from torch.utils.data import DataLoader
+
+from devtools.bench import baselines as base
+from packer.core.index import INDEX_NAME, read_index
+from packer.source.scan import scan
+from readers.decode import decode as decode_sample
+
+Progress = Callable[[str], None]
+JPEG_FORMATS = ("wds", "lmdb", "hdf5")
+FORMATS = (*JPEG_FORMATS, "npy")
+# (baseline id or None for an absolute rate, required factor)
+Target = tuple[str | None, float]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What to measure and how."""
+
+    src: Path
+    work: Path
+    formats: tuple[str, ...] = FORMATS
+    runs: int = 3
+    count: int | None = None  # None: every image of src
+    size: tuple[int, int] = (224, 224)
+    batch_size: int = 64
+    num_workers: int = 2
+    epochs: int = 2
+
+
+@dataclass
+class Case:
+    """One reader to time; `make` builds its dataset, or measures itself (memcpy).
+
+    Two rates per run: images per wall-clock second (what the targets are about) and
+    images per CPU-second of the main process and its workers together, which other
+    tenants of a shared machine disturb far less: compare ratios of those when the
+    wall-clock spread is wide.
+    """
+
+    id: str
+    reader: str
+    fmt: str
+    decode: str
+    make: Callable[[], Any]
+    shuffle: bool = False
+    targets: tuple[Target, ...] = ()
+    collate: Callable[[Any], Any] | None = None  # the DataLoader's collate_fn; None: default
+    workers: int | None = None  # num_workers, if not the settings' one
+    rates: list[float] = field(default_factory=list)
+    cpu_rates: list[float] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        """Median images per wall-clock second."""
+        return statistics.median(self.rates) if self.rates else math.nan
+
+    @property
+    def cpu_median(self) -> float:
+        """Median images per CPU-second (all processes of the loader together)."""
+        return statistics.median(self.cpu_rates) if self.cpu_rates else math.nan
+
+
+def pack_all(settings: Settings, progress: Progress) -> tuple[Path, dict[str, Path]]:
+    """The source (a subset under --quick) and each packed copy, built once under work."""
+    src = settings.src
+    total = len(scan(src).items)
+    count = min(settings.count or total, total)
+    tag = settings.work / f"{src.name}-{count}"
+    if count < total:
+        src = subset_folder(src, tag / "src", count)
+    packed = {fmt: pack(src, tag / fmt, fmt, count, settings, progress)
+              for fmt in settings.formats}
+    return src, packed
+
+
+def subset_folder(src: Path, dst: Path, count: int) -> Path:
+    """Symlinks to an even spread of `count` images of src, classes kept."""
+    items = scan(src).items
+    step = len(items) / count
+    chosen = [items[int(i * step)] for i in range(count)]
+    if dst.exists() and sum(1 for _ in dst.rglob("*.*")) == count:
+        return dst
+    shutil.rmtree(dst, ignore_errors=True)
+    for item in chosen:
+        link = dst / Path(item.path).relative_to(src)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(Path(item.path).resolve())
+    return dst
+
+
+def pack(src: Path, dst: Path, fmt: str, count: int, settings: Settings,
+         progress: Progress) -> Path:
+    """`pack convert` src into dst unless a complete copy of `count` samples is there."""
+    if (dst / INDEX_NAME).exists() and read_index(dst).num_samples == count:
+        return dst
+    shutil.rmtree(dst, ignore_errors=True)
+    extra: list[str] = []
+    if fmt == "npy":
+        height, width = settings.size
+        extra = ["--size", f"{height}x{width}", "--fit", "stretch"]
+    if fmt == "wds":  # ~16 shards, so stock webdataset can give each worker several
+        extra = ["--shard-samples", str(max(1, math.ceil(count / 16)))]
+    progress(f"packing {count} images as {fmt} into {dst} ...")
+    command = [sys.executable, "-c", "from packer.cli import main; main()", "convert",
+               str(src), str(dst), "--to", fmt, "-q", *extra]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"packing {fmt} failed ({' '.join(command[3:])}):\n{done.stderr}")
+    progress(done.stdout.strip())
+    return dst
+
+
+def build_cases(settings: Settings, src: Path, packed: dict[str, Path]) -> list[Case]:
+    """Baselines first, then ours for every packed format."""
+    size = settings.size
+    shown = f"rgb8 {size[0]}x{size[1]}"
+    cases = [Case("pil", "PIL ImageFolder (a)", "folder", shown,
+                  lambda: base.PilFolderDataset(src, size), shuffle=True)]
+    if "wds" in packed:
+        urls = sorted(packed["wds"].glob("shard-*.tar"))
+        cases.append(Case("wds-stock", "stock webdataset (b)", "wds", shown,
+                          lambda: base.stock_webdataset(urls, size)))
+    if "npy" in packed:
+        npy = packed["npy"]
+        cases.append(Case("memmap", "naive np.load memmap (c)", "npy", "HWC view",
+                          lambda: base.NaiveMemmapDataset(npy / "images.npy",
+                                                          npy / "labels.npy"), shuffle=True))
+        cases.append(Case("memcpy", "memcpy, 1 thread (d)", "npy", "bytes",
+                          lambda: base.memcpy_rate(npy / "images.npy", settings.batch_size,
+                                                   settings.epochs)))
+    cases += decode_cases(src, size)
+    for fmt, path in packed.items():
+        cases += our_cases(fmt, path, size)
+    return cases
+
+
+def decode_cases(src: Path, size: tuple[int, int], count: int = 1000) -> list[Case]:
+    """Decode + resize alone on one core: ours against the PIL pipeline, same bytes."""
+    items = scan(src).items
+    step = max(1, len(items) // count)
+    samples = [Path(item.path).read_bytes() for item in items[::step][:count]]
+    shown = f"rgb8 {size[0]}x{size[1]}"
+    pil = partial(base.pil_bytes_to_tensor, size=size)
+    ours = partial(decode_sample, mode="rgb8", size=size)
+    return [
+        Case("pil-1t", "PIL open+resize, 1 thread", "bytes", shown,
+             lambda: base.one_thread_rate(samples, pil)),
+        Case("decode-1t", "readers.decode, 1 thread", "bytes", shown,
+             lambda: base.one_thread_rate(samples, ours), targets=(("pil-1t", 3.0),)),
+    ]
+
+
+def our_cases(fmt: str, path: Path, size: tuple[int, int]) -> list[Case]:
+    """Both datasets, rgb8 and raw; map-style also with its chunk cache off."""
+    from readers import PackedDataset, PackedIterableDataset, collate
+
+    jpeg = fmt != "npy"
+    rgb_targets: tuple[Target, ...] = (
+        (("pil", 3.0),) if jpeg else ((None, 10_000), ("memmap", 1.6), ("memcpy", 0.85)))
+    rgb = ("rgb8", size if jpeg else None, f"rgb8 {size[0]}x{size[1]}" if jpeg
+           else "rgb8 (stored)", rgb_targets)
+    raw = ("raw", None, "raw", ((None, 30_000),))
+    readers = [("PackedDataset", PackedDataset, {}, True),
+               ("PackedDataset cache_bytes=0", PackedDataset, {"cache_bytes": 0}, True),
+               ("PackedIterableDataset", PackedIterableDataset, {}, False)]
+    cases = []
+    for decode, decode_size, shown, targets in (rgb, raw):
+        for name, cls, options, shuffle in readers:
+            make = _factory(cls, path, decode=decode, size=decode_size, **options)
+            cases.append(Case(f"{fmt}-{name}-{decode}", name, fmt, shown, make, shuffle,
+                              targets))
+    # the documented fast path: recycled shared memory; for npy one gather, no copy
+    for cls, workers in ((PackedDataset, None), (PackedIterableDataset, None),
+                         *(() if jpeg else ((PackedDataset, 0),))):
+        name = f"{cls.__name__} + readers.collate" + (", 0 workers" if workers == 0 else "")
+        suffix = "" if workers is None else str(workers)
+        cases.append(Case(f"{fmt}-{cls.__name__}-collate{suffix}-rgb8", name, fmt,
+                          rgb[2], _factory(cls, path, size=rgb[1]), cls is PackedDataset,
+                          rgb_targets, collate, workers))
+    if not jpeg:  # raw rows gathered into one (B, N) batch
+        cases.append(Case(f"{fmt}-PackedDataset-collate-raw", "PackedDataset + readers.collate",
+                          fmt, "raw", _factory(PackedDataset, path, decode="raw"), True,
+                          raw[3], collate))
+    return cases
+
+
+def _factory(cls: Any, path: Path, **kwargs: Any) -> Callable[[], Any]:
+    return lambda: cls(path, **kwargs)
+
+
+def loader_rate(dataset: Any, settings: Settings, shuffle: bool,
+                collate: Callable[[Any], Any] | None = None,
+                workers: int | None = None) -> tuple[float, float]:
+    """(samples per second, per CPU-second) over `epochs` epochs, first batch to last."""
+    workers = settings.num_workers if workers is None else workers
+    loader = DataLoader(dataset, batch_size=settings.batch_size, shuffle=shuffle,
+                        num_workers=workers, collate_fn=collate,
+                        persistent_workers=workers > 0)
+    start: float | None = None
+    cpu_start = 0.0
+    samples = 0
+    for epoch in range(settings.epochs):
+        if hasattr(dataset, "set_epoch"):
+            dataset.set_epoch(epoch)
+        for batch in loader:
+            if start is None:
+                start, cpu_start = time.perf_counter(), tree_cpu_seconds()
+                continue
+            samples += len(batch[1])
+    if start is None:
+        raise ValueError("the dataset is empty: nothing to measure")
+    elapsed = time.perf_counter() - start
+    cpu = tree_cpu_seconds() - cpu_start
+    del loader  # stops the persistent workers before the next case starts
+    # CPU clocks tick in 10 ms steps: a tiny run can show none
+    return samples / elapsed, samples / cpu if cpu > 0 else math.nan
+
+
+def tree_cpu_seconds() -> float:
+    """User + system CPU time of this process and its live children (the workers)."""
+    me = psutil.Process()
+    total = sum(me.cpu_times()[:2])
+    for child in me.children(recursive=True):
+        try:
+            total += sum(child.cpu_times()[:2])
+        except psutil.NoSuchProcess:
+            continue
+    return total
+
+
+def run_cases(cases: Sequence[Case], settings: Settings, progress: Progress) -> None:
+    """Interleaved runs; each case's rates land in `case.rates` and `case.cpu_rates`."""
+    for run in range(settings.runs):
+        for case in cases:
+            made = case.make()
+            wall, cpu = made if isinstance(made, tuple) else loader_rate(made, settings,
+                                                                         case.shuffle,
+                                                                         case.collate,
+                                                                         case.workers)
+            case.rates.append(wall)
+            case.cpu_rates.append(cpu)
+            progress(f"run {run + 1}/{settings.runs}  {case.reader:28} {case.fmt:6} "
+                     f"{case.decode:14} {wall:9,.0f} img/s {cpu:9,.0f} img/CPU-s")
+
+
+def verdicts(case: Case, by_id: dict[str, Case]) -> list[tuple[str, bool]]:
+    """Each target of a case as ('3.2x pil >= 3', met)."""
+    out = []
+    for baseline, factor in case.targets:
+        if baseline is None:
+            out.append((f"{case.median:,.0f} >= {factor:,.0f}", case.median >= factor))
+        elif baseline in by_id:
+            ratio = case.median / by_id[baseline].median
+            out.append((f"{ratio:.2f}x {baseline} >= {factor:g}x", ratio >= factor))
+    return out
+
+
+def markdown(cases: Sequence[Case], settings: Settings) -> str:
+    """The results as a markdown table: medians, spread, ratios and targets."""
+    by_id = {case.id: case for case in cases}
+    ratios = [key for key in ("pil", "wds-stock", "memmap", "memcpy") if key in by_id]
+    head = ["reader", "format", "decode", "img/s median (min-max)", "img/CPU-s",
+            *[f"vs {key} (wall / CPU)" for key in ratios], "targets (wall)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for case in cases:
+        rate = f"{case.median:,.0f} ({min(case.rates):,.0f}-{max(case.rates):,.0f})"
+        cells = [f"{case.median / by_id[key].median:.2f} / "
+                 f"{case.cpu_median / by_id[key].cpu_median:.2f}" for key in ratios]
+        marks = "; ".join(f"{text} {'ok' if met else 'MISS'}"
+                          for text, met in verdicts(case, by_id)) or "baseline"
+        lines.append("| " + " | ".join([case.reader, case.fmt, case.decode, rate,
+                                        f"{case.cpu_median:,.0f}", *cells, marks]) + " |")
+    cpus = len(os.sched_getaffinity(0))
+    lines.append("")
+    lines.append(f"{settings.runs} run(s), {settings.epochs} epochs each, batch "
+                 f"{settings.batch_size}, {settings.num_workers} workers, {cpus} CPUs; "
+                 "ratios are of medians; img/CPU-s counts the main process and workers")
+    return "\n".join(lines)

@@ -1,0 +1,137 @@
+"""Decide what to do with DST before a conversion (create, refuse, overwrite, resume),
+and word a failed write into it (disk full, permissions) as one line with the fix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+from packer.conversion.journal import STATE_DIR
+from packer.core.index import INDEX_NAME
+from packer.errors import (
+    DatasetExistsError,
+    DestinationError,
+    DiskFullError,
+    PackError,
+    SourceError,
+    interrupted,
+)
+
+# An I/O error with less free space than this on DST's disk is taken for a full disk:
+# LMDB reports a short write on a full disk as EIO, h5py often without an errno.
+LOW_SPACE_BYTES = 64 << 20
+
+OUR_NAMES = ("index.json", "samples.npy", "keys.npy", "rejects.jsonl", "data.lmdb", "data.h5",
+             "images.npy", "labels.npy", STATE_DIR)
+OUR_PATTERNS = ("shard-*.tar", "*.partial")
+
+
+def refuse_inside_source(src: Path, folder: Path) -> None:
+    """Refuse a DST inside an image-folder SRC: writing it would change the source.
+
+    (A manifest's folder is fine: only the files the manifest lists are the source.)
+    """
+    if not src.is_dir():
+        return
+    root, dst = src.resolve(), folder.resolve()
+    if dst == root or root in dst.parents:
+        raise SourceError(
+            f"{folder}: inside the source folder {src}, which is never modified (and the "
+            "dataset would become a class of its own source); choose a DST outside it"
+        )
+
+
+def prepare(folder: Path, resume: bool, overwrite: bool) -> bool:
+    """Make `folder` ready, refusing to clobber a dataset or somebody else's files.
+
+    Returns True when `folder` is complete but still holds resume state and `resume`
+    was asked: the run that wrote index.json was killed while removing its state, and
+    the caller finishes that clean-up instead of converting again.
+    """
+    if folder.exists() and not folder.is_dir():
+        raise DatasetExistsError(f"{folder}: exists and is not a folder; choose another DST")
+    folder.mkdir(parents=True, exist_ok=True)
+    complete = (folder / INDEX_NAME).exists()
+    unfinished = (folder / STATE_DIR).exists()
+    if overwrite:
+        clear(folder)
+    elif complete and unfinished and resume:
+        return True
+    elif complete:
+        raise DatasetExistsError(
+            f"{folder}: already holds a complete dataset; pass --overwrite to replace it"
+        )
+    elif unfinished and not resume:
+        raise DatasetExistsError(
+            f"{folder}: holds an unfinished conversion; pass --resume to continue it or "
+            "--overwrite to start over"
+        )
+    foreign = [p.name for p in folder.iterdir() if not _ours(p)]
+    if foreign:
+        raise DatasetExistsError(
+            f"{folder}: not empty (found {foreign[0]!r}); choose an empty or new DST folder"
+        )
+    return False
+
+
+def _ours(path: Path) -> bool:
+    return path.name in OUR_NAMES or any(path.match(p) for p in OUR_PATTERNS)
+
+
+def clear(folder: Path) -> None:
+    """Remove what an earlier conversion left (index first, so nothing looks complete)."""
+    (folder / INDEX_NAME).unlink(missing_ok=True)
+    for path in sorted(folder.iterdir()):
+        if not _ours(path):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
+@contextlib.contextmanager
+def write_errors(folder: Path) -> Iterator[None]:
+    """Word a failed write into `folder` as a DestinationError: what happened and the fix.
+
+    Our own errors pass through. What was made durable before the failure stays, so the
+    fix is always: remove the cause, then rerun with --resume.
+    """
+    try:
+        yield
+    except PackError:
+        raise
+    except OSError as exc:
+        if interrupted(exc):  # Ctrl-C, then a clean-up that failed because of it
+            raise KeyboardInterrupt from exc
+        reason = disk_full(exc, folder)
+        if reason is not None:
+            raise DiskFullError(
+                f"{folder}: disk full ({reason}) while writing the dataset; free space on "
+                "that disk, then rerun the same command with --resume"
+            ) from exc
+        raise DestinationError(
+            f"{folder}: cannot write ({exc}); fix the destination (permissions, disk), then "
+            "rerun the same command with --resume"
+        ) from exc
+
+
+def disk_full(exc: OSError, folder: Path) -> str | None:
+    """Why a failed write means the disk holding `folder` is full, or None if it does not."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return exc.strerror or os.strerror(exc.errno)
+    if os.strerror(errno.ENOSPC) in str(exc):
+        return os.strerror(errno.ENOSPC)
+    if exc.errno not in (errno.EIO, None):  # a plain I/O error (h5py gives no errno)
+        return None
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return None
+    return f"{exc.strerror or 'I/O error'} with {free} bytes free" \
+        if free < LOW_SPACE_BYTES else None

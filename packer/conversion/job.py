@@ -1,0 +1,355 @@
+"""convert(src, dst, fmt): scan -> encode (process pool) -> one writer -> index.json last."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, cast
+
+from packer import formats
+from packer.conversion.destination import prepare, refuse_inside_source, write_errors
+from packer.conversion.executors import (
+    EXECUTORS,
+    Executor,
+    batch_size,
+    check_executor,
+    encode_ordered,
+)
+from packer.conversion.journal import Journal, Progress, ResumeRefused, fingerprint
+from packer.conversion.parallel import (
+    CommittedShards,
+    GroupResult,
+    commit_group,
+    use_parallel_writers,
+    written_groups,
+)
+from packer.core.index import (
+    REJECTS_NAME,
+    Index,
+    SampleTable,
+    ShardInfo,
+    TableBuilder,
+    save_table,
+    write_index,
+)
+from packer.core.record import Record, Reject, SourceItem
+from packer.dataset.remote import is_url
+from packer.encode import EncodeOptions
+from packer.errors import BadInputError, UnstorableRecord
+from packer.formats.base import ShardOptions, Writer, WriterPlan
+from packer.imaging.resize import load_torch
+from packer.source.scan import Source, scan
+from packer.storage.atomic import write_atomic
+from packer.storage.hashing import sha256_file
+
+OnError = Literal["skip", "fail"]
+DEFAULT_NPY_SIZE = (256, 256)
+PROGRESS_EVERY = 64
+
+
+@dataclass(frozen=True)
+class ConvertOptions:
+    """How a conversion runs (as opposed to what it stores: EncodeOptions)."""
+
+    shards: ShardOptions = field(default_factory=ShardOptions)
+    workers: int | None = None
+    on_error: OnError = "skip"
+    resume: bool = False
+    overwrite: bool = False
+    executor: Executor = "local"
+    ray_address: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.on_error not in ("skip", "fail"):
+            raise ValueError(f"on_error must be skip or fail, not {self.on_error!r}")
+        if self.resume and self.overwrite:
+            raise ValueError("--resume and --overwrite exclude each other")
+        if self.executor not in EXECUTORS:
+            raise ValueError(f"executor must be local or ray, not {self.executor!r}")
+        if self.executor != "ray" and self.ray_address is not None:
+            raise ValueError("--ray-address needs --executor ray")
+        if self.executor == "ray" and self.workers == 0:
+            raise ValueError("--workers 0 encodes in-process; it does not combine with "
+                             "--executor ray (omit --workers to use every cluster CPU)")
+
+    @property
+    def num_workers(self) -> int:
+        return os.cpu_count() or 1 if self.workers is None else self.workers
+
+
+def effective_options(fmt: str, options: EncodeOptions,
+                      pixels_in: tuple[int, int] | None = None) -> EncodeOptions:
+    """npy always stores raw pixels at a fixed size (256x256 unless given).
+
+    `pixels_in`: the source is an npy dataset of raw pixels of that size. npy keeps its
+    size unless given; the other formats store images, PNG unless --encode says otherwise.
+    """
+    if fmt != "npy":
+        if options.pixels:
+            raise ValueError("raw pixels are only stored by the npy format")
+        if pixels_in is not None and options.codec is None:
+            return dataclasses.replace(options, codec="png")
+        return options
+    if options.resize is not None or options.codec is not None:
+        raise ValueError("npy stores raw pixels: use --size HxW, not --resize or --encode")
+    size = options.size or pixels_in or DEFAULT_NPY_SIZE
+    return dataclasses.replace(options, pixels=True, size=size)
+
+
+def convert(src: str | Path, dst: str | Path, fmt: str,
+            options: EncodeOptions | None = None, run: ConvertOptions | None = None,
+            progress: Callable[[int], None] | None = None,
+            on_total: Callable[[int], None] | None = None,
+            on_part: Callable[[tuple[ShardInfo, ...]], None] | None = None) -> Index:
+    """Pack `src` into `dst` in format `fmt`; returns the index of the complete dataset.
+
+    `dst` may be a URL (s3://bucket/prefix, file://...): see packer.conversion.upload. `on_part`
+    receives the finished shards each time the writer ends a part.
+    """
+    if is_url(dst):
+        from packer.conversion.upload import convert_remote  # fsspec is an optional extra
+
+        return convert_remote(src, str(dst), fmt, options, run, progress=progress,
+                              on_total=on_total)
+    module = formats.load(fmt)
+    asked = options or EncodeOptions()
+    options = effective_options(fmt, asked)  # refuse bad options before the scan
+    run = run or ConvertOptions()
+    check_executor(run.executor, run.ray_address)  # Ray installed and answering, or stop here
+    if options.pixels:
+        load_torch()  # npy resizes with torch (packer.imaging.resize): import it up front
+    folder = Path(dst)
+    refuse_inside_source(Path(src), folder)
+    source = scan(src)
+    if source.origin is not None:  # a packed dataset: format to format
+        options = effective_options(fmt, asked, source.origin.pixel_size)
+    if run.on_error == "fail" and source.rejects:
+        raise rejected(source.rejects[0])
+    with write_errors(folder):  # disk full, permissions: one line that says what to do
+        leftover = prepare(folder, run.resume, run.overwrite)
+        journal = Journal(folder)
+        settings = {"format": fmt, "encode": options.to_json(),
+                    "shards": dataclasses.asdict(run.shards)}
+        job_id = fingerprint(source, settings)
+        if leftover:  # complete, but killed while removing its resume state
+            return journal.finish_removal(job_id)
+        done = resume_point(journal, job_id, run.resume, module.FILES, folder)
+        plan = WriterPlan(folder, len(source.items), options.size, run.shards, done.num_samples,
+                          done.shards)
+        parallel = use_parallel_writers(fmt, run.executor, run.shards.max_samples) and \
+            on_part is None  # a URL DST (packer.conversion.upload): the driver writes and uploads
+        writer: Writer = (CommittedShards(folder, done.shards) if parallel
+                          else module.open_writer(plan))
+        if on_total is not None:
+            on_total(len(source.items))
+        if progress is not None:
+            progress(done.src_stop)
+        job = _Job(writer, journal, done, run.on_error, progress, on_part,
+                   group=run.shards.max_samples if fmt == "wds" else None,
+                   path_of=lambda position: source.items[position].path)
+        try:
+            if source.origin is not None:
+                source.origin.open()  # a source that cannot be read stops here, not per sample
+            if parallel:
+                assert run.shards.max_samples is not None  # use_parallel_writers checked it
+                job.commit_groups(folder, written_groups(
+                    folder, source.items, done.src_stop, run.shards.max_samples, options,
+                    run.shards.max_bytes, run.workers, run.ray_address,
+                    stop_at_reject=run.on_error == "fail"))
+            else:
+                job.consume(encoded(source.items[done.src_stop :], options, run.workers,
+                                    run.executor, run.ray_address))
+            shards = writer.finish(job.build_table())
+        except BaseException:
+            with contextlib.suppress(Exception):  # the first failure is the one to report
+                writer.abort()
+            raise
+        finally:
+            if source.origin is not None:
+                source.origin.close()
+        return finalize(folder, fmt, source, options, job, shards)
+
+
+def encoded(items: Sequence[SourceItem], options: EncodeOptions, workers: int | None,
+            executor: Executor = "local", address: str | None = None,
+            ) -> Iterator[Record | Reject]:
+    """Encode items in order on `workers` threads (see executors for why threads), or Ray.
+
+    A task is a batch of executors.batch_size inputs.
+    """
+    size = batch_size(options)
+    # Slices of the scan's SourceItems are views: each batch builds its SourceItem
+    # objects in the worker, and pickles (Ray) with only its own keys and paths.
+    batches = cast(Iterator[list[SourceItem]],
+                   (items[i : i + size] for i in range(0, len(items), size)))
+    for batch in encode_ordered(batches, options, workers, executor, address):
+        yield from batch
+
+
+class _Job:
+    """The writer loop: route records and rejects, end parts, journal them.
+
+    Runs once per sample in the main thread, so it stays lean: one table row per
+    sample (the part's; parts join the whole table when they end) and progress
+    reported every PROGRESS_EVERY samples. With `group` (wds --shard-samples), a shard
+    also ends every `group` inputs, so shard boundaries do not depend on who writes the
+    shards (packer.conversion.parallel): input i belongs to group i // `group`.
+    """
+
+    def __init__(self, writer: Writer, journal: Journal, done: Progress, on_error: OnError,
+                 progress: Callable[[int], None] | None,
+                 on_part: Callable[[tuple[ShardInfo, ...]], None] | None = None,
+                 group: int | None = None,
+                 path_of: Callable[[int], str] | None = None) -> None:
+        self.writer = writer
+        self.path_of = path_of  # an input's path, for a sample the format cannot store
+        self.group = group
+        self.part_group = -1  # the group of the current part's samples (-1: none yet)
+        self.on_part = on_part
+        self.journal = journal
+        self.done = done
+        self.on_error = on_error
+        self.progress = progress
+        self.table = TableBuilder()
+        for table in done.tables:
+            self.table.extend(table)
+        self.part = TableBuilder()
+        self.part_rejects: list[Reject] = []
+        self.num_parts = len(done.tables)
+
+    def consume(self, results: Iterator[Record | Reject]) -> None:
+        progress = self.progress
+        unreported = 0
+        for result in results:
+            if isinstance(result, Reject):
+                self.reject(result)
+            else:
+                self.add(result)
+            unreported += 1
+            if unreported == PROGRESS_EVERY and progress is not None:
+                progress(unreported)
+                unreported = 0
+        if unreported and progress is not None:
+            progress(unreported)
+
+    def reject(self, reject: Reject) -> None:
+        if self.on_error == "fail":
+            raise rejected(reject)
+        self.part_rejects.append(reject)
+
+    def add(self, record: Record) -> None:
+        group = -1 if self.group is None else record.position // self.group
+        if group != self.part_group:  # a new group of inputs starts a new shard
+            if self.part_group >= 0:
+                self.end_part(record.position)
+            self.part_group = group
+        elif self.writer.part_full(len(record.data)):
+            self.end_part(record.position)
+        try:
+            location = self.writer.add(record)
+        except UnstorableRecord as exc:
+            path = self.path_of(record.position) if self.path_of else record.key
+            self.reject(Reject(record.position, path, str(exc)))
+            return
+        self.part.add(record.key, record.label, location.offset, location.size, record.digest)
+
+    def end_part(self, src_stop: int) -> None:
+        self.writer.end_part()
+        if self.on_part is not None:  # e.g. upload the finished shards (packer.conversion.upload)
+            self.on_part(tuple(getattr(self.writer, "shards", ())))
+        part = self.part.build()
+        self.table.extend(part)
+        self.done.rejects += self.part_rejects
+        if self.writer.resumable:
+            self.done.src_stop = src_stop
+            self.done.num_samples = len(self.table)
+            self.done.shards = tuple(getattr(self.writer, "shards", ()))
+            self.journal.record_part(self.num_parts, self.done, part, self.part_rejects)
+            self.num_parts += 1
+        self.part = TableBuilder()
+        self.part_rejects = []
+
+    def commit_groups(self, folder: Path, results: Iterator[GroupResult]) -> None:
+        """Commit the shards Ray tasks wrote (packer.conversion.parallel), group by group."""
+        writer = self.writer
+        assert isinstance(writer, CommittedShards)
+        try:
+            for result in results:
+                for reject in result.rejects:
+                    self.reject(reject)
+                commit_group(folder, result, writer.shards)
+                for row in result.rows:
+                    self.part.add(row.key, row.label, row.offset, row.size, row.digest)
+                if self.progress is not None:
+                    self.progress(result.src_stop - self.done.src_stop)
+                self.end_part(result.src_stop)
+        finally:
+            close = getattr(results, "close", None)
+            if close is not None:  # on failure, cancel the tasks in flight now, not at GC
+                close()
+
+    def build_table(self) -> SampleTable:
+        """Every sample so far: resumed parts, ended parts and the current one."""
+        if len(self.part) and not len(self.table):  # one part (lmdb, hdf5): no copy
+            self.table, self.part = self.part, TableBuilder()
+        elif len(self.part):
+            self.table.extend(self.part.build())
+            self.part = TableBuilder()
+        return self.table.build()
+
+
+def rejected(reject: Reject) -> BadInputError:
+    """The error `--on-error fail` stops with."""
+    return BadInputError(f"{reject.path}: {reject.reason}; fix or remove the file, "
+                         "or pass --on-error skip to list it in rejects.jsonl")
+
+
+def resume_point(journal: Journal, job: str, resume: bool, files: tuple[str, ...],
+                 folder: Path) -> Progress:
+    """Start fresh, or load what an interrupted run of the same job made durable."""
+    if not resume or not journal.exists():
+        journal.start(job)
+        return Progress()
+    if journal.fingerprint() != job:
+        raise ResumeRefused(
+            f"{folder}: the source or the options changed since the interrupted run; "
+            "rerun with --overwrite to start over"
+        )
+    parts = journal.read_parts()
+    keep = len(parts)
+    for number, part in enumerate(parts):
+        if not all(_shard_intact(folder, shard) for shard in part["shards"]):
+            keep = number
+            break
+    journal.truncate(keep)
+    return journal.load(parts[:keep])
+
+
+def _shard_intact(folder: Path, shard: dict[str, object]) -> bool:
+    path = folder / str(shard["name"])
+    return path.is_file() and sha256_file(path) == shard["sha256"]
+
+
+def finalize(folder: Path, fmt: str, source: Source, options: EncodeOptions, job: _Job,
+             shards: tuple[ShardInfo, ...]) -> Index:
+    """Write the table and rejects, then index.json last, then drop the resume state."""
+    rejects = sorted(source.rejects + source.inherited + job.done.rejects + job.part_rejects,
+                     key=lambda r: (r.position, r.path))
+    table = job.build_table()
+    save_table(folder, table)
+    lines = "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in rejects)
+    write_atomic(folder / REJECTS_NAME, lines.encode("utf-8"))
+    index = Index(format=fmt, num_samples=len(table), class_names=source.class_names,
+                  shards=tuple(shards), encode=options.to_json(), num_rejected=len(rejects),
+                  num_ignored=source.num_ignored,
+                  image_size=options.size if options.pixels else None,
+                  extra={} if source.origin is None else
+                  {"source": source.origin.lineage(options)})
+    index = write_index(folder, index)  # as written: with the table's digest
+    job.journal.remove()
+    return index

@@ -1,0 +1,190 @@
+"""Resume state of an unfinished conversion, kept in `DST/.pack-state/`.
+
+    job.json            fingerprint of source + format + options; resume refuses a mismatch
+    parts.jsonl         one line per durable part: where the source was consumed up to,
+                        the shards so far, the rejects of the part
+    part-NNNNN.*.npy    the per-sample rows of that part
+
+A line is appended (and fsynced) only after the writer made the part durable, so a
+line always describes data on disk; a torn last line is ignored. The folder is
+removed once index.json exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packer.core.index import Index, SampleTable, ShardInfo, load_table, read_index, save_table
+from packer.core.layout import STATE_DIR as STATE_DIR
+from packer.core.record import Reject
+from packer.errors import DatasetExistsError, PackError
+from packer.source.scan import Source
+from packer.storage.atomic import fsync_dir, write_atomic
+
+
+@dataclass
+class Progress:
+    """What earlier runs made durable: resume starts from here."""
+
+    src_stop: int = 0
+    num_samples: int = 0
+    shards: tuple[ShardInfo, ...] = ()
+    rejects: list[Reject] = field(default_factory=list)
+    tables: list[SampleTable] = field(default_factory=list)
+
+
+def fingerprint(source: Source, settings: dict[str, Any]) -> str:
+    """Identify a job: same files (size, mtime), labels and settings -> same fingerprint.
+
+    A packed source is identified by the hash of its index.json (which pins the sha256
+    of every shard) instead of a stat per sample.
+    """
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
+    digest.update(json.dumps(source.class_names).encode())
+    if source.origin is not None:
+        digest.update(f"packed:{source.origin.identity}\n".encode())
+    for key, path, label in source.items.rows():
+        if source.origin is not None:
+            facts = "packed"
+        else:
+            try:
+                stat = os.stat(path)
+                facts = f"{stat.st_size}:{stat.st_mtime_ns}"
+            except OSError:
+                facts = "missing"
+        digest.update(f"{key}\0{path}\0{label}\0{facts}\n".encode())
+    return digest.hexdigest()
+
+
+class Journal:
+    """Appends durable parts and reads them back for resume."""
+
+    def __init__(self, folder: Path) -> None:
+        self.state = folder / STATE_DIR
+        self.parts_path = self.state / "parts.jsonl"
+
+    def exists(self) -> bool:
+        """Whether an earlier run recorded a job (killed inside start(), it did not)."""
+        return (self.state / "job.json").is_file()
+
+    def start(self, job_fingerprint: str) -> None:
+        """Begin a fresh job, forgetting any earlier state."""
+        shutil.rmtree(self.state, ignore_errors=True)
+        self.state.mkdir(parents=True)
+        write_atomic(self.state / "job.json", json.dumps({"fingerprint": job_fingerprint}).encode())
+        fsync_dir(self.state.parent)
+
+    def fingerprint(self) -> str | None:
+        try:
+            return str(json.loads((self.state / "job.json").read_text())["fingerprint"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def record_part(self, number: int, progress: Progress, table: SampleTable,
+                    rejects: list[Reject]) -> None:
+        """Make a part's metadata durable after its data is."""
+        save_table(self.state, table, prefix=f"part-{number:05d}.")
+        line = {
+            "part": number,
+            "src_stop": progress.src_stop,
+            "num_samples": progress.num_samples,
+            "shards": [asdict(shard) for shard in progress.shards],
+            "rejects": [{"position": r.position, "path": r.path, "reason": r.reason}
+                        for r in rejects],
+        }
+        with open(self.parts_path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(line, ensure_ascii=False) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def read_parts(self) -> list[dict[str, Any]]:
+        """Every complete line, in order; a torn last line is dropped."""
+        if not self.parts_path.exists():
+            return []
+        parts = []
+        for number, line in enumerate(self.parts_path.read_text(encoding="utf-8").splitlines()):
+            try:
+                part = json.loads(line)
+            except json.JSONDecodeError:
+                break
+            if not _well_formed(part, number):  # torn or damaged: not durable
+                break
+            parts.append(part)
+        return parts
+
+    def load(self, parts: list[dict[str, Any]]) -> Progress:
+        """Progress after the given parts (a prefix of read_parts())."""
+        progress = Progress()
+        for part in parts:
+            progress.src_stop = int(part["src_stop"])
+            progress.num_samples = int(part["num_samples"])
+            progress.shards = tuple(ShardInfo(**shard) for shard in part["shards"])
+            progress.rejects += [Reject(r["position"], r["path"], r["reason"])
+                                 for r in part["rejects"]]
+            progress.tables.append(
+                load_table(self.state, prefix=f"part-{int(part['part']):05d}.", mmap=False)
+            )
+        return progress
+
+    def truncate(self, keep: int) -> None:
+        """Forget parts from `keep` on (their data did not survive)."""
+        if not self.parts_path.exists():
+            return  # no part ended before the interruption: nothing to forget
+        lines = self.parts_path.read_text(encoding="utf-8").splitlines()[:keep]
+        write_atomic(self.parts_path, "".join(line + "\n" for line in lines).encode("utf-8"))
+
+    def remove(self) -> None:
+        """Delete the state, job.json last: a removal cut short still names its job."""
+        job = self.state / "job.json"
+        with contextlib.suppress(FileNotFoundError):
+            for path in self.state.iterdir():
+                if path.is_dir() and not path.is_symlink():  # packer.conversion.parallel's groups
+                    shutil.rmtree(path, ignore_errors=True)
+                elif path != job:
+                    path.unlink(missing_ok=True)
+        job.unlink(missing_ok=True)
+        try:
+            self.state.rmdir()
+        except FileNotFoundError:
+            pass
+        except OSError:  # something unexpected inside: remove it all
+            shutil.rmtree(self.state, ignore_errors=True)
+
+    def finish_removal(self, job: str) -> Index:
+        """DST is complete, but the run that wrote index.json died removing this state.
+
+        The same job resumed: finish the clean-up and report the dataset. (Without
+        job.json the removal had reached its last step: the state is leftover either way.)
+        """
+        folder = self.state.parent
+        if self.fingerprint() not in (job, None):
+            raise DatasetExistsError(
+                f"{folder}: already holds a complete dataset made from another source or with "
+                "other options; pass --overwrite to replace it"
+            )
+        index = read_index(folder)
+        self.remove()
+        return index
+
+
+def _well_formed(part: Any, number: int) -> bool:
+    """A journal line as record_part writes it (a damaged one ends the durable prefix)."""
+    shard_fields = {"name", "num_samples", "num_bytes", "sha256"}
+    return (isinstance(part, dict) and part.get("part") == number
+            and all(isinstance(part.get(key), int) for key in ("src_stop", "num_samples"))
+            and isinstance(part.get("rejects"), list)
+            and all(isinstance(r, dict) and {"position", "path", "reason"} <= r.keys()
+                    for r in part["rejects"])
+            and isinstance(part.get("shards"), list)
+            and all(isinstance(s, dict) and s.keys() == shard_fields for s in part["shards"]))
+
+
+class ResumeRefused(PackError, ValueError):
+    """The interrupted job does not match this one."""

@@ -1,0 +1,101 @@
+"""Compare a packed dataset with the source it was made from (`pack verify --source`).
+
+Every source item not rejected must be a sample with its key and label, and its bytes
+too when the dataset must hold the same bytes as the source (see `_source_digest`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from packer.core.index import REJECTS_NAME, Index, SampleTable
+from packer.core.record import SourceItem
+from packer.errors import PackError
+from packer.source.packed import stores_original
+from packer.source.scan import Source, scan
+from packer.storage.files import read_input
+from packer.storage.hashing import digest_of
+
+__all__ = ["check_against_source"]
+
+
+def check_against_source(folder: Path, index: Index, table: SampleTable, src: Path) -> None:
+    """Every source item not rejected is a sample with its key, label (and bytes, when
+    the dataset must hold the same bytes as the source: see `_source_digest`)."""
+    source = scan(src)
+    if source.class_names != index.class_names:
+        raise PackError(f"{folder}: class names differ from the source {src} "
+                        f"({len(index.class_names)} vs {len(source.class_names)} classes); "
+                        "reconvert")
+    rejected = _rejected_paths(folder)
+    positions = {table.key(i): i for i in range(len(table))}
+    expected = _source_digest(index, source)
+    for item in source.items:
+        i = positions.pop(item.key, None)
+        if i is None:
+            if _was_rejected(item.path, source.root, rejected):
+                continue
+            raise PackError(f"{item.path}: in the source but not in {folder} (key "
+                            f"{item.key!r}); reconvert")
+        if int(table.labels[i]) != item.label:
+            raise PackError(f"{item.path}: label {item.label} in the source, "
+                            f"{int(table.labels[i])} in {folder}; reconvert")
+        if expected is not None and expected(item) != table.digest(i):
+            raise PackError(f"{item.path}: bytes differ from sample {i} in {folder}; the "
+                            "source changed or the dataset is damaged")
+    if positions:
+        raise PackError(f"{folder}: {len(positions)} samples are not in the source {src} "
+                        f"(first: {min(positions, key=positions.__getitem__)!r})")
+
+
+def _source_digest(index: Index, source: Source) -> Callable[[SourceItem], bytes] | None:
+    """How to get the digest a sample must have, or None when its bytes may differ.
+
+    Against image files: when the dataset stores the original files. Against a packed
+    dataset: when the dataset is a byte copy of it, or both store the original files.
+    """
+    origin = source.origin
+    if origin is None:
+        return (lambda item: digest_of(_read_source(item.path))) \
+            if stores_original(index) else None
+    made = index.extra.get("source")
+    copy_of_it = isinstance(made, dict) and bool(made.get("copy")) \
+        and made.get("index_sha256") == origin.identity
+    if copy_of_it or (stores_original(index) and stores_original(origin.index)):
+        return lambda item: origin.digest(item.position)
+    return None
+
+
+def _read_source(path: str) -> bytes:
+    try:
+        return read_input(path)
+    except Exception as exc:  # read_input words its reasons for rejects.jsonl
+        raise PackError(f"{path}: cannot read the source image ({exc})") from exc
+
+
+def _was_rejected(path: str, root: Path, rejected: set[str]) -> bool:
+    """Whether rejects.jsonl lists `path`, however the source was spelled at convert time.
+
+    Reject paths are written as the scan saw them (relative or absolute, from the working
+    folder of that run), so compare absolute paths, then paths relative to the root.
+    `rejected` holds each listed path as written and made absolute.
+    """
+    if path in rejected or os.path.abspath(path) in rejected:
+        return True
+    tail = os.sep + os.path.relpath(path, root)
+    return any(r.endswith(tail) for r in rejected)
+
+
+def _rejected_paths(folder: Path) -> set[str]:
+    path = folder / REJECTS_NAME
+    if not path.exists():
+        return set()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        paths = {str(json.loads(line)["path"]) for line in lines if line.strip()}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise PackError(f"{path}: unreadable rejects list ({exc}); reconvert") from exc
+    return paths | {os.path.abspath(p) for p in paths}

@@ -1,0 +1,220 @@
+"""A packed dataset as the source of a conversion: format to format, no images needed.
+
+The items are the dataset's samples in its order, with its keys, labels and class
+names; item i (position i) is sample i. `read` returns a sample's stored bytes through
+its format's RecordReader, which checks the sample's digest, so a damaged sample
+becomes a reject with the reason. An item's path (the dataset folder joined with the
+key) only names the sample in rejects.jsonl.
+
+Readers open lazily where they read and never travel through pickle (a pickled source
+is its folder and the hash of its index.json): one reader per process for lmdb
+(py-lmdb refuses to open an environment twice in a process), hdf5 and npy (their reads
+are thread-safe), one per thread for wds (its reader keeps an LRU of open shards).
+
+A converted dataset records in `index.extra["source"]` what it was made from (format,
+hash of its index.json, whether the bytes were copied unchanged and whether they are
+still the original image files), which `pack verify --source` uses to decide whether
+sample digests must match.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from packer import formats
+from packer.core.index import (
+    INDEX_NAME,
+    KEYS_NAME,
+    REJECTS_NAME,
+    SAMPLES_NAME,
+    Index,
+    SampleTable,
+    open_dataset,
+)
+from packer.core.layout import STATE_DIR
+from packer.core.record import Reject, SourceItem
+from packer.encode import EncodeOptions
+from packer.errors import PackError, RejectReason, SourceError
+from packer.formats.base import RecordReader
+from packer.source.items import SourceItems, Strings
+
+SHARED_READER = frozenset({"lmdb", "hdf5", "npy"})  # one reader per process, used by all threads
+MAX_CACHED = 4  # packed datasets kept open per process (unpickled batches reuse them)
+
+
+def is_packed(path: Path) -> bool:
+    """A folder holding index.json, or what a conversion leaves before writing it last."""
+    return path.is_dir() and any((path / name).exists()
+                                 for name in (INDEX_NAME, SAMPLES_NAME, KEYS_NAME, STATE_DIR))
+
+
+class _Opened:
+    """The index, table and readers of one packed dataset in one process."""
+
+    def __init__(self, folder: Path) -> None:
+        try:
+            self.index, self.table = open_dataset(folder)
+            self.identity = hashlib.sha256((folder / INDEX_NAME).read_bytes()).hexdigest()
+        except PackError as exc:
+            raise SourceError(f"source dataset {exc}") from exc
+        except OSError as exc:
+            raise SourceError(f"{folder / INDEX_NAME}: cannot read the source dataset "
+                              f"({exc.strerror or exc})") from exc
+        self.folder = folder
+        self.lock = threading.Lock()
+        self.local = threading.local()
+        self.shared: RecordReader | None = None
+
+    def reader(self) -> RecordReader:
+        if self.index.format not in SHARED_READER:
+            reader: RecordReader | None = getattr(self.local, "reader", None)
+            if reader is None:
+                reader = self.local.reader = self._open()
+            return reader
+        with self.lock:
+            if self.shared is None:
+                self.shared = self._open()
+            return self.shared
+
+    def _open(self) -> RecordReader:
+        return formats.load(self.index.format).open_reader(self.folder, self.index, self.table)
+
+    def close(self) -> None:
+        """Close the shared reader and this thread's (other threads' go with their thread)."""
+        with self.lock:
+            readers = [self.shared, getattr(self.local, "reader", None)]
+            self.shared = self.local.reader = None
+        for reader in readers:
+            if reader is not None:
+                reader.close()
+
+
+_PROCESS: OrderedDict[tuple[str, str, int], _Opened] = OrderedDict()
+_PROCESS_LOCK = threading.Lock()
+
+
+def opened_here(folder: Path, identity: str | None = None) -> _Opened:
+    """The handles of a packed dataset in this process, shared by every PackedSource on it.
+
+    Shared because py-lmdb refuses to open an environment twice in a process, and
+    because a worker process unpickles a source with every batch it is sent.
+    `identity`: the index.json hash the dataset must still have.
+    """
+    try:
+        current = hashlib.sha256((folder / INDEX_NAME).read_bytes()).hexdigest()
+    except OSError:
+        return _Opened(folder)  # raises the error that says what is wrong with the folder
+    if identity is not None and current != identity:
+        raise SourceError(f"{folder}: the source dataset changed during the conversion; "
+                          "convert again")
+    key = (str(folder), current, os.getpid())
+    with _PROCESS_LOCK:
+        opened = _PROCESS.get(key)
+        if opened is None:
+            opened = _PROCESS[key] = _Opened(folder)
+            while len(_PROCESS) > MAX_CACHED:  # forgotten, not closed: a source may still
+                _PROCESS.popitem(last=False)  # use it; handles close when it is collected
+        _PROCESS.move_to_end(key)
+        return opened
+
+
+class PackedSource:
+    """Reads the samples of a packed dataset for encoding (see the module docstring)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(os.path.abspath(folder))
+        self._opened = opened_here(self.folder)
+
+    @property
+    def index(self) -> Index:
+        return self._opened.index
+
+    @property
+    def table(self) -> SampleTable:
+        return self._opened.table
+
+    @property
+    def identity(self) -> str:
+        """The sha256 of the dataset's index.json (which pins every shard's sha256)."""
+        return self._opened.identity
+
+    @property
+    def pixel_size(self) -> tuple[int, int] | None:
+        """(height, width) of the raw pixels an npy dataset stores; None: encoded images."""
+        return self.index.image_size if self.index.format == "npy" else None
+
+    def items(self, prefix: str) -> SourceItems:
+        """Sample i as item i: key and label from the table (memory-mapped, not copied)."""
+        starts = self.table.rows["key_start"]
+        ends = np.concatenate([starts[1:], [len(self.table.keys_blob)]])
+        stops = ends[: len(starts)].astype(np.int64)
+        keys = Strings(bytes(self.table.keys_blob), starts, stops)
+        return SourceItems(prefix, keys, None, self.table.labels, self)
+
+    def open(self) -> None:
+        """Open the shared reader now, so that a dataset that cannot be read stops the run."""
+        if self.index.format in SHARED_READER:
+            try:
+                self._opened.reader()
+            except PackError as exc:
+                raise SourceError(f"source dataset {exc}") from exc
+
+    def read(self, item: SourceItem) -> bytes:
+        """The stored bytes of sample `item.position`; a damaged sample raises RejectReason."""
+        try:
+            return self._opened.reader().read(item.position)
+        except PackError as exc:
+            raise RejectReason(f"damaged in the source dataset: {exc}") from exc
+
+    def digest(self, i: int) -> bytes:
+        return self.table.digest(i)
+
+    def close(self) -> None:
+        self._opened.close()
+
+    def copies(self, options: EncodeOptions) -> bool:
+        """Whether converting with `options` stores every sample's bytes unchanged."""
+        if self.pixel_size is not None:
+            return options.pixels and options.size == self.pixel_size
+        return not options.transforms and not options.pixels
+
+    def lineage(self, options: EncodeOptions) -> dict[str, Any]:
+        """What `index.extra["source"]` of a dataset converted from this one says."""
+        copied = self.copies(options)
+        return {"format": self.index.format, "index_sha256": self.identity, "copy": copied,
+                "original": copied and stores_original(self.index)}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"folder": self.folder, "identity": self.identity}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.folder = state["folder"]
+        self._opened = opened_here(self.folder, state["identity"])
+
+
+def stores_original(index: Index) -> bool:
+    """Whether a dataset's samples are the original image files, byte for byte."""
+    if index.encode.get("mode") != "passthrough":
+        return False
+    source = index.extra.get("source")
+    return not isinstance(source, dict) or bool(source.get("original"))
+
+
+def read_rejects(folder: Path) -> list[Reject]:
+    """The rejects a packed dataset lists in rejects.jsonl."""
+    path = folder / REJECTS_NAME
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+        return [Reject(-1, str(entry["path"]), str(entry["reason"]))
+                for entry in map(json.loads, filter(str.strip, lines))]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise SourceError(f"{path}: unreadable rejects list of the source dataset ({exc}); "
+                          "reconvert it") from exc

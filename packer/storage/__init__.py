@@ -1,0 +1,1 @@
+"""Bytes on disks: atomic writes, file hashing, shard files written and hashed at once."""
