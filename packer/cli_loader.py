@@ -57,8 +57,8 @@ def sweep_options(func: Any) -> Any:
 
 def run_sweep(path: Path, workers_text: str, batch_size: int, prefetch_text: str,
               pin_memory: bool, size: int, seconds: float) -> tuple[Any, list[Any]]:
-    from readers.bench import open_for_bench, sweep
-    from readers.tuning import LoaderConfig
+    from readers.diagnostics.sweep import open_for_bench, sweep
+    from readers.diagnostics.tuning import LoaderConfig
 
     dataset = open_for_bench(path, size)
     configs = [LoaderConfig(w, p if w else None, batch_size, pin_memory)
@@ -111,7 +111,7 @@ def bench_command(path: Path, workers_text: str, batch_size: int, prefetch_text:
         _, results = run_sweep(path, workers_text, batch_size, prefetch_text, pin_memory,
                                size, seconds)
         if plot is not None:
-            from readers.plot import plot_throughput
+            from readers.diagnostics.plot import plot_throughput
 
             plot_throughput(results, plot)
     click.echo(json.dumps(rows(results), indent=1) if as_json else table(results))
@@ -134,8 +134,13 @@ def tune_command(path: Path, workers_text: str, batch_size: int, prefetch_text: 
     pack tune photos.npy --workers 0,1,2 --target-rate 5000
     """
     with user_errors():
-        from readers.bench import sample_bytes
-        from readers.tuning import feed_verdict, queue_memory_bytes, recommend, warnings_for
+        from readers.diagnostics.sweep import sample_bytes
+        from readers.diagnostics.tuning import (
+            feed_verdict,
+            queue_memory_bytes,
+            recommend,
+            warnings_for,
+        )
 
         dataset, results = run_sweep(path, workers_text, batch_size, prefetch_text, pin_memory,
                                      size, seconds)
@@ -184,7 +189,7 @@ def profile_command(path: Path, samples: int, size: int, workers: int, batch_siz
     pack profile photos/ --samples 500 --json
     """
     with user_errors():
-        from readers.profile import profile
+        from readers.diagnostics.profile import profile
 
         result = profile(path, samples, size, workers, batch_size)
     if as_json:

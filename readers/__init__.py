@@ -5,7 +5,7 @@
 `readers` depends on `packer`, never the reverse.
 """
 
-from readers.batch import collate
+from readers.batching.collate import collate
 from readers.datasets import PackedDataset, PackedIterableDataset, Sample
 from readers.resume import loop_state
 from readers.sampler import PAD_LABEL, ChunkSampler, PaddedIndex

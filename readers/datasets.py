@@ -36,13 +36,14 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 from packer import formats
 from packer.core.index import INDEX_NAME, SampleTable, open_dataset
 from packer.formats.base import RecordReader
-from readers.batch import Gatherer, gathered_samples
+from readers._stream import pass_records
+from readers.batching.collate import Gatherer, gathered_samples
 from readers.cache import DEFAULT_CACHE_BYTES, CachedReader
 from readers.decode import Mode
 from readers.decode import decode as decode_record
 from readers.epochs import PassEpochs
 from readers.remote import RemoteSource, remote_reader, remote_source
-from readers.resume import PendingResume, pass_records, pending_from_state
+from readers.resume import PendingResume, pending_from_state
 from readers.sampler import (
     DEFAULT_BUFFER_SIZE,
     DEFAULT_CHUNK_SIZE,
@@ -120,7 +121,7 @@ class _Handles:
         if getattr(self.reader, "memory_mapped", False):
             cache_bytes = 0  # the page cache already holds it (readers.cache)
         self.cached = CachedReader(self.reader, len(self.table), chunk_size, cache_bytes)
-        # npy rows: a batch in one gather (readers.batch)
+        # npy rows: a batch in one gather (readers.batching.collate)
         self.gather = cast(Gatherer, self.reader) if hasattr(self.reader, "gather") else None
 
 
@@ -168,7 +169,7 @@ class _PackedBase:
     def _sample(self, table: SampleTable, i: int, data: bytes, padded: bool) -> Sample:
         image: Any
         if self.decode == "raw" and self.pixels_shape is not None:
-            image = np.frombuffer(bytearray(data), np.uint8)  # see readers.batch
+            image = np.frombuffer(bytearray(data), np.uint8)  # see readers.batching.collate
         else:
             image = decode_record(data, self.decode, self.size, pixels_shape=self.pixels_shape)
         return self._finish(table, i, image, padded)
@@ -207,7 +208,7 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
     `cache_bytes` (default 256 MiB) bounds each process's cache of tar-shard (wds)
     records; 0 turns it off. npy, hdf5 and lmdb read through memory maps, whose cache is
     the OS page cache, so they skip it. Pair with ChunkSampler under DDP so reads stay
-    local. npy batches come from one gather (see readers.batch); pass
+    local. npy batches come from one gather (see readers.batching.collate); pass
     `collate_fn=readers.collate` to a DataLoader to get them without another copy.
 
     `path` may be a URL (s3://bucket/prefix, file://...): shards are fetched into

@@ -14,7 +14,7 @@ from torch.multiprocessing.reductions import shared_cache
 from packer import ConvertOptions, convert
 from packer.encode import EncodeOptions
 from packer.testing import make_sample_folder
-from readers.shm_pool import BUSY, FREE, PooledBatch, SlotPool
+from readers.batching._shm_pool import BUSY, FREE, PooledBatch, SlotPool
 
 SIZE = (12, 10)
 NUM = 48

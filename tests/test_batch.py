@@ -193,9 +193,9 @@ def test_collate_without_a_pool_copies_npy_batches_into_shared_memory_once(
         packed: dict[str, Path], decode: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Another sharing strategy (no recycling): the gathered batch is copied into shared
     memory once, its layout kept. The forked workers inherit the patch."""
-    import readers.batch
+    import readers.batching.collate
 
-    monkeypatch.setattr(readers.batch, "worker_pool", lambda: None)
+    monkeypatch.setattr(readers.batching.collate, "worker_pool", lambda: None)
     ds = PackedDataset(packed["npy"], decode=decode)  # type: ignore[arg-type]
     fast = list(DataLoader(ds, batch_size=6, num_workers=2, collate_fn=collate,
                            multiprocessing_context="fork"))

@@ -22,7 +22,8 @@ from packer.core.index import open_dataset
 from packer.formats.base import ShardOptions
 from packer.testing import make_sample_folder
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset, loop_state
-from readers.resume import resumed_records, samples_per_worker, stream_order
+from readers._stream import resumed_records, stream_order
+from readers.resume import samples_per_worker
 from readers.sharding import ShardPlan, epoch_rng, expand
 from tests.test_sharding import CountingReader
 

@@ -1,4 +1,4 @@
-"""Recycled shared memory for npy batches (readers.shm_pool): reused only once dropped."""
+"""Recycled shared memory for npy batches (readers.batching._shm_pool): reused only once dropped."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from readers import PackedDataset, collate, shm_pool
-from readers.shm_pool import BUSY, FREE, SlotPool
+from readers import PackedDataset, collate
+from readers.batching import _shm_pool as shm_pool
+from readers.batching._shm_pool import BUSY, FREE, SlotPool
 from tests import shm_pool_support as support
 
 BATCH = 4

@@ -1,4 +1,4 @@
-"""Adversarial checks of the recycled shared memory (readers.shm_pool) in real DataLoaders.
+"""Adversarial checks of the recycled shared memory (readers.batching._shm_pool), in DataLoaders.
 
 Each test holds batches, or only views of them, while the DataLoader keeps going long
 enough for the workers' buffers to be reused (checked: a test that never saw a reuse
@@ -28,8 +28,9 @@ import pytest
 import torch
 from torch.utils.data import ConcatDataset, DataLoader, Dataset, TensorDataset, default_collate
 
-from readers import ChunkSampler, PackedDataset, PackedIterableDataset, collate, shm_pool
-from readers.shm_pool import BUSY, FREE, SlotPool
+from readers import ChunkSampler, PackedDataset, PackedIterableDataset, collate
+from readers.batching import _shm_pool as shm_pool
+from readers.batching._shm_pool import BUSY, FREE, SlotPool
 from tests import shm_pool_support as support
 
 

@@ -1,4 +1,4 @@
-"""Second review of the recycled shared memory (readers.shm_pool): problems in the fixes.
+"""Second review of the recycled shared memory (readers.batching._shm_pool): problems in the fixes.
 
 Each test pins one problem that review found, now fixed:
 - a slot sent again while it is still out (a worker that keeps its samples) is tracked
@@ -29,9 +29,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from readers import PackedDataset, collate, shm_pool
-from readers.batch import _pooled
-from readers.shm_pool import BUSY, FREE, GONE, PooledBatch, SlotPool
+from readers import PackedDataset, collate
+from readers.batching import _shm_pool as shm_pool
+from readers.batching._shm_pool import BUSY, FREE, GONE, PooledBatch, SlotPool
+from readers.batching.collate import _pooled
 from tests import shm_pool_support as support
 
 SHAPE = (2, 3, 4, 4)
@@ -179,8 +180,8 @@ import os, signal, sys, threading, time
 import torch
 from multiprocessing.reduction import ForkingPickler
 from tests.shm_pool_support import received as _received
-from readers import shm_pool
-from readers.shm_pool import PooledBatch, SlotPool
+from readers.batching import _shm_pool as shm_pool
+from readers.batching._shm_pool import PooledBatch, SlotPool
 
 inside = threading.Event()
 

@@ -3,7 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from readers.tuning import (
+from readers.diagnostics.tuning import (
     LoaderConfig,
     Measurement,
     feed_verdict,

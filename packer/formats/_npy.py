@@ -138,7 +138,7 @@ def open_writer(plan: WriterPlan) -> NpyWriter:
 class NpyReader:
     """Reads pixel rows from a read-only memmap (pages shared by every worker).
 
-    `gather` copies a batch of rows in one go (readers.batch); every row read either way
+    `gather` copies a batch of rows in one go (readers.batching.collate); every row read either way
     is checked against its digest.
     """
 

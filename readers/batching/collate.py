@@ -17,12 +17,12 @@ for planar memory).
 
 In a DataLoader worker, `collate` also sends every batch of equal-sized tensors (decoded
 JPEGs included: it stacks them, as `default_collate` does) in shared memory that the
-worker recycles (readers.shm_pool) instead of in memory allocated for each batch.
+worker recycles (readers.batching._shm_pool) instead of in memory allocated for each batch.
 Anything else it hands to `default_collate`.
 
 No copy at all for npy, in the main process and in workers: once `collate` has run in a worker
 process, that worker gathers its next batches straight into shared memory (the memory a
-batch leaves a worker in) that it recycles (readers.shm_pool), and `collate` sends that
+batch leaves a worker in) that it recycles (readers.batching._shm_pool), and `collate` sends that
 buffer as it is. Until then, with a `transform`, or under any other collate, a worker
 gathers into ordinary memory, since `default_collate` copies into shared memory of its
 own anyway and freshly mapped shared pages cost more to touch than ordinary ones.
@@ -48,7 +48,7 @@ import numpy.typing as npt
 import torch
 from torch.utils.data import default_collate, get_worker_info
 
-from readers.shm_pool import FREE, PooledBatch, SlotPool, shared_buffer, worker_pool
+from readers.batching._shm_pool import FREE, PooledBatch, SlotPool, shared_buffer, worker_pool
 
 Sample = tuple[Any, ...]
 
@@ -95,7 +95,7 @@ def _batch_buffer(shape: tuple[int, ...], recyclable: bool) -> torch.Tensor:
 
 def collate(batch: Sequence[Sample]) -> Any:
     """default_collate, but images gathered as one batch come back as it, uncopied, and a
-    worker sends its batches in recycled shared memory (readers.shm_pool).
+    worker sends its batches in recycled shared memory (readers.batching._shm_pool).
 
     The result is [images, labels] or [images, labels, keys], like default_collate's.
     """

@@ -21,14 +21,14 @@ from torch.utils.data import DataLoader, Dataset
 
 from packer.core.index import INDEX_NAME
 from packer.errors import PackError
+from readers.diagnostics.tuning import LoaderConfig, Measurement
 from readers.monitor import LoaderMonitor, batch_length
-from readers.tuning import LoaderConfig, Measurement
 
 
 def open_for_bench(path: Path, size: int | None) -> Dataset[Any]:
     """A packed dataset, or a plain image folder read file by file with the same decode."""
     from readers import PackedDataset
-    from readers.folder import ImageFolderDataset
+    from readers.diagnostics.folder import ImageFolderDataset
 
     decode_size = (size, size) if size else None
     if (path / INDEX_NAME).exists():

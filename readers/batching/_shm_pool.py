@@ -145,7 +145,7 @@ class SlotPool:
 
     def sending(self, slot: int) -> None:
         """The batch in `slot` is about to leave for the main process: busy until freed.
-        Only a free slot may leave (readers.batch copies a batch whose slot is out)."""
+        Only a free slot may leave (readers.batching.collate copies a batch whose slot is out)."""
         if self.state[slot] != FREE:
             raise RuntimeError(f"pool slot {slot} is already out (state {self.state[slot]})")
         self.state[slot] = BUSY

@@ -6,7 +6,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from packer.errors import MissingDependencyError
-from readers.tuning import Measurement
+from readers.diagnostics.tuning import Measurement
 
 
 def plot_throughput(results: list[Measurement], path: Path) -> None:
