@@ -25,7 +25,7 @@ from packer.encode import EncodeOptions, encode_batch
 from packer.errors import BadInputError, SourceError
 from packer.formats.base import ShardOptions
 from packer.index import INDEX_NAME, REJECTS_NAME, open_dataset, read_index
-from packer.journal import fingerprint
+from packer.job import fingerprint
 from packer.record import Record
 from packer.sample import make_sample_folder
 from packer.scan import scan

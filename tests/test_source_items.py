@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packer.journal import fingerprint
+from packer.job import fingerprint
 from packer.record import Reject, SourceItem
 from packer.scan import scan
 from packer.sources import SORT_PREFIX, ItemsBuilder
