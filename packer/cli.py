@@ -23,7 +23,7 @@ from packer.cli_info import describe
 from packer.convert import ConvertOptions, convert
 from packer.destination import holds_complete
 from packer.encode import EncodeOptions
-from packer.errors import CTRL_C, PackError, interrupted
+from packer.errors import CTRL_C, DISTRIBUTION, PackError, install_line, interrupted
 from packer.executors import EXECUTORS
 from packer.formats import FORMATS
 from packer.formats.base import ShardOptions
@@ -154,7 +154,7 @@ def run(argv: list[str] | None = None) -> None:
 
 
 @click.group()
-@click.version_option(package_name="packer")
+@click.version_option(package_name=DISTRIBUTION)
 def main() -> None:
     """Pack folders of small images into WebDataset, LMDB, HDF5 or NPY, and check them.
 
@@ -194,7 +194,7 @@ def main() -> None:
 @click.option("--executor", type=click.Choice(list(EXECUTORS)), default="local",
               show_default=True,
               help="Where images are encoded: local threads, or Ray tasks on a cluster "
-                   "(pip install 'packer[ray]'); the output is the same.")
+                   f"({install_line('ray')}); the output is the same.")
 @click.option("--ray-address", default=None, metavar="ADDR",
               help="Ray cluster to join: auto, or HOST:PORT of the head "
                    "(default: start a local Ray instance).")
