@@ -1,6 +1,9 @@
 """The README's first command: sample folder -> every format -> DataLoader -> table.
 
-Run as `python -m examples.demo [WORK_DIR]` (scripts/demo does the setup first).
+Run as `python -m examples.demo [WORK_DIR]` (scripts/demo does the setup first). The
+first row reads the sample folder the common way (devtools.bench.baselines'
+PilFolderDataset: PIL open, convert RGB, resize, to tensor; torch's default collate)
+with the same DataLoader settings, and every row shows its rate against that one.
 """
 
 from __future__ import annotations
@@ -8,12 +11,14 @@ from __future__ import annotations
 import argparse
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from torch.utils.data import DataLoader, Dataset
 
+from devtools.bench.baselines import PilFolderDataset
 from packer import ConvertOptions, convert
 from packer.encode import EncodeOptions
 from packer.formats import FORMATS
@@ -21,6 +26,7 @@ from packer.testing import make_sample_folder
 from readers import PackedDataset, PackedIterableDataset, collate
 
 DECODE_SIZE = (224, 224)
+BASELINE = "PIL ImageFolder (baseline)"
 
 
 @dataclass(frozen=True)
@@ -30,7 +36,7 @@ class Row:
     fmt: str
     style: str
     samples: int
-    pack_seconds: float
+    pack_seconds: float | None  # None: read from the folder as it is
     images_per_second: float
     files: int
     megabytes: float
@@ -41,9 +47,11 @@ def folder_stats(folder: Path) -> tuple[int, float]:
     return len(files), sum(p.stat().st_size for p in files) / 1e6
 
 
-def read_rate(dataset: Dataset[Any], workers: int, batch_size: int = 32) -> tuple[int, float]:
-    """Images per second through a DataLoader with readers.collate, one full epoch."""
-    loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, collate_fn=collate)
+def read_rate(dataset: Dataset[Any], workers: int, batch_size: int = 32,
+              collate_fn: Callable[[Any], Any] | None = collate) -> tuple[int, float]:
+    """Images per second through a DataLoader (readers.collate unless told), one epoch."""
+    loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers,
+                        collate_fn=collate_fn)
     seen = 0
     start = time.perf_counter()
     for images, _labels in loader:
@@ -54,7 +62,8 @@ def read_rate(dataset: Dataset[Any], workers: int, batch_size: int = 32) -> tupl
 def run(work: Path, count: int, workers: int) -> list[Row]:
     """Generate, convert to all formats, read back each in map and iterable style."""
     source = make_sample_folder(work / "source", count=count, classes=5)
-    rows = []
+    seen, rate = read_rate(PilFolderDataset(source, DECODE_SIZE), workers, collate_fn=None)
+    rows = [Row("folder", BASELINE, seen, None, rate, *folder_stats(source))]
     for fmt in FORMATS:
         dst = work / f"sample.{fmt}"
         shutil.rmtree(dst, ignore_errors=True)
@@ -74,10 +83,15 @@ def run(work: Path, count: int, workers: int) -> list[Row]:
 
 
 def table(rows: list[Row]) -> str:
-    lines = ["| format | reader | samples | pack s | images/s (224x224 uint8) | files | MB |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
-    lines += [f"| {r.fmt} | {r.style} | {r.samples} | {r.pack_seconds:.2f} | "
-              f"{r.images_per_second:,.0f} | {r.files} | {r.megabytes:.1f} |" for r in rows]
+    """Markdown; the last column is each rate over the first row's (the baseline)."""
+    baseline = rows[0].images_per_second
+    lines = ["| format | reader | samples | pack s | images/s (224x224 uint8) | files | MB "
+             "| vs baseline |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        packed = "-" if r.pack_seconds is None else f"{r.pack_seconds:.2f}"
+        lines.append(f"| {r.fmt} | {r.style} | {r.samples} | {packed} | "
+                     f"{r.images_per_second:,.0f} | {r.files} | {r.megabytes:.1f} | "
+                     f"{r.images_per_second / baseline:.2f}x |")
     return "\n".join(lines)
 
 

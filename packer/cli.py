@@ -20,13 +20,14 @@ import click
 from tqdm import tqdm
 
 from packer.api import verify, verify_remote
+from packer.conversion.destination import holds_complete
 from packer.conversion.executors import EXECUTORS
 from packer.conversion.job import ConvertOptions, convert
 from packer.conversion.upload import convert_remote
 from packer.dataset.describe import describe
 from packer.dataset.remote import describe_remote, is_url, parse_storage_options
 from packer.encode import EncodeOptions
-from packer.errors import CTRL_C, PackError, interrupted
+from packer.errors import CTRL_C, DISTRIBUTION, PackError, install_line, interrupted
 from packer.formats import FORMATS
 from packer.formats.base import ShardOptions
 
@@ -153,7 +154,7 @@ def run(argv: list[str] | None = None) -> None:
 
 
 @click.group()
-@click.version_option(package_name="packer")
+@click.version_option(package_name=DISTRIBUTION)
 def main() -> None:
     """Pack folders of small images into WebDataset, LMDB, HDF5 or NPY, and check them.
 
@@ -193,11 +194,13 @@ def main() -> None:
 @click.option("--executor", type=click.Choice(list(EXECUTORS)), default="local",
               show_default=True,
               help="Where images are encoded: local threads, or Ray tasks on a cluster "
-                   "(pip install 'packer[ray]'); the output is the same.")
+                   f"({install_line('ray')}); the output is the same.")
 @click.option("--ray-address", default=None, metavar="ADDR",
               help="Ray cluster to join: auto, or HOST:PORT of the head "
                    "(default: start a local Ray instance).")
-@click.option("--resume", is_flag=True, help="Continue an interrupted conversion.")
+@click.option("--resume", is_flag=True,
+              help="Continue an interrupted conversion; on a complete DST made from the "
+                   "same source and options, do nothing and exit 0.")
 @click.option("--overwrite", is_flag=True, help="Replace a complete dataset in DST.")
 @click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
               help="URL DST: an fsspec/s3fs option, repeatable (endpoint_url=http://host:9000, "
@@ -243,17 +246,21 @@ def convert_command(src: Path, dst: str, fmt: str, shard_size: str, shard_sample
         if not remote and (storage_options or staging is not None):
             raise click.BadParameter("--storage-option and --staging apply to a URL DST "
                                      "(s3://bucket/prefix, file:///path)")
+        where = dst.rstrip("/") if remote else str(Path(dst))
+        parsed = parse_storage_options(storage_options)
+        finished = resume and holds_complete(dst, parsed)  # then convert only checks it
         try:
             if remote:
-                index = convert_remote(src, dst, fmt, options, run,
-                                       storage_options=parse_storage_options(storage_options),
+                index = convert_remote(src, dst, fmt, options, run, storage_options=parsed,
                                        staging=staging, progress=advance, on_total=on_total)
             else:
                 index = convert(src, Path(dst), fmt, options, run, progress=advance,
                                 on_total=on_total)
         finally:
             bar.close()
-        where = dst.rstrip("/") if remote else str(Path(dst))
+        if finished:
+            click.echo(f"nothing to resume: {where} is complete ({index.num_samples} samples)")
+            return
         summary = (f"packed {index.num_samples} samples into {where} "
                    f"({fmt}, {len(index.shards)} shard(s))")
         if index.num_rejected:

@@ -97,7 +97,8 @@ def table(results: list[Any]) -> str:
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
 @sweep_options
 @click.option("--plot", type=click.Path(path_type=Path), default=None,
-              help="Write throughput vs workers to a PNG (needs matplotlib).")
+              help="Write throughput vs workers to a PNG (needs matplotlib: the install "
+                   "line is above).")
 def bench_command(path: Path, workers_text: str, batch_size: int, prefetch_text: str,
                   pin_memory: bool, size: int, seconds: float, as_json: bool,
                   plot: Path | None) -> None:
@@ -106,8 +107,13 @@ def bench_command(path: Path, workers_text: str, batch_size: int, prefetch_text:
     \b
     pack bench photos.wds --workers 0,1,2,4 --prefetch 2,4
     pack bench photos/ --seconds 10 --json
+    pack bench photos.lmdb --plot sweep.png    # first: pip install 'packer-readers[plot]'
     """
     with user_errors():
+        if plot is not None:
+            from readers.diagnostics.plot import require_matplotlib
+
+            require_matplotlib()
         _, results = run_sweep(path, workers_text, batch_size, prefetch_text, pin_memory,
                                size, seconds)
         if plot is not None:

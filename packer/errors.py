@@ -7,6 +7,15 @@ and how to fix it; the CLI prints it as it is.
 
 import threading
 
+# The distribution's name on the package index (`packer` there is an unrelated package);
+# the import packages are `packer` and `readers`, the command `pack`.
+DISTRIBUTION = "packer-readers"
+
+
+def install_line(extra: str) -> str:
+    """The pip command that adds an optional extra, for install hints."""
+    return f"pip install '{DISTRIBUTION}[{extra}]'"
+
 
 class PackError(Exception):
     """Base class: a user-facing problem with a one-line message."""

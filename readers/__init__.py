@@ -1,18 +1,21 @@
 """Training side: PyTorch datasets over packed datasets, split exactly once across DDP ranks.
 
     from readers import PackedDataset, PackedIterableDataset, ChunkSampler, collate
+    from readers import LoaderMonitor   # times how long a training loop waits for data
 
 `readers` depends on `packer`, never the reverse.
 """
 
 from readers.batching.collate import collate
 from readers.datasets import PackedDataset, PackedIterableDataset, Sample
+from readers.monitor import LoaderMonitor  # numpy and logging only: adds nothing heavy
 from readers.resume import loop_state
 from readers.sampler import PAD_LABEL, ChunkSampler, PaddedIndex
 
 __all__ = [
     "PAD_LABEL",
     "ChunkSampler",
+    "LoaderMonitor",
     "PackedDataset",
     "PackedIterableDataset",
     "PaddedIndex",

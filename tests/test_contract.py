@@ -217,10 +217,17 @@ class FormatContract:
         first = tree_hashes(dst)
         with pytest.raises(DatasetExistsError, match="--overwrite"):
             convert(src, dst, self.fmt, run=self.run())
-        with pytest.raises(DatasetExistsError, match="--overwrite"):
-            convert(src, dst, self.fmt, run=self.run(resume=True))
         assert tree_hashes(dst) == first
         convert(src, dst, self.fmt, run=self.run(overwrite=True))
+        assert tree_hashes(dst) == first
+
+    def test_resume_of_a_complete_dst_is_a_no_op(self, src: Path, tmp_path: Path) -> None:
+        """Invariant 9: re-running finished work succeeds and changes nothing."""
+        dst = tmp_path / "out"
+        index = convert(src, dst, self.fmt, run=self.run())
+        first = tree_hashes(dst)
+        again = convert(src, dst, self.fmt, run=self.run(resume=True))
+        assert (again.num_samples, again.shards) == (index.num_samples, index.shards)
         assert tree_hashes(dst) == first
 
 

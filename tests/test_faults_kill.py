@@ -29,9 +29,11 @@ from click.testing import CliRunner
 
 import packer.cli
 import packer.encode
-from devtools.faults.forkserver import ForkServer
+from devtools.faults.forkserver import ForkServer, Interrupt
 from devtools.faults.kills import (
+    Case,
     Reference,
+    check_resume,
     reference_run,
     run_rounds,
     standard_case,
@@ -108,6 +110,42 @@ def test_a_successful_run_leaves_no_temporary_files(references: dict[str, Refere
 
 
 # ------------------------------------------------------ killed after index.json was written
+
+
+def first_complete_event(server: ForkServer, case: Case, dst: Path, events: int) -> int:
+    """The first I/O event at which a SIGKILL leaves index.json behind (bisected: once
+    index.json is renamed into place it stays)."""
+    def complete_after_kill(event: int) -> bool:
+        shutil.rmtree(dst, ignore_errors=True)
+        server.run(case.argv(dst, workers=0), dst.with_name("bisect.log"),
+                   Interrupt(signal.SIGKILL, at_event=event), dict(case.patches))
+        return (dst / INDEX_NAME).exists()
+
+    low, high = 1, events + 1  # a kill at `high` never comes: the run completes
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (low, middle) if complete_after_kill(middle) else (middle + 1, high)
+    return low
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_resume_after_a_kill_that_came_after_the_index(
+        fmt: str, server: ForkServer, mixed_src: Path, work: Path,
+        references: dict[str, Reference]) -> None:
+    """A job scheduler re-running a step killed right after its last rename: a retry with
+    --resume says "nothing to resume", exits 0 and leaves the uninterrupted run's files."""
+    case, reference = standard_case(mixed_src, fmt), references[fmt]
+    dst = work / fmt / "after-index"
+    first = first_complete_event(server, case, dst, reference.events)
+    assert first <= reference.events, "the run ends with the removal of its resume state"
+    for event in sorted({first, (first + reference.events) // 2, reference.events}):
+        shutil.rmtree(dst, ignore_errors=True)
+        killed = server.run(case.argv(dst, workers=0), dst.with_name("killed.log"),
+                            Interrupt(signal.SIGKILL, at_event=event), dict(case.patches))
+        assert killed.returncode == -signal.SIGKILL and (dst / INDEX_NAME).exists()
+        check_resume(server, case, dst, dst.with_name("resume.log"), 0, dict(case.patches))
+        assert tree(dst) == reference.tree, f"kill at I/O event {event} of {reference.events}"
 
 RUN = ConvertOptions(shards=ShardOptions(max_samples=6), workers=0)
 

@@ -21,7 +21,7 @@ from PIL import Image
 from packer import ConvertOptions, convert
 from packer.api import verify
 from packer.cli import main
-from packer.conversion.journal import fingerprint
+from packer.conversion.identity import fingerprint
 from packer.core.index import INDEX_NAME, REJECTS_NAME, open_dataset, read_index
 from packer.core.record import Record
 from packer.encode import EncodeOptions, encode_batch

@@ -1,6 +1,8 @@
 """`pack bench`, `pack tune`, `pack profile` on a tiny real dataset (structure, not speed)."""
 
+import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -8,7 +10,10 @@ from click.testing import CliRunner
 
 from packer import ConvertOptions, convert
 from packer.cli import main
+from packer.errors import install_line
 from packer.testing import make_sample_folder
+
+real_find_spec = importlib.util.find_spec
 
 
 @pytest.fixture(scope="module")
@@ -71,3 +76,28 @@ def test_bench_rejects_a_bad_worker_list(packed: tuple[Path, Path]) -> None:
     result = CliRunner().invoke(main, ["bench", str(packed[1]), "--workers", "a,b"])
     assert result.exit_code == 2
     assert "expected a list" in result.output
+
+
+def test_bench_plot_without_matplotlib_says_how_to_install_it_before_measuring(
+        packed: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import readers.diagnostics.sweep
+
+    def no_sweep(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the sweep ran although its plot cannot be drawn")
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` fails
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "matplotlib" else real_find_spec(name))
+    monkeypatch.setattr(readers.diagnostics.sweep, "sweep", no_sweep)
+    result = CliRunner().invoke(main, ["bench", str(packed[1]), "--plot",
+                                       str(tmp_path / "sweep.png")])
+    assert result.exit_code == 1, result.output
+    assert result.stderr == ("error: --plot needs matplotlib, which is not installed; run "
+                             f"`{install_line('plot')}` (or `pip install matplotlib`)\n")
+    assert not (tmp_path / "sweep.png").exists()
+
+
+def test_bench_help_shows_the_plot_install_line() -> None:
+    result = CliRunner().invoke(main, ["bench", "--help"])
+    assert result.exit_code == 0
+    assert install_line("plot") in " ".join(result.output.split())

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import re
 import shutil
 import socket
 import sys
@@ -24,7 +25,7 @@ from packer import ConvertOptions, convert
 from packer.cli import main
 from packer.conversion.parallel import GroupResult
 from packer.encode import EncodeOptions
-from packer.errors import DestinationError, MissingDependencyError
+from packer.errors import DestinationError, MissingDependencyError, install_line
 from packer.formats.base import ShardOptions
 from packer.source.scan import scan
 from tests.conftest import tree_hashes
@@ -166,7 +167,7 @@ def test_missing_ray_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> Non
     from packer.conversion.ray import import_ray
 
     monkeypatch.setitem(sys.modules, "ray", None)
-    with pytest.raises(MissingDependencyError, match=r"pip install 'packer\[ray\]'"):
+    with pytest.raises(MissingDependencyError, match=re.escape(install_line("ray"))):
         import_ray()
 
 

@@ -174,6 +174,20 @@ def test_resume_with_staging_uploads_only_what_is_missing(
     assert listing(url) == local_files(uploaded["local"])
 
 
+def test_resume_of_a_complete_url_does_nothing(src: Path, uploaded: dict[str, Any]) -> None:
+    """A retry of a finished upload: no --staging needed, nothing sent; other options refused."""
+    url, before = uploaded["url"], listing(uploaded["url"])
+    args = ["convert", str(src), url, "--to", "wds", "--workers", "0", "-q", "--resume"]
+    result = CliRunner().invoke(main, [*args, "--shard-samples", str(SHARD_SAMPLES)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"nothing to resume: {url} is complete (24 samples)\n"
+    result = CliRunner().invoke(main, [*args, "--shard-samples", "4"])
+    assert result.exit_code == 1, result.output
+    assert f"--shard-samples was {SHARD_SAMPLES}, now 4" in result.stderr
+    assert "--overwrite" in result.stderr and result.stderr.count("\n") == 1
+    assert listing(url) == before
+
+
 def test_cli(src: Path, endpoint: str, tmp_path: Path) -> None:
     url = f"s3://{BUCKET}/cli.wds"
     runner = CliRunner()

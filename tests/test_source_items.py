@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packer.conversion.journal import fingerprint
+from packer.conversion.identity import fingerprint
 from packer.core.record import Reject, SourceItem
 from packer.source.items import SORT_PREFIX, ItemsBuilder
 from packer.source.scan import scan

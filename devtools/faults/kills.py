@@ -12,9 +12,9 @@ follows is interrupted too. After every interruption:
   - index.json absent: `pack info` exits 1 with "did not finish" and opening the
     dataset (what the readers do first) raises IncompleteDatasetError
 
-Then `--resume` runs uninterrupted (where there is anything to resume) and DST must
-equal an uninterrupted run file for file and byte for byte, hidden files included:
-no `.partial` file and no `.pack-state` folder is left.
+Then `--resume` runs uninterrupted (on a complete DST too: it must say "nothing to
+resume" and exit 0) and DST must equal an uninterrupted run file for file and byte for
+byte, hidden files included: no `.partial` file and no `.pack-state` folder is left.
 """
 
 from __future__ import annotations
@@ -183,16 +183,25 @@ def _round(server: ForkServer, case: Case, reference: Reference, dst: Path,
         figures.sent += 1
         figures.landed += outcome.returncode != 0
         _check_after(server, case, dst, interrupt, outcome, figures, check_refused)
-    if _needs_resume(dst):
-        outcome = server.run(case.argv(dst, workers, resume=True), log, patches=patches)
-        if outcome.returncode != 0:
-            raise RoundFailed(f"--resume failed with {outcome.returncode}: {outcome.log}")
+    check_resume(server, case, dst, log, workers, patches)
     listing = tree(dst)
     if listing != reference.tree:
         extra = sorted(set(listing) - set(reference.tree))
         differ = sorted(k for k in reference.tree if listing.get(k) != reference.tree[k])
         raise RoundFailed(f"differs from the uninterrupted run: extra {extra}, "
                           f"missing or changed {differ}")
+
+
+def check_resume(server: ForkServer, case: Case, dst: Path, log: Path, workers: int,
+                 patches: dict[str, int]) -> None:
+    """`--resume`, uninterrupted, must succeed, whatever the interruption left: on a
+    complete DST (the kill came after index.json) it says there is nothing to resume."""
+    complete = (dst / INDEX_NAME).exists()
+    outcome = server.run(case.argv(dst, workers, resume=True), log, patches=patches)
+    if outcome.returncode != 0:
+        raise RoundFailed(f"--resume failed with {outcome.returncode}: {outcome.log}")
+    if complete and "nothing to resume" not in outcome.log:
+        raise RoundFailed(f"--resume of a complete DST did not say so: {outcome.log}")
 
 
 def _needs_resume(dst: Path) -> bool:

@@ -8,11 +8,13 @@ import contextlib
 import errno
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 from packer.conversion.journal import STATE_DIR
 from packer.core.index import INDEX_NAME
+from packer.dataset.remote import is_url
 from packer.errors import (
     DatasetExistsError,
     DestinationError,
@@ -29,6 +31,16 @@ LOW_SPACE_BYTES = 64 << 20
 OUR_NAMES = ("index.json", "samples.npy", "keys.npy", "rejects.jsonl", "data.lmdb", "data.h5",
              "images.npy", "labels.npy", STATE_DIR)
 OUR_PATTERNS = ("shard-*.tar", "*.partial")
+
+
+def holds_complete(dst: str | Path, storage_options: Mapping[str, Any] | None = None) -> bool:
+    """Whether DST (a folder or a URL) holds a complete dataset: a `--resume` of it
+    converts nothing (the CLI asks first, to say so)."""
+    if is_url(dst):
+        from packer.conversion.upload import Destination  # fsspec is an optional extra
+
+        return Destination(str(dst), storage_options).read_index() is not None
+    return (Path(dst) / INDEX_NAME).is_file()
 
 
 def refuse_inside_source(src: Path, folder: Path) -> None:
@@ -49,9 +61,9 @@ def refuse_inside_source(src: Path, folder: Path) -> None:
 def prepare(folder: Path, resume: bool, overwrite: bool) -> bool:
     """Make `folder` ready, refusing to clobber a dataset or somebody else's files.
 
-    Returns True when `folder` is complete but still holds resume state and `resume`
-    was asked: the run that wrote index.json was killed while removing its state, and
-    the caller finishes that clean-up instead of converting again.
+    Returns True when `folder` holds a complete dataset and `resume` was asked (a retry
+    of a finished run, or of one killed after index.json while removing its resume
+    state): the caller checks it is the same job instead of converting again.
     """
     if folder.exists() and not folder.is_dir():
         raise DatasetExistsError(f"{folder}: exists and is not a folder; choose another DST")
@@ -60,7 +72,7 @@ def prepare(folder: Path, resume: bool, overwrite: bool) -> bool:
     unfinished = (folder / STATE_DIR).exists()
     if overwrite:
         clear(folder)
-    elif complete and unfinished and resume:
+    elif complete and resume:
         return True
     elif complete:
         raise DatasetExistsError(

@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 from packer import formats
 from packer.conversion.destination import prepare, refuse_inside_source, write_errors
@@ -20,7 +20,8 @@ from packer.conversion.executors import (
     check_executor,
     encode_ordered,
 )
-from packer.conversion.journal import Journal, Progress, ResumeRefused, fingerprint
+from packer.conversion.identity import JOB_KEY, JobIdentity, identify
+from packer.conversion.journal import Journal, Progress, ResumeRefused
 from packer.conversion.parallel import (
     CommittedShards,
     GroupResult,
@@ -125,20 +126,15 @@ def convert(src: str | Path, dst: str | Path, fmt: str,
         load_torch()  # npy resizes with torch (packer.imaging.resize): import it up front
     folder = Path(dst)
     refuse_inside_source(Path(src), folder)
-    source = scan(src)
-    if source.origin is not None:  # a packed dataset: format to format
-        options = effective_options(fmt, asked, source.origin.pixel_size)
+    source, options, job_id = plan_job(src, fmt, asked, run)
     if run.on_error == "fail" and source.rejects:
         raise rejected(source.rejects[0])
     with write_errors(folder):  # disk full, permissions: one line that says what to do
-        leftover = prepare(folder, run.resume, run.overwrite)
+        complete = prepare(folder, run.resume, run.overwrite)
         journal = Journal(folder)
-        settings = {"format": fmt, "encode": options.to_json(),
-                    "shards": dataclasses.asdict(run.shards)}
-        job_id = fingerprint(source, settings)
-        if leftover:  # complete, but killed while removing its resume state
-            return journal.finish_removal(job_id)
-        done = resume_point(journal, job_id, run.resume, module.FILES, folder)
+        if complete:  # --resume of finished work: a no-op if it is this job
+            return journal.finish(job_id)
+        done = resume_point(journal, job_id.fingerprint, run.resume, module.FILES, folder)
         plan = WriterPlan(folder, len(source.items), options.size, run.shards, done.num_samples,
                           done.shards)
         parallel = use_parallel_writers(fmt, run.executor, run.shards.max_samples) and \
@@ -172,7 +168,22 @@ def convert(src: str | Path, dst: str | Path, fmt: str,
         finally:
             if source.origin is not None:
                 source.origin.close()
-        return finalize(folder, fmt, source, options, job, shards)
+        return finalize(folder, fmt, source, options, job, shards, job_id)
+
+
+def plan_job(src: str | Path, fmt: str, asked: EncodeOptions, run: ConvertOptions
+             ) -> tuple[Source, EncodeOptions, JobIdentity]:
+    """Scan SRC; return it, the options as stored and the job's identity (conversion.identity).
+
+    The identity covers what shapes the output (format, encode and shard options), not
+    how the work runs (workers, executor).
+    """
+    source = scan(src)
+    pixels_in = None if source.origin is None else source.origin.pixel_size
+    options = effective_options(fmt, asked, pixels_in)  # npy keeps an npy source's size
+    settings = {"format": fmt, "encode": options.to_json(),
+                "shards": dataclasses.asdict(run.shards)}
+    return source, options, identify(source, settings)
 
 
 def encoded(items: Sequence[SourceItem], options: EncodeOptions, workers: int | None,
@@ -336,20 +347,23 @@ def _shard_intact(folder: Path, shard: dict[str, object]) -> bool:
 
 
 def finalize(folder: Path, fmt: str, source: Source, options: EncodeOptions, job: _Job,
-             shards: tuple[ShardInfo, ...]) -> Index:
-    """Write the table and rejects, then index.json last, then drop the resume state."""
+             shards: tuple[ShardInfo, ...], job_id: JobIdentity) -> Index:
+    """Write the table and rejects, then index.json last (with the job's identity, for a
+    later --resume), then drop the resume state."""
     rejects = sorted(source.rejects + source.inherited + job.done.rejects + job.part_rejects,
                      key=lambda r: (r.position, r.path))
     table = job.build_table()
     save_table(folder, table)
     lines = "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in rejects)
     write_atomic(folder / REJECTS_NAME, lines.encode("utf-8"))
+    extra: dict[str, Any] = {JOB_KEY: job_id.to_json()}
+    if source.origin is not None:
+        extra["source"] = source.origin.lineage(options)
     index = Index(format=fmt, num_samples=len(table), class_names=source.class_names,
                   shards=tuple(shards), encode=options.to_json(), num_rejected=len(rejects),
                   num_ignored=source.num_ignored,
                   image_size=options.size if options.pixels else None,
-                  extra={} if source.origin is None else
-                  {"source": source.origin.lineage(options)})
+                  extra=extra)
     index = write_index(folder, index)  # as written: with the table's digest
     job.journal.remove()
     return index

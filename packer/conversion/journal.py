@@ -1,19 +1,19 @@
 """Resume state of an unfinished conversion, kept in `DST/.pack-state/`.
 
-    job.json            fingerprint of source + format + options; resume refuses a mismatch
+    job.json            fingerprint of source + format + options (conversion.identity); resume
+                        refuses a mismatch
     parts.jsonl         one line per durable part: where the source was consumed up to,
                         the shards so far, the rejects of the part
     part-NNNNN.*.npy    the per-sample rows of that part
 
 A line is appended (and fsynced) only after the writer made the part durable, so a
 line always describes data on disk; a torn last line is ignored. The folder is
-removed once index.json exists.
+removed once index.json exists (which keeps the job's identity: packer.conversion.identity).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -21,11 +21,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packer.conversion.identity import JobIdentity, check_same_job
 from packer.core.index import Index, SampleTable, ShardInfo, load_table, read_index, save_table
 from packer.core.layout import STATE_DIR as STATE_DIR
 from packer.core.record import Reject
-from packer.errors import DatasetExistsError, PackError
-from packer.source.scan import Source
+from packer.errors import PackError
 from packer.storage.atomic import fsync_dir, write_atomic
 
 
@@ -38,29 +38,6 @@ class Progress:
     shards: tuple[ShardInfo, ...] = ()
     rejects: list[Reject] = field(default_factory=list)
     tables: list[SampleTable] = field(default_factory=list)
-
-
-def fingerprint(source: Source, settings: dict[str, Any]) -> str:
-    """Identify a job: same files (size, mtime), labels and settings -> same fingerprint.
-
-    A packed source is identified by the hash of its index.json (which pins the sha256
-    of every shard) instead of a stat per sample.
-    """
-    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
-    digest.update(json.dumps(source.class_names).encode())
-    if source.origin is not None:
-        digest.update(f"packed:{source.origin.identity}\n".encode())
-    for key, path, label in source.items.rows():
-        if source.origin is not None:
-            facts = "packed"
-        else:
-            try:
-                stat = os.stat(path)
-                facts = f"{stat.st_size}:{stat.st_mtime_ns}"
-            except OSError:
-                facts = "missing"
-        digest.update(f"{key}\0{path}\0{label}\0{facts}\n".encode())
-    return digest.hexdigest()
 
 
 class Journal:
@@ -157,20 +134,17 @@ class Journal:
         except OSError:  # something unexpected inside: remove it all
             shutil.rmtree(self.state, ignore_errors=True)
 
-    def finish_removal(self, job: str) -> Index:
-        """DST is complete, but the run that wrote index.json died removing this state.
+    def finish(self, job: JobIdentity) -> Index:
+        """DST is complete and --resume was asked: nothing to convert if it is this job.
 
-        The same job resumed: finish the clean-up and report the dataset. (Without
-        job.json the removal had reached its last step: the state is leftover either way.)
+        Refused, naming what differs, if it is not. A run killed while removing this
+        state left it beside the index: the same job finishes that clean-up.
         """
         folder = self.state.parent
-        if self.fingerprint() not in (job, None):
-            raise DatasetExistsError(
-                f"{folder}: already holds a complete dataset made from another source or with "
-                "other options; pass --overwrite to replace it"
-            )
         index = read_index(folder)
-        self.remove()
+        check_same_job(str(folder), index, job, self.fingerprint())
+        if self.state.exists():
+            self.remove()
         return index
 
 

@@ -28,12 +28,12 @@ from typing import Any, TypeVar
 
 from packer.core.record import Record, Reject, SourceItem
 from packer.encode import EncodeOptions, encode_batch
-from packer.errors import MissingDependencyError, PackError
+from packer.errors import MissingDependencyError, PackError, install_line
 
 Task = TypeVar("Task")
 Result = TypeVar("Result")
 TASKS_PER_CPU = 2
-INSTALL_HINT = "run `pip install 'packer[ray]'` (or `pip install ray`) on every node"
+INSTALL_HINT = f"run `{install_line('ray')}` (or `pip install ray`) on every node"
 CONNECT_TIMEOUT_S = 5.0
 
 

@@ -16,10 +16,11 @@ atomic; into a file:// URL each file is copied to a temporary name, fsynced and 
 A temporary staging folder drops each shard once uploaded, so the local disk holds about
 one shard at a time (lmdb, hdf5 and npy stage their whole file).
 
-Resume: `--staging DIR` is an ordinary resumable conversion, so `--resume --staging DIR`
-continues it and uploads what the URL lacks (same name and size: not sent again).
-Without `--staging` nothing of an interrupted run survives locally: `--resume` is refused
-and `--overwrite` starts over.
+Resume: on a URL that holds a complete dataset, `--resume` checks that it is the same job
+(packer.conversion.identity) and does nothing. Otherwise `--staging DIR` is an ordinary resumable
+conversion, so `--resume --staging DIR` continues it and uploads what the URL lacks (same
+name and size: not sent again). Without `--staging` nothing of an interrupted run
+survives locally: `--resume` is refused and `--overwrite` starts over.
 
 Endpoint, credentials and `storage_options`: see packer.dataset.remote.
 """
@@ -37,7 +38,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from packer.core.index import INDEX_NAME, KEYS_NAME, REJECTS_NAME, SAMPLES_NAME, Index, ShardInfo
+from packer.core.index import (
+    INDEX_NAME,
+    KEYS_NAME,
+    REJECTS_NAME,
+    SAMPLES_NAME,
+    Index,
+    ShardInfo,
+    parse_index,
+)
 from packer.dataset.remote import is_local, open_fs, remote_errors
 from packer.errors import DatasetExistsError
 from packer.storage.atomic import commit, fsync_file, partial_path
@@ -96,6 +105,15 @@ class Destination:
         if foreign:
             raise DatasetExistsError(
                 f"{self.url}: not empty (found {foreign[0]!r}); choose an empty or new prefix")
+
+    def read_index(self) -> Index | None:
+        """The index.json below the prefix, or None when there is none (not complete)."""
+        with remote_errors(self.url, "read index.json"):
+            try:
+                raw: bytes = self.fs.cat_file(f"{self.root}/{INDEX_NAME}")
+            except FileNotFoundError:
+                return None
+        return parse_index(raw, Path(self.url) / INDEX_NAME)
 
     def clear(self, names: list[str]) -> None:
         """Remove what an earlier conversion uploaded, index.json first."""
@@ -199,17 +217,24 @@ def convert_remote(src: str | Path, url: str, fmt: str, options: EncodeOptions |
                    on_total: Callable[[int], None] | None = None,
                    log: list[str] | None = None) -> Index:
     """Pack `src` into the URL `url`; see the module docstring. Returns the index."""
-    from packer.conversion.job import ConvertOptions, convert
+    from packer.conversion.identity import check_same_job
+    from packer.conversion.job import ConvertOptions, convert, plan_job
     from packer.conversion.journal import STATE_DIR, ResumeRefused
     from packer.core.index import read_index
+    from packer.encode import EncodeOptions
 
     run = run or ConvertOptions()
+    dest = Destination(url, storage_options)
+    complete = dest.read_index() if run.resume else None
+    if complete is not None:  # --resume of finished work: a no-op if it is this job
+        _, _, job = plan_job(src, fmt, options or EncodeOptions(), run)
+        check_same_job(dest.url, complete, job)
+        return complete
     if run.resume and staging is None:
         raise ResumeRefused(
             f"{url}: --resume of a remote DST needs --staging DIR, the staging folder of the "
             "interrupted run (without it nothing of that run was kept); pass --overwrite to "
             "start over")
-    dest = Destination(url, storage_options)
     dest.prepare(run.resume, run.overwrite)
     with staging_folder(staging) as (folder, owned):
         uploader = Uploader(dest, folder, drop_uploaded=owned,

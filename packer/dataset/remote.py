@@ -5,7 +5,7 @@ filesystem here: endpoint and credentials are whatever fsspec's filesystem for t
 protocol reads (s3fs: the standard AWS variables AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
 AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION, or ~/.aws), plus `storage_options`, passed as
 they are to `fsspec.filesystem(protocol, **storage_options)`. fsspec is an optional extra
-(`pip install 'packer[s3]'`), imported only when a URL is used.
+(`pip install 'packer-readers[s3]'`), imported only when a URL is used.
 """
 
 from __future__ import annotations
@@ -33,11 +33,12 @@ from packer.errors import (
     IncompleteDatasetError,
     MissingDependencyError,
     PackError,
+    install_line,
 )
 from packer.storage.hashing import sha256_file
 
 URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
-INSTALL_HINT = "run `pip install 'packer[s3]'` (fsspec and s3fs)"
+INSTALL_HINT = f"run `{install_line('s3')}` (fsspec and s3fs)"
 CHECK_HINT = ("check the URL, that the bucket exists, and the endpoint and credentials "
               "(AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ... or --storage-option KEY=VALUE)")
 

@@ -1,4 +1,4 @@
-"""Check a packed dataset against its index (`packer.verify` adds the source comparison).
+"""Check a packed dataset against its index (`packer.dataset.verify` adds the source comparison).
 
 Stops at the first problem and names the file (and sample) so the user knows what to
 restore or reconvert.

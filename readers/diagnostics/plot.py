@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections import defaultdict
 from pathlib import Path
 
-from packer.errors import MissingDependencyError
+from packer.errors import MissingDependencyError, install_line
 from readers.diagnostics.tuning import Measurement
+
+MISSING = (f"--plot needs matplotlib, which is not installed; run `{install_line('plot')}` "
+           "(or `pip install matplotlib`)")
+
+
+def require_matplotlib() -> None:
+    """Refuse --plot before a sweep of minutes, not after it, where it cannot be drawn."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise MissingDependencyError(MISSING)
 
 
 def plot_throughput(results: list[Measurement], path: Path) -> None:
@@ -16,9 +26,7 @@ def plot_throughput(results: list[Measurement], path: Path) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise MissingDependencyError(
-            "--plot needs matplotlib; run `pip install matplotlib` (or `pip install .[plot]`)"
-        ) from exc
+        raise MissingDependencyError(MISSING) from exc
     lines: dict[str, list[tuple[int, float]]] = defaultdict(list)
     for r in results:
         lines[f"prefetch {r.config.prefetch_factor or '-'}"].append(
