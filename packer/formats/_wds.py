@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import tarfile
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -203,9 +203,12 @@ class WdsReader:
                 yield checked(self.table, j, data, where)
             i = end
 
-    def close(self) -> None:
+    def close(self, _close: Callable[[int], None] = os.close) -> None:
+        """Close every shard file. `os.close` is bound here, at definition: a reader kept
+        in a module-level variable is finalized at interpreter exit, when the module's
+        globals (`os` among them) may already be gone."""
         for fd, _ in self._fds.values():
-            os.close(fd)
+            _close(fd)
         self._fds.clear()
 
     def __del__(self) -> None:
