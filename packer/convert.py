@@ -17,13 +17,13 @@ from packer.destination import prepare, refuse_inside_source, write_errors
 from packer.distributed import (
     CommittedShards,
     GroupResult,
-    commit_group,
     use_parallel_writers,
     written_groups,
 )
 from packer.encode import EncodeOptions
 from packer.errors import BadInputError, UnstorableRecord
 from packer.executors import EXECUTORS, Executor, batch_size, check_executor, encode_ordered
+from packer.formats._wds_names import continued_stem, name_of, shard_stem
 from packer.formats.base import ShardOptions, Writer, WriterPlan
 from packer.index import (
     REJECTS_NAME,
@@ -57,6 +57,9 @@ class ConvertOptions:
     overwrite: bool = False
     executor: Executor = "local"
     ray_address: str | None = None
+    # The dataset's name, which wds shard files carry (<name>-00000.tar) so that caches
+    # keyed by file name keep datasets apart; None: DST's name without its suffix.
+    name: str | None = None
 
     def __post_init__(self) -> None:
         if self.on_error not in ("skip", "fail"):
@@ -133,11 +136,13 @@ def convert(src: str | Path, dst: str | Path, fmt: str,
         if leftover:  # complete, but killed while removing its resume state
             return journal.finish_removal(job_id)
         done = resume_point(journal, job_id, run.resume, module.FILES, folder)
+        stem = continued_stem(done.shards, shard_stem(name_of(folder) if run.name is None
+                                                      else run.name))
         plan = WriterPlan(folder, len(source.items), options, run.shards, done.num_samples,
-                          done.shards)
+                          done.shards, stem)
         parallel = use_parallel_writers(fmt, run.executor, run.shards.max_samples) and \
             on_part is None  # a URL DST (packer.upload): the driver writes and uploads
-        writer: Writer = (CommittedShards(folder, done.shards) if parallel
+        writer: Writer = (CommittedShards(folder, done.shards, stem) if parallel
                           else module.open_writer(plan))
         if on_total is not None:
             on_total(len(source.items))
@@ -276,7 +281,7 @@ class _Job:
             for result in results:
                 for reject in result.rejects:
                     self.reject(reject)
-                commit_group(folder, result, writer.shards)
+                writer.commit(result)
                 for row in result.rows:
                     self.part.add(row.key, row.label, row.offset, row.size, row.digest)
                 if self.progress is not None:

@@ -4,7 +4,7 @@
       scan -> groups of --shard-samples inputs --> encode the group, write its shard(s)
                                                    to DST/.pack-state/groups/NNNNNNN/
       in group order: rename the shards to      <-- shard sizes, sha256, table rows,
-      shard-NNNNN.tar, journal the part             rejects (metadata only)
+      <name>-NNNNN.tar, journal the part            rejects (metadata only)
       index.json last
 
 Why groups of inputs: which shard a sample lands in must not depend on who wrote it.
@@ -31,7 +31,8 @@ from pathlib import Path
 from packer.atomic import fsync_dir
 from packer.encode import EncodeOptions
 from packer.errors import DestinationError
-from packer.formats._wds import WdsWriter, shard_name
+from packer.formats._wds import WdsWriter
+from packer.formats._wds_names import remove_strays, shard_name
 from packer.formats.base import Location, ShardOptions, WriterPlan
 from packer.index import SampleTable, ShardInfo
 from packer.journal import STATE_DIR
@@ -64,7 +65,7 @@ class GroupResult:
 
 
 class CommittedShards:
-    """The driver's Writer: shards arrive written; it only lists them (see convert).
+    """The driver's Writer: shards arrive written; it names and lists them (see convert).
 
     What an interrupted run left beyond its journalled shards (a shard being written by
     a local writer, one committed but not journalled) goes first: the tasks write them
@@ -73,12 +74,15 @@ class CommittedShards:
 
     resumable = True
 
-    def __init__(self, folder: Path, done: tuple[ShardInfo, ...]) -> None:
+    def __init__(self, folder: Path, done: tuple[ShardInfo, ...], stem: str) -> None:
+        self.folder = folder
+        self.stem = stem
         self.shards = list(done)
-        kept = {shard.name for shard in done}
-        for path in folder.glob("shard-*.tar*"):
-            if path.name not in kept:
-                path.unlink()
+        remove_strays(folder, done)
+
+    def commit(self, result: GroupResult) -> None:
+        """Take a task's shards in: final names, numbered after those so far."""
+        commit_group(self.folder, result, self.shards, self.stem)
 
     def part_full(self, next_size: int) -> bool:
         return False
@@ -167,8 +171,10 @@ def _write_group(target: Path, group: int, first: int, items: Sequence[SourceIte
                        tuple(rejects))
 
 
-def commit_group(folder: Path, result: GroupResult, shards: list[ShardInfo]) -> None:
-    """Move a group's shards to their final names, numbered after `shards` (appended)."""
+def commit_group(folder: Path, result: GroupResult, shards: list[ShardInfo],
+                 stem: str) -> None:
+    """Move a group's shards to their final names (`<stem>-NNNNN.tar`, numbered after
+    `shards`, to which they are appended)."""
     source = groups_folder(folder) / f"{result.group:07d}"
     missing = [shard.name for shard in result.shards if not (source / shard.name).is_file()]
     if missing:
@@ -177,7 +183,7 @@ def commit_group(folder: Path, result: GroupResult, shards: list[ShardInfo]) -> 
             "--shard-samples the tasks write into DST, so mount DST at the same path on every "
             "node (or drop --shard-samples to let the driver write), then rerun with --resume")
     for shard in result.shards:
-        final = ShardInfo(shard_name(len(shards)), shard.num_samples, shard.num_bytes,
+        final = ShardInfo(shard_name(len(shards), stem), shard.num_samples, shard.num_bytes,
                           shard.sha256)
         os.replace(source / shard.name, folder / final.name)
         shards.append(final)

@@ -39,8 +39,8 @@ from packer.scale import index_load_cost, make_tiny_dataset
 from readers.scale import growth, worker_uss_by_epoch
 
 FORMATS = ("wds", "lmdb", "hdf5", "npy")
-DATA_FILES = {"wds": "shard-00001.tar", "lmdb": "data.lmdb/data.mdb", "hdf5": "data.h5",
-              "npy": "images.npy"}
+DATA_FILES = {"wds": "flip-wds-00001.tar",  # shards carry their folder's name, flip-wds
+              "lmdb": "data.lmdb/data.mdb", "hdf5": "data.h5", "npy": "images.npy"}
 
 
 def kills(work: Path, formats: list[str], rounds: int, seed: str) -> list[Figures]:

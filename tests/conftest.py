@@ -27,6 +27,7 @@ from packer import convert, formats
 from packer.convert import ConvertOptions
 from packer.encode import EncodeOptions
 from packer.formats.base import ShardOptions, Writer
+from packer.index import read_index
 from packer.record import Record
 from packer.sample import make_sample_folder, synthetic_image
 from tests.s3_server import endpoint, uploaded  # noqa: F401 - fixtures for the S3 tests
@@ -68,6 +69,12 @@ def tree_hashes(root: Path, skip: tuple[str, ...] = (".pack-state",)) -> dict[st
                 digest = f"special:{stat.S_IFMT(info.st_mode)}"
             out[str(rel_dir / name)] = f"{digest}:{stat.S_IMODE(info.st_mode):o}"
     return out
+
+
+def shard_path(folder: Path, number: int) -> Path:
+    """Shard `number` of a complete dataset, by index.json (wds shards carry the dataset's
+    name, so a copied or renamed folder keeps the names it was converted with)."""
+    return folder / read_index(folder).shards[number].name
 
 
 def jpeg_bytes(image: Image.Image, quality: int = 90, **save: object) -> bytes:

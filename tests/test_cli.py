@@ -21,7 +21,7 @@ from packer.cli import UNITS, main, parse_bytes, parse_size
 from packer.convert import ConvertOptions
 from packer.errors import SourceError
 from packer.index import INDEX_NAME, open_dataset
-from tests.conftest import tree_hashes
+from tests.conftest import shard_path, tree_hashes
 
 
 def pack(*args: str | Path) -> Result:
@@ -202,29 +202,29 @@ def verify_fails(dst: Path, *words: str) -> None:
 
 
 def test_verify_names_a_truncated_shard(copy: Path) -> None:
-    shard = copy / "shard-00001.tar"
+    shard = shard_path(copy, 1)
     os.truncate(shard, shard.stat().st_size - 700)
-    verify_fails(copy, "shard-00001.tar", "truncated")
+    verify_fails(copy, "out-00001.tar", "truncated")
 
 
 def test_verify_names_a_flipped_byte(copy: Path) -> None:
     index, table = open_dataset(copy)
     sample = int(index.shard_starts[2]) + 1  # second sample of the third shard
-    flip(copy / "shard-00002.tar", int(table.offsets[sample]) + 10)
-    verify_fails(copy, "shard-00002.tar")
+    flip(shard_path(copy, 2), int(table.offsets[sample]) + 10)
+    verify_fails(copy, "out-00002.tar")
 
 
 def test_verify_names_a_deleted_shard(copy: Path) -> None:
-    (copy / "shard-00003.tar").unlink()
-    verify_fails(copy, "shard-00003.tar", "missing")
+    shard_path(copy, 3).unlink()
+    verify_fails(copy, "out-00003.tar", "missing")
 
 
 def test_verify_names_swapped_shards(copy: Path) -> None:
-    first, second = copy / "shard-00000.tar", copy / "shard-00001.tar"
+    first, second = shard_path(copy, 0), shard_path(copy, 1)
     first.rename(copy / "tmp.tar")
     second.rename(first)
     (copy / "tmp.tar").rename(second)
-    verify_fails(copy, "shard-00000.tar")
+    verify_fails(copy, "out-00000.tar")
 
 
 def test_verify_checks_each_sample_even_when_the_index_was_patched(copy: Path) -> None:
@@ -232,12 +232,12 @@ def test_verify_checks_each_sample_even_when_the_index_was_patched(copy: Path) -
     # still names the shard and the sample.
     index, table = open_dataset(copy)
     sample = int(index.shard_starts[1])
-    shard = copy / "shard-00001.tar"
+    shard = shard_path(copy, 1)
     flip(shard, int(table.offsets[sample]) + 5)
     data = json.loads((copy / INDEX_NAME).read_text())
     data["shards"][1]["sha256"] = hashlib.sha256(shard.read_bytes()).hexdigest()
     (copy / INDEX_NAME).write_text(json.dumps(data))
-    verify_fails(copy, "shard-00001.tar", f"sample {sample}", table.key(sample))
+    verify_fails(copy, "out-00001.tar", f"sample {sample}", table.key(sample))
 
 
 @pytest.mark.parametrize(("edit", "words"), [

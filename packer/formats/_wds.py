@@ -1,6 +1,6 @@
 """WebDataset: POSIX tar shards that stock `webdataset` reads.
 
-    shard-00000.tar
+    <name>-00000.tar     (names: packer.formats._wds_names; older datasets: shard-00000.tar)
       [512 B header (+ pax header for long or non-ASCII names)] <key>.<ext>
                                                         image bytes, padded to 512
       [512 B header] <key>.cls   label as decimal text, padded to 512
@@ -28,20 +28,17 @@ import numpy as np
 from packer.atomic import commit, partial_path
 from packer.errors import CorruptDatasetError
 from packer.formats._tar import member_header, padding
+from packer.formats._wds_names import remove_strays, shard_name
 from packer.formats.base import Location, WriterPlan, checked
 from packer.formats.stream import ShardFile
 from packer.index import Index, SampleTable, ShardInfo
 from packer.record import Record
 
 NAME = "wds"
-FILES = ("shard-*.tar",)
+FILES = ("*-[0-9][0-9][0-9][0-9][0-9]*.tar",)
 BLOCK = 512
 END_OF_ARCHIVE = bytes(2 * BLOCK)
 MAX_OPEN_SHARDS = 16  # per reader, so per DataLoader worker
-
-
-def shard_name(number: int) -> str:
-    return f"shard-{number:05d}.tar"
 
 
 def encode_key(key: str) -> str:
@@ -53,7 +50,8 @@ class WdsWriter:
     """Writes tar shards, rolling at the shard limits; one shard is one resumable part.
 
     Each sample goes out as three pieces (header, image bytes, the rest up to the next
-    sample) through a ShardFile, which hashes and writes back in threads.
+    sample) through a ShardFile, which hashes and writes back in threads. Shards are
+    named `<plan.shard_stem>-NNNNN.tar`.
     """
 
     resumable = True
@@ -61,6 +59,7 @@ class WdsWriter:
     def __init__(self, plan: WriterPlan) -> None:
         self.plan = plan
         self.shards: list[ShardInfo] = list(plan.done_shards)
+        remove_strays(plan.folder, plan.done_shards)
         self._file: ShardFile | None = None
         self._bytes = 0
         self._samples = 0
@@ -98,7 +97,7 @@ class WdsWriter:
         return self._file
 
     def _current_path(self) -> Path:
-        return self.plan.folder / shard_name(len(self.shards))
+        return self.plan.folder / shard_name(len(self.shards), self.plan.shard_stem)
 
     def end_part(self) -> None:
         if self._file is None:
