@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import click
 from tqdm import tqdm
 
-from packer.cli_info import describe
+from packer.cli_info import describe, wds_notes
 from packer.convert import ConvertOptions, convert
 from packer.encode import EncodeOptions
 from packer.errors import CTRL_C, PackError, interrupted
@@ -260,6 +260,9 @@ def convert_command(src: Path, dst: str, fmt: str, shard_size: str, shard_sample
             rejects = f"{where}/rejects.jsonl" if remote else str(Path(dst) / "rejects.jsonl")
             summary += f"; {index.num_rejected} rejected inputs listed in {rejects}"
         click.echo(summary)
+        for note in wds_notes(index):
+            click.echo(f"note: {note}", err=True)
+
 
 
 @main.command("info")

@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 from packer import formats
 from packer.atomic import write_atomic
@@ -343,12 +343,13 @@ def finalize(folder: Path, fmt: str, source: Source, options: EncodeOptions, job
     save_table(folder, table)
     lines = "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in rejects)
     write_atomic(folder / REJECTS_NAME, lines.encode("utf-8"))
+    extra: dict[str, Any] = dict(getattr(job.writer, "index_extra", {}))  # wds: the wids index
+    if source.origin is not None:
+        extra["source"] = source.origin.lineage(options)
     index = Index(format=fmt, num_samples=len(table), class_names=source.class_names,
                   shards=tuple(shards), encode=options.to_json(), num_rejected=len(rejects),
                   num_ignored=source.num_ignored,
-                  image_size=options.size if options.pixels else None,
-                  extra={} if source.origin is None else
-                  {"source": source.origin.lineage(options)})
+                  image_size=options.size if options.pixels else None, extra=extra)
     index = write_index(folder, index)  # as written: with the table's digest
     job.journal.remove()
     return index

@@ -4,8 +4,8 @@
       scan -> groups of --shard-samples inputs --> encode the group, write its shard(s)
                                                    to DST/.pack-state/groups/NNNNNNN/
       in group order: rename the shards to      <-- shard sizes, sha256, table rows,
-      <name>-NNNNN.tar, journal the part            rejects (metadata only)
-      index.json last
+      <name>-NNNNN.tar, journal the part            image types, rejects (metadata only)
+      the wids index, index.json last
 
 Why groups of inputs: which shard a sample lands in must not depend on who wrote it.
 With `--shard-samples N`, shard boundaries fall every N *inputs* (packer.convert rolls
@@ -27,12 +27,14 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from packer.atomic import fsync_dir
 from packer.encode import EncodeOptions
 from packer.errors import DestinationError
 from packer.formats._wds import WdsWriter
 from packer.formats._wds_names import remove_strays, shard_name
+from packer.formats._wids import index_extra, member_types
 from packer.formats.base import Location, ShardOptions, WriterPlan
 from packer.index import SampleTable, ShardInfo
 from packer.journal import STATE_DIR
@@ -62,6 +64,7 @@ class GroupResult:
     shards: tuple[ShardInfo, ...]
     rows: tuple[Row, ...]
     rejects: tuple[Reject, ...]
+    image_types: tuple[str, ...] = ()
 
 
 class CommittedShards:
@@ -77,12 +80,16 @@ class CommittedShards:
     def __init__(self, folder: Path, done: tuple[ShardInfo, ...], stem: str) -> None:
         self.folder = folder
         self.stem = stem
+        self.done = done
         self.shards = list(done)
+        self.image_types: set[str] = set()
+        self.index_extra: dict[str, Any] = {}
         remove_strays(folder, done)
 
     def commit(self, result: GroupResult) -> None:
         """Take a task's shards in: final names, numbered after those so far."""
         commit_group(self.folder, result, self.shards, self.stem)
+        self.image_types.update(result.image_types)
 
     def part_full(self, next_size: int) -> bool:
         return False
@@ -94,7 +101,10 @@ class CommittedShards:
         """The tasks ended their shards."""
 
     def finish(self, table: SampleTable) -> tuple[ShardInfo, ...]:
-        return tuple(self.shards)
+        shards = tuple(self.shards)
+        types = self.image_types | member_types(self.folder, self.done)
+        self.index_extra = index_extra(self.folder, self.stem, shards, table, types)
+        return shards
 
     def abort(self) -> None:
         """Nothing open here; unfinished group folders stay in the resume state."""
@@ -168,7 +178,7 @@ def _write_group(target: Path, group: int, first: int, items: Sequence[SourceIte
         writer.abort()
         raise
     return GroupResult(group, first + len(items), tuple(writer.shards), tuple(rows),
-                       tuple(rejects))
+                       tuple(rejects), tuple(sorted(writer.image_types)))
 
 
 def commit_group(folder: Path, result: GroupResult, shards: list[ShardInfo],

@@ -19,6 +19,7 @@ import numpy as np
 from packer import formats
 from packer.encode import digest_of, read_input
 from packer.errors import PackError
+from packer.formats._wids import check_index as check_wids_index
 from packer.index import REJECTS_NAME, Index, SampleTable, open_dataset
 from packer.packed import stores_original
 from packer.record import SourceItem
@@ -72,6 +73,8 @@ def verify(folder: str | Path, source: str | Path | None = None) -> Report:
         report.checked.append("shard sizes and sha256")
         _check_samples(folder, index, table)
         report.checked.append("sample digests and labels")
+        if index.format == "wds" and check_wids_index(folder, index):  # after the data:
+            report.checked.append("wids index")  # a damaged index.json is reported as such
         if source is not None:
             _check_source(folder, index, table, Path(source))
             report.checked.append("source images present with their labels")

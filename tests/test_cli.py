@@ -114,6 +114,21 @@ def test_reencode_options_reach_the_index(src: Path, tmp_path: Path) -> None:
                       "check": "header", "mode": "reencode"}
 
 
+def test_mixed_image_types_are_noted_once(src: Path, tmp_path: Path) -> None:
+    """Column-based readers (HF datasets, Ray Data) refuse samples with different fields:
+    `src` has PNGs among its JPEGs, stored as they are by default."""
+    mixed = pack("convert", src, tmp_path / "mixed.wds", "--to", "wds", "--workers", "0")
+    assert mixed.exit_code == 0, mixed.output
+    assert mixed.stderr.count("\n") == 1
+    assert mixed.stderr.startswith("note: the shards mix image types (jpg, png)")
+    assert "--encode jpeg" in mixed.stderr and "HF datasets, Ray Data" in mixed.stderr
+    info = json.loads(pack("info", tmp_path / "mixed.wds", "--json").stdout)
+    assert info["image_types"] == ["jpg", "png"] and info["wids_index"] == "mixed.wids.json"
+    for args in (["--to", "wds", "--encode", "jpeg"], ["--to", "lmdb"]):
+        uniform = pack("convert", src, tmp_path / f"out-{len(args)}", *args, "--workers", "0")
+        assert uniform.exit_code == 0 and uniform.stderr == "", uniform.output
+
+
 def test_shard_size_rolls_shards(src: Path, tmp_path: Path) -> None:
     dst = tmp_path / "out"
     assert pack("convert", src, dst, "--to", "wds", "--shard-size", "20KB",

@@ -87,7 +87,7 @@ def test_tasks_write_the_shards_with_shard_samples(
     convert(mixed_src, local, "wds", run=ConvertOptions(shards=shards))
     assert committed == list(range(-(-len(scan(mixed_src).items) // 4)))
     assert tree_hashes(ray) == tree_hashes(local)
-    assert (ray / "photos-00000.tar").is_file()
+    assert (ray / "photos-00000.tar").is_file() and (ray / "photos.wids.json").is_file()
 
 
 def test_a_local_run_resumed_on_ray_is_byte_identical(

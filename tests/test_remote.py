@@ -35,7 +35,8 @@ def test_upload_sends_shards_as_they_end_and_index_last(uploaded: dict[str, Any]
     # the writer's hook saw each shard end during the conversion, then commit() the last
     assert uploaded["parts"][: len(shards) - 1] == list(range(1, len(shards)))
     assert sorted(log[: len(shards)]) == shards
-    assert sorted(log[len(shards) : -1]) == sorted([SAMPLES_NAME, KEYS_NAME, REJECTS_NAME])
+    assert log[len(shards)] == "plain.wids.json"  # with the data files, before the tables
+    assert sorted(log[len(shards) + 1 : -1]) == sorted([SAMPLES_NAME, KEYS_NAME, REJECTS_NAME])
     assert log[-1] == INDEX_NAME
     # byte for byte what a local conversion writes
     assert listing(uploaded["url"]) == local_files(uploaded["local"])

@@ -176,7 +176,7 @@ def test_journal_is_removed_when_complete(src: Path, tmp_path: Path) -> None:
     assert not (tmp_path / "out" / STATE_DIR).exists()
     names = sorted(path.name for path in (tmp_path / "out").iterdir())
     assert names == ["index.json", "keys.npy", *[f"out-{i:05d}.tar" for i in range(6)],
-                     "rejects.jsonl", "samples.npy"]
+                     "out.wids.json", "rejects.jsonl", "samples.npy"]
     index = json.loads((tmp_path / "out" / INDEX_NAME).read_text())
     assert index["num_samples"] == 24
 

@@ -3,6 +3,7 @@ read, verify and resume (index.json names every shard, so nothing guesses names)
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -55,13 +56,19 @@ def test_cli_names_shards_after_dst(src: Path, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     names = sorted(path.name for path in dst.iterdir())
     assert names == [INDEX_NAME, "keys.npy", "photos-00000.tar", "photos-00001.tar",
-                     "photos-00002.tar", "rejects.jsonl", "samples.npy"]
+                     "photos-00002.tar", "photos.wids.json", "rejects.jsonl", "samples.npy"]
     assert [shard.name for shard in read_index(dst).shards] == names[2:5]
 
 
 def make_legacy(src: Path, dst: Path) -> Path:
-    """A dataset as converted before shard names carried the dataset's name: shard-NNNNN.tar."""
+    """A dataset as converted before shard names carried the dataset's name: shard-NNNNN.tar,
+    no wids index, nothing about either in index.json."""
     convert(src, dst, "wds", run=LEGACY)
+    (dst / "shard.wids.json").unlink()
+    data = json.loads((dst / INDEX_NAME).read_text())
+    for key in ("image_types", "wids_index"):
+        del data["extra"][key]
+    (dst / INDEX_NAME).write_text(json.dumps(data))
     return dst
 
 
@@ -75,6 +82,7 @@ def test_a_legacy_dataset_reads_and_verifies(src: Path, tmp_path: Path) -> None:
     assert sum(1 for _ in PackedIterableDataset(old, drop_last=False)) == 24
     report = verify(old, src)
     assert report.ok, report.problem
+    assert "wids index" not in report.checked and "wids index" in verify(new).checked
     old_shards = {p.name.split("-")[1]: p.read_bytes() for p in old.glob("*.tar")}
     assert old_shards == {p.name.split("-")[1]: p.read_bytes() for p in new.glob("*.tar")}
 
@@ -116,6 +124,6 @@ def test_overwrite_of_a_renamed_dataset(src: Path, tmp_path: Path) -> None:
     convert(src, tmp_path / "b.wds", "wds", run=ConvertOptions(shards=RUN.shards, workers=0,
                                                               overwrite=True))
     names = {p.name for p in (tmp_path / "b.wds").iterdir()}
-    assert "b-00000.tar" in names
+    assert "b-00000.tar" in names and "b.wids.json" in names
     assert not [name for name in names if name.startswith("a")]
 

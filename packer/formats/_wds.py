@@ -12,7 +12,8 @@ byte-identical shards. Webdataset splits a member name at the first dot of its b
 name, so keys are percent-encoded (`%` -> `%25`, `.` -> `%2E`): stock webdataset yields
 the encoded key as `__key__`, and `urllib.parse.unquote` gives the original back.
 The per-sample table records the byte offset of each image inside its shard, so the
-map-style reader seeks straight to it.
+map-style reader seeks straight to it. Beside the shards, `<name>.wids.json` indexes
+them for wids (packer.formats._wids).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import tarfile
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -29,6 +31,7 @@ from packer.atomic import commit, partial_path
 from packer.errors import CorruptDatasetError
 from packer.formats._tar import member_header, padding
 from packer.formats._wds_names import remove_strays, shard_name
+from packer.formats._wids import index_extra, member_types
 from packer.formats.base import Location, WriterPlan, checked
 from packer.formats.stream import ShardFile
 from packer.index import Index, SampleTable, ShardInfo
@@ -51,7 +54,8 @@ class WdsWriter:
 
     Each sample goes out as three pieces (header, image bytes, the rest up to the next
     sample) through a ShardFile, which hashes and writes back in threads. Shards are
-    named `<plan.shard_stem>-NNNNN.tar`.
+    named `<plan.shard_stem>-NNNNN.tar`; finish() adds the wids index and sets
+    `index_extra`, what index.json's `extra` records about the shards.
     """
 
     resumable = True
@@ -59,6 +63,8 @@ class WdsWriter:
     def __init__(self, plan: WriterPlan) -> None:
         self.plan = plan
         self.shards: list[ShardInfo] = list(plan.done_shards)
+        self.image_types: set[str] = set()  # member extensions of the images written
+        self.index_extra: dict[str, Any] = {}
         remove_strays(plan.folder, plan.done_shards)
         self._file: ShardFile | None = None
         self._bytes = 0
@@ -86,6 +92,7 @@ class WdsWriter:
                          padding(len(label))))
         offset = self._bytes + len(header)
         file.write([header, data, rest])
+        self.image_types.add(record.ext)
         self._bytes = offset + len(data) + len(rest)
         self._samples += 1
         return Location(offset, len(data))
@@ -113,7 +120,11 @@ class WdsWriter:
 
     def finish(self, table: SampleTable) -> tuple[ShardInfo, ...]:
         self.end_part()
-        return tuple(self.shards)
+        shards = tuple(self.shards)
+        types = self.image_types | member_types(self.plan.folder, self.plan.done_shards)
+        self.index_extra = index_extra(self.plan.folder, self.plan.shard_stem, shards, table,
+                                       types)
+        return shards
 
     def abort(self) -> None:
         if self._file is not None:

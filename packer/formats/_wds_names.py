@@ -3,6 +3,7 @@
     photos.wds/                 DST (a folder or a URL); its name without the suffix,
       photos-00000.tar          sanitised, is the stem of every shard
       photos-00001.tar ...
+      photos.wids.json          the wids shard index (packer.formats._wids)
 
 Why the name: caches keyed by a shard's base name (wids' `cache_dir`, a `cp` of
 several datasets into one folder) would serve one dataset's `shard-00000.tar` for
