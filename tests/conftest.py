@@ -77,6 +77,15 @@ def shard_path(folder: Path, number: int) -> Path:
     return folder / read_index(folder).shards[number].name
 
 
+def decoded_by_key(folder: Path) -> dict[str, tuple[int, np.ndarray]]:
+    """key -> (label, HWC uint8 pixels) of every sample, as readers.PackedDataset decodes
+    them: what other readers of our files (HF datasets, Ray Data) must give."""
+    from readers import PackedDataset
+
+    ds = PackedDataset(folder, decode="rgb8", with_keys=True)
+    return {key: (int(label), np.asarray(image).transpose(1, 2, 0)) for image, label, key in ds}
+
+
 def jpeg_bytes(image: Image.Image, quality: int = 90, **save: object) -> bytes:
     out = io.BytesIO()
     image.save(out, format="JPEG", quality=quality, **save)

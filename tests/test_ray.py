@@ -16,7 +16,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -27,7 +29,7 @@ from packer.encode import EncodeOptions
 from packer.errors import DestinationError, MissingDependencyError
 from packer.formats.base import ShardOptions
 from packer.scan import scan
-from tests.conftest import tree_hashes
+from tests.conftest import decoded_by_key, tree_hashes
 
 DST = "photos.wds"  # every run's DST has this name: shards carry it
 
@@ -114,6 +116,26 @@ def test_ray_keeps_odd_keys(ray_instance: Any, odd_src: Path, tmp_path: Path) ->
     convert(odd_src, tmp_path / "ray" / DST, "wds",
             run=ConvertOptions(executor="ray", workers=1))
     assert tree_hashes(tmp_path / "ray" / DST) == tree_hashes(tmp_path / "local" / DST)
+
+
+def test_ray_data_reads_our_shards(ray_instance: Any, odd_src: Path, tmp_path: Path,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's call: Ray Data over the tars only (`read_webdataset(DST)` would read
+    index.json and the tables as tars too). Odd keys, several shards, one image type."""
+    pytest.importorskip("pyarrow")  # ray[data]
+    import ray.data
+
+    monkeypatch.setattr(ray.data.DataContext.get_current(), "enable_progress_bars", False)
+    dst = tmp_path / DST
+    convert(odd_src, dst, "wds", EncodeOptions(codec="jpeg"),
+            ConvertOptions(shards=ShardOptions(max_samples=5), workers=0))
+    rows = ray.data.read_webdataset(str(dst), file_extensions=["tar"]).take_all()
+    expected = decoded_by_key(dst)
+    by_key = {unquote(row["__key__"]): row for row in rows}
+    assert len(rows) == len(by_key) == len(expected) == 13 and by_key.keys() == expected.keys()
+    for key, (label, pixels) in expected.items():
+        assert by_key[key]["cls"] == label, key
+        assert np.array_equal(by_key[key]["jpg"], pixels), key
 
 
 def test_cli_executor_ray(ray_instance: Any, src: Path, tmp_path: Path) -> None:
