@@ -24,7 +24,7 @@ from packer.conversion.destination import holds_complete
 from packer.conversion.executors import EXECUTORS
 from packer.conversion.job import ConvertOptions, convert
 from packer.conversion.upload import convert_remote
-from packer.dataset.describe import describe
+from packer.dataset.describe import describe, wds_notes
 from packer.dataset.remote import describe_remote, is_url, parse_storage_options
 from packer.encode import EncodeOptions
 from packer.errors import CTRL_C, DISTRIBUTION, PackError, install_line, interrupted
@@ -267,6 +267,9 @@ def convert_command(src: Path, dst: str, fmt: str, shard_size: str, shard_sample
             rejects = f"{where}/rejects.jsonl" if remote else str(Path(dst) / "rejects.jsonl")
             summary += f"; {index.num_rejected} rejected inputs listed in {rejects}"
         click.echo(summary)
+        for note in wds_notes(index):
+            click.echo(f"note: {note}", err=True)
+
 
 
 @main.command("info")

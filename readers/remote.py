@@ -2,7 +2,7 @@
 
     cache_dir/<url hash>-<index hash>/      a local mirror of the dataset, shards on demand
         index.json samples.npy keys.npy     fetched when the dataset object is created
-        shard-00007.tar ...                 fetched on first read; least recently used
+        photos-00007.tar ...                fetched on first read; least recently used
                                             shards evicted beyond cache_bytes
         .locks/00007.use  .locks/00007.get  flock files: "in use" and "being fetched"
 

@@ -42,6 +42,8 @@ with atheris.instrument_imports():
     from packer.formats.base import ShardOptions
     from packer.testing import make_sample_folder
 
+SHARD = "wds-00001.tar"  # seed_dataset writes into a folder named wds: its shards carry it
+
 
 def seed_dataset(work: Path) -> Path:
     src = make_sample_folder(work / "src", count=9, classes=2, min_side=16, max_side=32)
@@ -57,7 +59,7 @@ def targets(work: Path) -> dict[str, Callable[[bytes], None]]:
     mutable = Path(shutil.copytree(folder, work / "mutable"))
 
     def tar(data: bytes) -> None:
-        (mutable / "shard-00001.tar").write_bytes(data)
+        (mutable / SHARD).write_bytes(data)
         with contextlib.suppress(CorruptDatasetError):
             _wds.read_labels(mutable, index)
         reader = _wds.WdsReader(mutable, index, table)
@@ -68,7 +70,7 @@ def targets(work: Path) -> dict[str, Callable[[bytes], None]]:
             except CorruptDatasetError:
                 pass
         reader.close()
-        (mutable / "shard-00001.tar").write_bytes((folder / "shard-00001.tar").read_bytes())
+        (mutable / SHARD).write_bytes((folder / SHARD).read_bytes())
 
     def index_json(data: bytes) -> None:
         (mutable / INDEX_NAME).write_bytes(data)
@@ -99,7 +101,7 @@ def targets(work: Path) -> dict[str, Callable[[bytes], None]]:
 def seed_corpus(work: Path, name: str) -> Path:
     """The real files as starting points: random bytes rarely make a tar or an .npy."""
     folder = work / "wds"
-    seeds = {"tar": [folder / "shard-00001.tar"], "index": [folder / INDEX_NAME],
+    seeds = {"tar": [folder / SHARD], "index": [folder / INDEX_NAME],
              "table": [folder / SAMPLES_NAME, folder / KEYS_NAME]}[name]
     corpus = work / f"corpus-{name}"
     corpus.mkdir()

@@ -50,8 +50,8 @@ from packer.encode import EncodeOptions
 from packer.formats.base import ShardOptions
 
 FORMATS = ("wds", "lmdb", "hdf5", "npy")
-DATA_FILES = {"wds": "shard-00001.tar", "lmdb": "data.lmdb/data.mdb", "hdf5": "data.h5",
-              "npy": "images.npy"}
+DATA_FILES = {"wds": "flip-wds-00001.tar",  # shards carry their folder's name, flip-wds
+              "lmdb": "data.lmdb/data.mdb", "hdf5": "data.h5", "npy": "images.npy"}
 
 
 def kills(work: Path, formats: list[str], rounds: int, seed: str) -> list[Figures]:

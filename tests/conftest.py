@@ -24,6 +24,7 @@ import pytest
 from PIL import Image
 
 from packer import ConvertOptions, convert, formats
+from packer.core.index import read_index
 from packer.core.record import Record
 from packer.encode import EncodeOptions
 from packer.formats.base import ShardOptions, Writer
@@ -67,6 +68,21 @@ def tree_hashes(root: Path, skip: tuple[str, ...] = (".pack-state",)) -> dict[st
                 digest = f"special:{stat.S_IFMT(info.st_mode)}"
             out[str(rel_dir / name)] = f"{digest}:{stat.S_IMODE(info.st_mode):o}"
     return out
+
+
+def shard_path(folder: Path, number: int) -> Path:
+    """Shard `number` of a complete dataset, by index.json (wds shards carry the dataset's
+    name, so a copied or renamed folder keeps the names it was converted with)."""
+    return folder / read_index(folder).shards[number].name
+
+
+def decoded_by_key(folder: Path) -> dict[str, tuple[int, np.ndarray]]:
+    """key -> (label, HWC uint8 pixels) of every sample, as readers.PackedDataset decodes
+    them: what other readers of our files (HF datasets, Ray Data) must give."""
+    from readers import PackedDataset
+
+    ds = PackedDataset(folder, decode="rgb8", with_keys=True)
+    return {key: (int(label), np.asarray(image).transpose(1, 2, 0)) for image, label, key in ds}
 
 
 def jpeg_bytes(image: Image.Image, quality: int = 90, **save: object) -> bytes:

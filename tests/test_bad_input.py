@@ -138,7 +138,7 @@ def test_skip_reports_on_the_command_line(bad_src: Path, tmp_path: Path) -> None
 
 def test_png_named_jpg_gets_its_real_extension(bad_src: Path, tmp_path: Path) -> None:
     convert(bad_src, tmp_path / "wds", "wds", run=WORKERS0)
-    with tarfile.open(tmp_path / "wds" / "shard-00000.tar") as tar:
+    with tarfile.open(tmp_path / "wds" / "wds-00000.tar") as tar:
         names = tar.getnames()
     assert "b/png_named.png" in names and "b/png_named.jpg" not in names
     convert(bad_src, tmp_path / "h5", "hdf5", run=WORKERS0)

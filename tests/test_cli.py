@@ -20,7 +20,7 @@ from packer import ConvertOptions, convert
 from packer.cli import UNITS, main, parse_bytes, parse_size
 from packer.core.index import INDEX_NAME, open_dataset
 from packer.errors import SourceError
-from tests.conftest import tree_hashes
+from tests.conftest import shard_path, tree_hashes
 
 
 def pack(*args: str | Path) -> Result:
@@ -113,6 +113,21 @@ def test_reencode_options_reach_the_index(src: Path, tmp_path: Path) -> None:
                       "check": "header", "mode": "reencode"}
 
 
+def test_mixed_image_types_are_noted_once(src: Path, tmp_path: Path) -> None:
+    """Column-based readers (HF datasets, Ray Data) refuse samples with different fields:
+    `src` has PNGs among its JPEGs, stored as they are by default."""
+    mixed = pack("convert", src, tmp_path / "mixed.wds", "--to", "wds", "--workers", "0")
+    assert mixed.exit_code == 0, mixed.output
+    assert mixed.stderr.count("\n") == 1
+    assert mixed.stderr.startswith("note: the shards mix image types (jpg, png)")
+    assert "--encode jpeg" in mixed.stderr and "HF datasets, Ray Data" in mixed.stderr
+    info = json.loads(pack("info", tmp_path / "mixed.wds", "--json").stdout)
+    assert info["image_types"] == ["jpg", "png"] and info["wids_index"] == "mixed.wids.json"
+    for args in (["--to", "wds", "--encode", "jpeg"], ["--to", "lmdb"]):
+        uniform = pack("convert", src, tmp_path / f"out-{len(args)}", *args, "--workers", "0")
+        assert uniform.exit_code == 0 and uniform.stderr == "", uniform.output
+
+
 def test_shard_size_rolls_shards(src: Path, tmp_path: Path) -> None:
     dst = tmp_path / "out"
     assert pack("convert", src, dst, "--to", "wds", "--shard-size", "20KB",
@@ -201,29 +216,29 @@ def verify_fails(dst: Path, *words: str) -> None:
 
 
 def test_verify_names_a_truncated_shard(copy: Path) -> None:
-    shard = copy / "shard-00001.tar"
+    shard = shard_path(copy, 1)
     os.truncate(shard, shard.stat().st_size - 700)
-    verify_fails(copy, "shard-00001.tar", "truncated")
+    verify_fails(copy, "out-00001.tar", "truncated")
 
 
 def test_verify_names_a_flipped_byte(copy: Path) -> None:
     index, table = open_dataset(copy)
     sample = int(index.shard_starts[2]) + 1  # second sample of the third shard
-    flip(copy / "shard-00002.tar", int(table.offsets[sample]) + 10)
-    verify_fails(copy, "shard-00002.tar")
+    flip(shard_path(copy, 2), int(table.offsets[sample]) + 10)
+    verify_fails(copy, "out-00002.tar")
 
 
 def test_verify_names_a_deleted_shard(copy: Path) -> None:
-    (copy / "shard-00003.tar").unlink()
-    verify_fails(copy, "shard-00003.tar", "missing")
+    shard_path(copy, 3).unlink()
+    verify_fails(copy, "out-00003.tar", "missing")
 
 
 def test_verify_names_swapped_shards(copy: Path) -> None:
-    first, second = copy / "shard-00000.tar", copy / "shard-00001.tar"
+    first, second = shard_path(copy, 0), shard_path(copy, 1)
     first.rename(copy / "tmp.tar")
     second.rename(first)
     (copy / "tmp.tar").rename(second)
-    verify_fails(copy, "shard-00000.tar")
+    verify_fails(copy, "out-00000.tar")
 
 
 def test_verify_checks_each_sample_even_when_the_index_was_patched(copy: Path) -> None:
@@ -231,12 +246,12 @@ def test_verify_checks_each_sample_even_when_the_index_was_patched(copy: Path) -
     # still names the shard and the sample.
     index, table = open_dataset(copy)
     sample = int(index.shard_starts[1])
-    shard = copy / "shard-00001.tar"
+    shard = shard_path(copy, 1)
     flip(shard, int(table.offsets[sample]) + 5)
     data = json.loads((copy / INDEX_NAME).read_text())
     data["shards"][1]["sha256"] = hashlib.sha256(shard.read_bytes()).hexdigest()
     (copy / INDEX_NAME).write_text(json.dumps(data))
-    verify_fails(copy, "shard-00001.tar", f"sample {sample}", table.key(sample))
+    verify_fails(copy, "out-00001.tar", f"sample {sample}", table.key(sample))
 
 
 @pytest.mark.parametrize(("edit", "words"), [

@@ -136,7 +136,7 @@ class FormatContract:
     def test_workers_give_identical_files(self, src: Path, tmp_path: Path) -> None:
         trees = []
         for workers in (0, 1, 2):
-            dst = tmp_path / f"w{workers}"
+            dst = tmp_path / f"w{workers}" / "out"  # one name: wds shards carry it
             convert(src, dst, self.fmt, run=self.run(workers=workers))
             trees.append(tree_hashes(dst))
         assert trees[0] == trees[1] == trees[2]
@@ -144,7 +144,7 @@ class FormatContract:
     def test_resume_equals_uninterrupted(self, mixed_src: Path, tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(_npy, "PART_SAMPLES", 4)  # parts small enough to keep some
-        convert(mixed_src, tmp_path / "ref", self.fmt, run=self.run())
+        convert(mixed_src, tmp_path / "ref" / "out", self.fmt, run=self.run())
         dst = tmp_path / "out"
         with pytest.raises(RuntimeError, match="injected"), \
                 count_adds(monkeypatch, self.fmt, fail_after=13):
@@ -156,7 +156,7 @@ class FormatContract:
             convert(mixed_src, dst, self.fmt, run=self.run())
         with count_adds(monkeypatch, self.fmt) as adds:
             index = convert(mixed_src, dst, self.fmt, run=self.run(resume=True))
-        assert tree_hashes(dst) == tree_hashes(tmp_path / "ref")
+        assert tree_hashes(dst) == tree_hashes(tmp_path / "ref" / "out")
         assert not (dst / ".pack-state").exists()
         assert index.num_rejected == 2
         if self.keeps_parts:
@@ -248,7 +248,7 @@ class TestWds(FormatContract):
     keeps_parts = True
 
     def stock_read(self, dst: Path) -> list[Sample]:
-        urls = sorted(str(path) for path in dst.glob("shard-*.tar"))
+        urls = sorted(str(path) for path in dst.glob("*.tar"))  # what the README shows
         out = []
         for sample in webdataset.WebDataset(urls, shardshuffle=False, empty_check=False):
             exts = [k for k in sample if not k.startswith("__") and k != "cls"]
@@ -261,7 +261,7 @@ class TestWds(FormatContract):
         dst = tmp_path / "out"
         convert(source, dst, self.fmt, run=self.run())
         items = {item.key: item for item in scan(source).items}
-        urls = sorted(str(path) for path in dst.glob("shard-*.tar"))
+        urls = sorted(str(path) for path in dst.glob("*.tar"))
         assert len(urls) > 1, "expected several shards"
         seen = []
         for sample in webdataset_pil(urls):

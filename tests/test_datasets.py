@@ -200,13 +200,13 @@ def test_read_only_folder_stays_untouched(packed: dict[str, Path], tmp_path: Pat
 
 def test_truncated_shard_raises(packed: dict[str, Path], tmp_path: Path) -> None:
     folder = shutil.copytree(packed["wds"], tmp_path / "wds")
-    shard = folder / "shard-00002.tar"
+    shard = folder / "wds-00002.tar"  # pack_every_format's wds folder is named wds
     os.truncate(shard, shard.stat().st_size // 2)
     ds = PackedDataset(folder, size=SIZE)
-    with pytest.raises(CorruptDatasetError, match=r"shard-00002\.tar"):
+    with pytest.raises(CorruptDatasetError, match=r"wds-00002\.tar"):
         for i in range(NUM):
             ds[i]
-    with pytest.raises(CorruptDatasetError, match=r"shard-00002\.tar"):
+    with pytest.raises(CorruptDatasetError, match=r"wds-00002\.tar"):
         list(PackedIterableDataset(folder, size=SIZE))
     with pytest.raises(CorruptDatasetError, match="truncated at sample"):
         list(loader(PackedIterableDataset(folder, size=SIZE), "fork", 2))

@@ -44,13 +44,13 @@ def test_tasks_run_in_process_give_a_local_runs_shards(mixed_src: Path, tmp_path
         result = write_group(task, str(out), EncodeOptions(), 256_000_000, os.getcwd(),
                              stop_at_reject=False)
         rejected += len(result.rejects)
-        commit_group(out, result, shards)
+        commit_group(out, result, shards, "local")
     assert tuple(shards) == local.shards
     assert rejected == local.num_rejected - len(scan(mixed_src).rejects)
     assert {name: digest for name, digest in tree_hashes(out).items()
-            if name.startswith("shard-")} == \
+            if name.startswith("local-")} == \
         {name: digest for name, digest in tree_hashes(tmp_path / "local").items()
-         if name.startswith("shard-")}
+         if name.startswith("local-")}
 
 
 def test_a_shard_written_on_another_node_is_a_clear_error(mixed_src: Path,
@@ -62,7 +62,7 @@ def test_a_shard_written_on_another_node_is_a_clear_error(mixed_src: Path,
                          os.getcwd(), stop_at_reject=False)
     (tmp_path / "driver").mkdir()
     with pytest.raises(DestinationError, match="mount DST at the same path on every node"):
-        commit_group(tmp_path / "driver", result, [])
+        commit_group(tmp_path / "driver", result, [], "driver")
 
 
 def test_a_node_that_cannot_write_dst_is_one_line(mixed_src: Path, tmp_path: Path) -> None:

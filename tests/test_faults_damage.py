@@ -31,7 +31,7 @@ from packer.testing import make_sample_folder
 from readers import PackedDataset, PackedIterableDataset
 
 FORMATS = ("wds", "lmdb", "hdf5", "npy")
-DATA = {"wds": "shard-00001.tar", "lmdb": "data.lmdb/data.mdb", "hdf5": "data.h5",
+DATA = {"wds": "wds-00001.tar", "lmdb": "data.lmdb/data.mdb", "hdf5": "data.h5",
         "npy": "images.npy"}
 Samples = list[tuple[bytes, int, str]]
 Damage = Callable[[Path, str], str]  # (folder, fmt) -> the name the error must mention
@@ -157,11 +157,11 @@ def delete_file(name: str) -> Damage:
 
 
 def swap_shards(folder: Path, fmt: str) -> str:
-    first, second = folder / "shard-00000.tar", folder / "shard-00001.tar"
+    first, second = folder / "wds-00000.tar", folder / "wds-00001.tar"
     first.rename(folder / "tmp")
     second.rename(first)
     (folder / "tmp").rename(second)
-    return "shard-0000"
+    return "wds-0000"
 
 
 def edit_index(change: Callable[[dict[str, Any]], Any]) -> Damage:
@@ -181,7 +181,7 @@ def shift_a_sample(folder: Path, fmt: str) -> str:
         data["shards"][0]["num_samples"] -= 1
         data["shards"][-1]["num_samples"] += 1
     edit_index(change)(folder, fmt)
-    return "shard-0000"
+    return "wds-0000"
 
 
 def restamp(folder: Path) -> None:
@@ -214,7 +214,7 @@ def edit_table(column: str, value: int, vouched: bool = True) -> Damage:
 
 def huge_offset(folder: Path, fmt: str) -> str:
     edit_table("offset", 2**62)(folder, fmt)
-    return "shard-00000.tar"  # refused by the read, before any allocation
+    return "wds-00000.tar"  # refused by the read, before any allocation
 
 
 def edit_key(byte: int, vouched: bool = True) -> Damage:

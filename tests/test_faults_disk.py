@@ -159,14 +159,15 @@ SMALL_TXN = 4096  # several LMDB commits for 40 small images (the layout depends
 
 @pytest.fixture(scope="module")
 def references(mixed_src: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Uninterrupted runs; "lmdb-small-txn" with the transaction size the injection uses."""
+    """Uninterrupted runs; "lmdb-small-txn" with the transaction size the injection uses.
+    Each DST is named `out`, as the tests': wds shards carry the name."""
     root = tmp_path_factory.mktemp("disk-ref")
     for fmt in FORMATS:
-        convert(mixed_src, root / fmt, fmt, options(fmt), run())
+        convert(mixed_src, root / fmt / "out", fmt, options(fmt), run())
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_lmdb, "TXN_BYTES", SMALL_TXN)
-        convert(mixed_src, root / "lmdb-small-txn", "lmdb", run=run())
-    return {fmt: root / fmt for fmt in (*FORMATS, "lmdb-small-txn")}
+        convert(mixed_src, root / "lmdb-small-txn" / "out", "lmdb", run=run())
+    return {fmt: root / fmt / "out" for fmt in (*FORMATS, "lmdb-small-txn")}
 
 
 @pytest.mark.parametrize("free", [0, 9_000, 60_000, 10**9])

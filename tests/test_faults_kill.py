@@ -165,7 +165,7 @@ def complete_with_state(src: Path, dst: Path, monkeypatch: pytest.MonkeyPatch,
 def test_resume_finishes_the_clean_up_of_a_complete_dataset(
         mixed_src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         keep_job: bool) -> None:
-    convert(mixed_src, tmp_path / "ref", "wds", run=RUN)
+    convert(mixed_src, tmp_path / "ref" / "out", "wds", run=RUN)
     dst = tmp_path / "out"
     complete_with_state(mixed_src, dst, monkeypatch, keep_job)
     with pytest.raises(DatasetExistsError, match="--overwrite"):
@@ -174,7 +174,7 @@ def test_resume_finishes_the_clean_up_of_a_complete_dataset(
     index = convert(mixed_src, dst, "wds", run=ConvertOptions(
         shards=RUN.shards, workers=0, resume=True))
     assert index.num_samples == 40
-    assert tree(dst) == tree(tmp_path / "ref")
+    assert tree(dst) == tree(tmp_path / "ref" / "out")
 
 
 def test_resume_with_other_options_keeps_a_complete_dataset(
@@ -211,7 +211,7 @@ def test_journal_removal_deletes_the_job_record_last(mixed_src: Path, tmp_path: 
 def test_a_damaged_journal_line_ends_what_resume_keeps(mixed_src: Path, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch,
                                                        line: str) -> None:
-    convert(mixed_src, tmp_path / "ref", "wds", run=RUN)
+    convert(mixed_src, tmp_path / "ref" / "out", "wds", run=RUN)
     dst = tmp_path / "out"
     with pytest.raises(RuntimeError, match="injected"), \
             count_adds(monkeypatch, "wds", fail_after=20):
@@ -224,7 +224,7 @@ def test_a_damaged_journal_line_ends_what_resume_keeps(mixed_src: Path, tmp_path
         convert(mixed_src, dst, "wds", run=ConvertOptions(shards=RUN.shards, workers=0,
                                                           resume=True))
     assert adds[0] == 40 - 6  # only the first part (6 samples) was kept
-    assert tree(dst) == tree(tmp_path / "ref")
+    assert tree(dst) == tree(tmp_path / "ref" / "out")
 
 
 def raises_from_ctrl_c(error: Exception) -> Callable[..., None]:

@@ -48,7 +48,7 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         convert(src, root / fmt, fmt, options,
                 ConvertOptions(workers=0, shards=ShardOptions(max_samples=NUM // NUM_SHARDS)))
         out[fmt] = root / fmt
-    assert len(list(out["wds"].glob("shard-*.tar"))) == NUM_SHARDS > MAX_FDS > MAX_OPEN_SHARDS
+    assert len(list(out["wds"].glob("*.tar"))) == NUM_SHARDS > MAX_FDS > MAX_OPEN_SHARDS
     return out
 
 

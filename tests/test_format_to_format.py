@@ -113,13 +113,13 @@ def test_every_pair(src_fmt: str, dst_fmt: str, packed: dict[str, Path], images:
 
 def test_output_does_not_depend_on_workers(packed: dict[str, Path], tmp_path: Path) -> None:
     for workers in (0, 1, 2):
-        convert(packed["lmdb"], tmp_path / f"w{workers}", "wds", run=run(workers))
-    assert tree_hashes(tmp_path / "w0") == tree_hashes(tmp_path / "w1") \
-        == tree_hashes(tmp_path / "w2")
+        convert(packed["lmdb"], tmp_path / f"w{workers}" / "ds.wds", "wds", run=run(workers))
+    assert tree_hashes(tmp_path / "w0" / "ds.wds") == tree_hashes(tmp_path / "w1" / "ds.wds") \
+        == tree_hashes(tmp_path / "w2" / "ds.wds")
     direct = tree_hashes(packed["wds"])
-    again = tree_hashes(tmp_path / "w2")
+    again = tree_hashes(tmp_path / "w2" / "ds.wds")
     for name in direct:  # the shards and tables of a conversion from the images
-        if name.startswith("shard-") or name in ("samples.npy", "keys.npy", REJECTS_NAME):
+        if name.startswith("ds-") or name in ("samples.npy", "keys.npy", REJECTS_NAME):
             assert again[name] == direct[name], name
 
 

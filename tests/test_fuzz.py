@@ -40,6 +40,7 @@ from packer.core.index import (
 from packer.errors import CorruptDatasetError
 from packer.formats import _wds
 from packer.formats.base import ShardOptions
+from tests.conftest import shard_path
 
 EXAMPLES = int(os.environ.get("PACKER_FUZZ_EXAMPLES", "400"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=False,
@@ -128,7 +129,7 @@ def only_our_errors(action: Callable[[], Any]) -> Any:
 
 
 def shard_bytes(folder: Path) -> bytes:
-    return (folder / "shard-00001.tar").read_bytes()
+    return shard_path(folder, 1).read_bytes()
 
 
 def one_shard_index(data: bytes, name: str) -> Index:
@@ -166,7 +167,7 @@ def test_wds_reader_returns_original_bytes_or_refuses(seed_set: Path, scratch: P
     @given(mutated(seed))
     def check(data: bytes) -> None:
         tried("tar shards (WdsReader)")
-        (target / "shard-00001.tar").write_bytes(data)
+        (target / shard_path(seed_set, 1).name).write_bytes(data)
         reader = _wds.WdsReader(target, index, table)
         try:
             got = only_our_errors(lambda: list(reader.read_range(0, len(table))))

@@ -17,7 +17,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -28,7 +30,9 @@ from packer.encode import EncodeOptions
 from packer.errors import DestinationError, MissingDependencyError, install_line
 from packer.formats.base import ShardOptions
 from packer.source.scan import scan
-from tests.conftest import tree_hashes
+from tests.conftest import decoded_by_key, tree_hashes
+
+DST = "photos.wds"  # every run's DST has this name: shards carry it
 
 CASES = {  # name: (format, encode options, shard options)
     "wds-passthrough": ("wds", EncodeOptions(), ShardOptions(max_samples=7)),
@@ -56,34 +60,37 @@ def test_ray_output_is_byte_identical(ray_instance: Any, case: str, mixed_src: P
     copy = tmp_path / "photos"
     shutil.copytree(mixed_src, copy)
     monkeypatch.chdir(tmp_path)  # a relative SRC: tasks resolve it against this folder
-    local = convert("photos", tmp_path / "local", fmt, options,
+    local = convert("photos", tmp_path / "local" / DST, fmt, options,
                     ConvertOptions(shards=shards, workers=2))
-    ray = convert("photos", tmp_path / "ray", fmt, options,
+    ray = convert("photos", tmp_path / "ray" / DST, fmt, options,
                   ConvertOptions(shards=shards, executor="ray"))
     assert ray == local
     assert local.num_rejected == 2  # rejects.jsonl names them as the scan did
-    assert tree_hashes(tmp_path / "ray") == tree_hashes(tmp_path / "local")
+    assert tree_hashes(tmp_path / "ray" / DST) == tree_hashes(tmp_path / "local" / DST)
 
 
 def test_tasks_write_the_shards_with_shard_samples(
         ray_instance: Any, mixed_src: Path, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     committed: list[int] = []
-    module = importlib.import_module("packer.conversion.job")
+    module = importlib.import_module("packer.conversion.parallel")
     real = module.commit_group
 
-    def spy(folder: Path, result: GroupResult, shards: list[Any]) -> None:
+    def spy(folder: Path, result: GroupResult, shards: list[Any], stem: str) -> None:
         committed.append(result.group)
         assert (folder / ".pack-state" / "groups" / f"{result.group:07d}").is_dir() == \
             bool(result.shards)  # a task wrote them there, on its node
-        real(folder, result, shards)
+        assert stem == "photos"
+        real(folder, result, shards, stem)
 
     monkeypatch.setattr(module, "commit_group", spy)
     shards = ShardOptions(max_samples=4)
-    convert(mixed_src, tmp_path / "ray", "wds", run=ConvertOptions(shards=shards, executor="ray"))
-    convert(mixed_src, tmp_path / "local", "wds", run=ConvertOptions(shards=shards))
+    ray, local = tmp_path / "ray" / DST, tmp_path / "local" / DST
+    convert(mixed_src, ray, "wds", run=ConvertOptions(shards=shards, executor="ray"))
+    convert(mixed_src, local, "wds", run=ConvertOptions(shards=shards))
     assert committed == list(range(-(-len(scan(mixed_src).items) // 4)))
-    assert tree_hashes(tmp_path / "ray") == tree_hashes(tmp_path / "local")
+    assert tree_hashes(ray) == tree_hashes(local)
+    assert (ray / "photos-00000.tar").is_file() and (ray / "photos.wids.json").is_file()
 
 
 def test_a_local_run_resumed_on_ray_is_byte_identical(
@@ -97,18 +104,39 @@ def test_a_local_run_resumed_on_ray_is_byte_identical(
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        convert(src, tmp_path / "out", "wds", run=ConvertOptions(shards=shards, workers=0),
-                progress=stop_in_the_third_group)
-    convert(src, tmp_path / "out", "wds",
+        convert(src, tmp_path / "out" / DST, "wds",
+                run=ConvertOptions(shards=shards, workers=0), progress=stop_in_the_third_group)
+    convert(src, tmp_path / "out" / DST, "wds",
             run=ConvertOptions(shards=shards, executor="ray", resume=True))
-    convert(src, tmp_path / "whole", "wds", run=ConvertOptions(shards=shards, workers=0))
-    assert tree_hashes(tmp_path / "out") == tree_hashes(tmp_path / "whole")
+    convert(src, tmp_path / "whole" / DST, "wds", run=ConvertOptions(shards=shards, workers=0))
+    assert tree_hashes(tmp_path / "out" / DST) == tree_hashes(tmp_path / "whole" / DST)
 
 
 def test_ray_keeps_odd_keys(ray_instance: Any, odd_src: Path, tmp_path: Path) -> None:
-    convert(odd_src, tmp_path / "local", "wds", run=ConvertOptions(workers=0))
-    convert(odd_src, tmp_path / "ray", "wds", run=ConvertOptions(executor="ray", workers=1))
-    assert tree_hashes(tmp_path / "ray") == tree_hashes(tmp_path / "local")
+    convert(odd_src, tmp_path / "local" / DST, "wds", run=ConvertOptions(workers=0))
+    convert(odd_src, tmp_path / "ray" / DST, "wds",
+            run=ConvertOptions(executor="ray", workers=1))
+    assert tree_hashes(tmp_path / "ray" / DST) == tree_hashes(tmp_path / "local" / DST)
+
+
+def test_ray_data_reads_our_shards(ray_instance: Any, odd_src: Path, tmp_path: Path,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's call: Ray Data over the tars only (`read_webdataset(DST)` would read
+    index.json and the tables as tars too). Odd keys, several shards, one image type."""
+    pytest.importorskip("pyarrow")  # ray[data]
+    import ray.data
+
+    monkeypatch.setattr(ray.data.DataContext.get_current(), "enable_progress_bars", False)
+    dst = tmp_path / DST
+    convert(odd_src, dst, "wds", EncodeOptions(codec="jpeg"),
+            ConvertOptions(shards=ShardOptions(max_samples=5), workers=0))
+    rows = ray.data.read_webdataset(str(dst), file_extensions=["tar"]).take_all()
+    expected = decoded_by_key(dst)
+    by_key = {unquote(row["__key__"]): row for row in rows}
+    assert len(rows) == len(by_key) == len(expected) == 13 and by_key.keys() == expected.keys()
+    for key, (label, pixels) in expected.items():
+        assert by_key[key]["cls"] == label, key
+        assert np.array_equal(by_key[key]["jpg"], pixels), key
 
 
 def test_cli_executor_ray(ray_instance: Any, src: Path, tmp_path: Path) -> None:
@@ -196,7 +224,7 @@ def test_a_tasks_own_error_reaches_the_user_as_one_line(ray_instance: Any) -> No
 def test_a_url_dst_keeps_the_driver_writing(ray_instance: Any, src: Path, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """With an upload hook (convert_remote), tasks must not write into the local staging."""
-    module = importlib.import_module("packer.conversion.job")
+    module = importlib.import_module("packer.conversion.parallel")
     monkeypatch.setattr(module, "commit_group", lambda *a: pytest.fail("tasks wrote shards"))
     parts: list[int] = []
     convert(src, tmp_path / "staged", "wds",

@@ -34,7 +34,8 @@ def test_upload_sends_shards_as_they_end_and_index_last(uploaded: dict[str, Any]
     # the writer's hook saw each shard end during the conversion, then commit() the last
     assert uploaded["parts"][: len(shards) - 1] == list(range(1, len(shards)))
     assert sorted(log[: len(shards)]) == shards
-    assert sorted(log[len(shards) : -1]) == sorted([SAMPLES_NAME, KEYS_NAME, REJECTS_NAME])
+    assert log[len(shards)] == "plain.wids.json"  # with the data files, before the tables
+    assert sorted(log[len(shards) + 1 : -1]) == sorted([SAMPLES_NAME, KEYS_NAME, REJECTS_NAME])
     assert log[-1] == INDEX_NAME
     # byte for byte what a local conversion writes
     assert listing(uploaded["url"]) == local_files(uploaded["local"])
@@ -69,13 +70,13 @@ def test_disk_cache_is_bounded_and_evicts_least_recently_used(uploaded: dict[str
         assert sum(1 for _ in ds) == len(ds)
     cache = ds._local().reader.cache  # type: ignore[attr-defined]
     assert cache.num_fetched > len(index.shards)  # evicted, so fetched again
-    assert len(list(ds.path.glob("shard-*.tar"))) <= MAX_PINNED
+    assert len(list(ds.path.glob("*.tar"))) <= MAX_PINNED
     # with room for the last three shards, those three (the most recently used) stay
     budget = sum(shard.num_bytes for shard in index.shards[-3:])
     lru = PackedIterableDataset(uploaded["url"], decode="raw", shuffle=False, chunk_size=2,
                                 cache_dir=tmp_path / "lru", cache_bytes=budget)
     assert sum(1 for _ in lru) == len(lru)
-    names = sorted(path.name for path in lru.path.glob("shard-*.tar"))
+    names = sorted(path.name for path in lru.path.glob("*.tar"))
     assert names == [shard.name for shard in index.shards][-3:]
     # two workers share the cache and stay within it (pins on top)
     loader = DataLoader(PackedIterableDataset(uploaded["url"], decode="raw", with_keys=True,
@@ -85,7 +86,7 @@ def test_disk_cache_is_bounded_and_evicts_least_recently_used(uploaded: dict[str
                         collate_fn=list)
     keys = [key for batch in loader for _, _, key in batch]
     assert sorted(keys) == sorted(open_dataset(uploaded["local"])[1].keys())
-    assert len(list((tmp_path / "two").glob("*/shard-*.tar"))) <= 2 * MAX_PINNED
+    assert len(list((tmp_path / "two").glob("*/*.tar"))) <= 2 * MAX_PINNED
 
 
 def test_map_style_reads_a_url(uploaded: dict[str, Any], tmp_path: Path) -> None:
@@ -105,7 +106,7 @@ def test_map_style_reads_a_url(uploaded: dict[str, Any], tmp_path: Path) -> None
 
 
 def test_file_url_round_trip(src: Path, tmp_path: Path, uploaded: dict[str, Any]) -> None:
-    target = tmp_path / "out.wds"
+    target = tmp_path / "file" / "plain.wds"  # the twin's name: shards carry it
     index = convert(src, f"file://{target}", "wds", run=RUN)  # convert() takes a URL too
     assert local_files(target) == local_files(uploaded["local"])
     ds = PackedIterableDataset(f"file://{target}", decode="raw", with_keys=True,
@@ -136,7 +137,7 @@ def test_refusals(src: Path, tmp_path: Path, uploaded: dict[str, Any]) -> None:
         convert_remote(src, f"s3://{BUCKET}/x.wds", "wds",
                        run=ConvertOptions(resume=True, workers=0))
     fs = s3fs.S3FileSystem()
-    fs.pipe(f"{BUCKET}/half.wds/shard-00000.tar", b"x")
+    fs.pipe(f"{BUCKET}/half.wds/shard-00000.tar", b"x")  # the name shards had before
     with pytest.raises(DatasetExistsError, match="unfinished upload"):
         convert_remote(src, f"s3://{BUCKET}/half.wds", "wds", run=RUN)
     with pytest.raises(IncompleteDatasetError, match="did not finish"):
@@ -149,12 +150,12 @@ def test_refusals(src: Path, tmp_path: Path, uploaded: dict[str, Any]) -> None:
     # --overwrite replaces it: index.json first, so no reader sees a mix
     convert_remote(src, f"s3://{BUCKET}/half.wds", "wds",
                    run=ConvertOptions(overwrite=True, workers=0))
-    assert "shard-00000.tar" in listing(f"s3://{BUCKET}/half.wds")
+    assert "half-00000.tar" in listing(f"s3://{BUCKET}/half.wds")
 
 
 def test_resume_with_staging_uploads_only_what_is_missing(
         src: Path, tmp_path: Path, uploaded: dict[str, Any]) -> None:
-    url, staging = f"s3://{BUCKET}/resumed.wds", tmp_path / "staging"
+    url, staging = f"s3://{BUCKET}/resumed/plain.wds", tmp_path / "staging"
     seen = [0]
 
     def stop_after_three_shards(count: int) -> None:
@@ -170,7 +171,7 @@ def test_resume_with_staging_uploads_only_what_is_missing(
     resumed = ConvertOptions(workers=0, resume=True,
                              shards=ShardOptions(max_samples=SHARD_SAMPLES))
     convert_remote(src, url, "wds", run=resumed, staging=staging, log=log)
-    assert "shard-00000.tar" not in log and log[-1] == INDEX_NAME
+    assert "plain-00000.tar" not in log and log[-1] == INDEX_NAME
     assert listing(url) == local_files(uploaded["local"])
 
 

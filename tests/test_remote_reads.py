@@ -34,13 +34,13 @@ def test_verify_a_url(src: Path, endpoint: str, tmp_path: Path) -> None:
     assert result.output.startswith("ok: 24 samples in 5 shard(s)")
     assert "source images present" in result.output
     fs = s3fs.S3FileSystem()
-    shard = f"{BUCKET}/verified.wds/shard-00002.tar"
+    shard = f"{BUCKET}/verified.wds/verified-00002.tar"
     data = bytearray(fs.cat_file(shard))
     data[1000] ^= 0xFF  # same size, other bytes: only the sha256 can tell
     fs.pipe(shard, bytes(data))
     result = runner.invoke(main, ["verify", url, "--json"])
     assert result.exit_code == 1
-    assert f"{url}/shard-00002.tar: sha256" in result.output and "pack-verify-" not in \
+    assert f"{url}/verified-00002.tar: sha256" in result.output and "pack-verify-" not in \
         result.output
     result = runner.invoke(main, ["verify", str(tmp_path), "--storage-option", "anon=true"])
     assert result.exit_code == 2 and "applies to a URL" in result.output
@@ -49,9 +49,9 @@ def test_verify_a_url(src: Path, endpoint: str, tmp_path: Path) -> None:
 def upload_with_a_damaged_shard(src: Path, name: str) -> str:
     """`src` converted to s3://BUCKET/NAME, then one bit of shard 1 flipped in storage."""
     url = f"s3://{BUCKET}/{name}"
-    convert_remote(src, url, "wds", run=RUN)
+    index = convert_remote(src, url, "wds", run=RUN)
     fs = s3fs.S3FileSystem()
-    shard = f"{BUCKET}/{name}/shard-00001.tar"
+    shard = f"{BUCKET}/{name}/{index.shards[1].name}"
     data = bytearray(fs.cat_file(shard))
     data[-2000] ^= 0x01
     fs.pipe(shard, bytes(data))
@@ -63,9 +63,9 @@ def test_a_shard_damaged_in_storage_never_reaches_a_reader(src: Path, endpoint: 
     url = upload_with_a_damaged_shard(src, "damaged.wds")
     ds = PackedDataset(url, decode="raw", cache_dir=tmp_path / "cache")
     assert bytes(ds[0][0])  # shard 0 is intact
-    with pytest.raises(CorruptDatasetError, match=r"shard-00001\.tar: sha256"):
+    with pytest.raises(CorruptDatasetError, match=r"damaged-00001\.tar: sha256"):
         ds[SHARD_SAMPLES]
-    assert not list((tmp_path / "cache").rglob("shard-00001.tar*"))  # nothing kept of it
+    assert not list((tmp_path / "cache").rglob("damaged-00001.tar*"))  # nothing kept of it
 
 
 def test_the_next_shard_is_fetched_while_one_is_read(uploaded: dict[str, Any], tmp_path: Path,
@@ -94,7 +94,7 @@ def test_a_failed_prefetch_is_reported_by_the_read(src: Path, endpoint: str,
     url = upload_with_a_damaged_shard(src, "damaged-later.wds")
     ds = PackedIterableDataset(url, decode="raw", shuffle=False, chunk_size=SHARD_SAMPLES,
                                cache_dir=tmp_path)
-    with pytest.raises(CorruptDatasetError, match=r"shard-00001\.tar: sha256"):
+    with pytest.raises(CorruptDatasetError, match=r"damaged-later-00001\.tar: sha256"):
         for _ in ds:
             pass
 

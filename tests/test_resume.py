@@ -38,8 +38,9 @@ def interrupted(src: Path, dst: Path, monkeypatch: pytest.MonkeyPatch, fmt: str 
 
 @pytest.fixture
 def reference(mixed_src: Path, tmp_path: Path) -> dict[str, str]:
-    convert(mixed_src, tmp_path / "ref", "wds", run=WDS)
-    return tree_hashes(tmp_path / "ref")
+    """An uninterrupted run into a folder named as the tests' DST: shards carry its name."""
+    convert(mixed_src, tmp_path / "ref" / "out", "wds", run=WDS)
+    return tree_hashes(tmp_path / "ref" / "out")
 
 
 def parts(dst: Path) -> list[str]:
@@ -75,7 +76,7 @@ def test_damaged_shard_is_redone(mixed_src: Path, tmp_path: Path,
                                  damage: str) -> None:
     dst = tmp_path / "out"
     interrupted(mixed_src, dst, monkeypatch)
-    shard = dst / "shard-00001.tar"
+    shard = dst / "out-00001.tar"
     if damage == "flip":
         data = bytearray(shard.read_bytes())
         data[700] ^= 0xFF
@@ -138,8 +139,8 @@ def test_state_without_job_record_starts_over(mixed_src: Path, tmp_path: Path,
 
 def test_resume_of_a_new_destination_is_a_fresh_run(mixed_src: Path, tmp_path: Path,
                                                     reference: dict[str, str]) -> None:
-    convert(mixed_src, tmp_path / "new", "wds", run=RESUME)
-    assert tree_hashes(tmp_path / "new") == reference
+    convert(mixed_src, tmp_path / "new" / "out", "wds", run=RESUME)
+    assert tree_hashes(tmp_path / "new" / "out") == reference
 
 
 def test_npy_missing_partial_file_is_not_resumed_as_zeros(
@@ -173,8 +174,8 @@ def test_journal_is_removed_when_complete(src: Path, tmp_path: Path) -> None:
     convert(src, tmp_path / "out", "wds", run=WDS)
     assert not (tmp_path / "out" / STATE_DIR).exists()
     names = sorted(path.name for path in (tmp_path / "out").iterdir())
-    assert names == ["index.json", "keys.npy", "rejects.jsonl", "samples.npy",
-                     *[f"shard-{i:05d}.tar" for i in range(6)]]
+    assert names == ["index.json", "keys.npy", *[f"out-{i:05d}.tar" for i in range(6)],
+                     "out.wids.json", "rejects.jsonl", "samples.npy"]
     index = json.loads((tmp_path / "out" / INDEX_NAME).read_text())
     assert index["num_samples"] == 24
 

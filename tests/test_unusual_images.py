@@ -209,5 +209,5 @@ def test_camera_mpo_jpeg_is_stored_as_jpg(tmp_path: Path, check: Any) -> None:
     with Image.open(src / "a" / "cam.jpg") as check_image:
         assert check_image.format == "MPO"
     convert(src, tmp_path / "out", "wds", EncodeOptions(check=check), WORKERS0)
-    with tarfile.open(tmp_path / "out" / "shard-00000.tar") as tar:
+    with tarfile.open(tmp_path / "out" / "out-00000.tar") as tar:
         assert tar.getnames() == ["a/cam.jpg", "a/cam.cls"]

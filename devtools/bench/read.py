@@ -143,7 +143,7 @@ def build_cases(settings: Settings, src: Path, packed: dict[str, Path]) -> list[
     cases = [Case("pil", "PIL ImageFolder (a)", "folder", shown,
                   lambda: base.PilFolderDataset(src, size), shuffle=True)]
     if "wds" in packed:
-        urls = sorted(packed["wds"].glob("shard-*.tar"))
+        urls = [packed["wds"] / shard.name for shard in read_index(packed["wds"]).shards]
         cases.append(Case("wds-stock", "stock webdataset (b)", "wds", shown,
                           lambda: base.stock_webdataset(urls, size)))
     if "npy" in packed:

@@ -111,8 +111,9 @@ def temporary_files(listing: dict[str, str]) -> list[str]:
 
 
 def reference_run(server: ForkServer, case: Case, work: Path) -> Reference:
-    """Convert uninterrupted (twice: the second run's timing is warm)."""
-    dst = work / "reference"
+    """Convert uninterrupted (twice: the second run's timing is warm), into a folder
+    named as the rounds' DST (`out`): wds shards carry the name."""
+    dst = work / "reference" / "out"
     for _ in range(2):
         shutil.rmtree(dst, ignore_errors=True)
         outcome = server.run(case.argv(dst, workers=0), work / "reference.log",

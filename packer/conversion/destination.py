@@ -23,6 +23,7 @@ from packer.errors import (
     SourceError,
     interrupted,
 )
+from packer.formats._wds_names import is_ours as is_wds_file
 
 # An I/O error with less free space than this on DST's disk is taken for a full disk:
 # LMDB reports a short write on a full disk as EIO, h5py often without an errno.
@@ -30,7 +31,7 @@ LOW_SPACE_BYTES = 64 << 20
 
 OUR_NAMES = ("index.json", "samples.npy", "keys.npy", "rejects.jsonl", "data.lmdb", "data.h5",
              "images.npy", "labels.npy", STATE_DIR)
-OUR_PATTERNS = ("shard-*.tar", "*.partial")
+OUR_PATTERNS = ("*.partial",)
 
 
 def holds_complete(dst: str | Path, storage_options: Mapping[str, Any] | None = None) -> bool:
@@ -92,7 +93,10 @@ def prepare(folder: Path, resume: bool, overwrite: bool) -> bool:
 
 
 def _ours(path: Path) -> bool:
-    return path.name in OUR_NAMES or any(path.match(p) for p in OUR_PATTERNS)
+    """A file a conversion writes (wds: shards of any dataset name, the wids index): a
+    folder renamed since its conversion still holds only our files."""
+    return path.name in OUR_NAMES or is_wds_file(path.name) or \
+        any(path.match(p) for p in OUR_PATTERNS)
 
 
 def clear(folder: Path) -> None:

@@ -25,7 +25,6 @@ from packer.conversion.journal import Journal, Progress, ResumeRefused
 from packer.conversion.parallel import (
     CommittedShards,
     GroupResult,
-    commit_group,
     use_parallel_writers,
     written_groups,
 )
@@ -42,6 +41,7 @@ from packer.core.record import Record, Reject, SourceItem
 from packer.dataset.remote import is_url
 from packer.encode import EncodeOptions
 from packer.errors import BadInputError, UnstorableRecord
+from packer.formats._wds_names import continued_stem, name_of, shard_stem
 from packer.formats.base import ShardOptions, Writer, WriterPlan
 from packer.imaging.resize import load_torch
 from packer.source.scan import Source, scan
@@ -64,6 +64,9 @@ class ConvertOptions:
     overwrite: bool = False
     executor: Executor = "local"
     ray_address: str | None = None
+    # The dataset's name, which wds shard files carry (<name>-00000.tar) so that caches
+    # keyed by file name keep datasets apart; None: DST's name without its suffix.
+    name: str | None = None
 
     def __post_init__(self) -> None:
         if self.on_error not in ("skip", "fail"):
@@ -135,11 +138,13 @@ def convert(src: str | Path, dst: str | Path, fmt: str,
         if complete:  # --resume of finished work: a no-op if it is this job
             return journal.finish(job_id)
         done = resume_point(journal, job_id.fingerprint, run.resume, module.FILES, folder)
+        stem = continued_stem(done.shards, shard_stem(name_of(folder) if run.name is None
+                                                      else run.name))
         plan = WriterPlan(folder, len(source.items), options.size, run.shards, done.num_samples,
-                          done.shards)
+                          done.shards, stem)
         parallel = use_parallel_writers(fmt, run.executor, run.shards.max_samples) and \
             on_part is None  # a URL DST (packer.conversion.upload): the driver writes and uploads
-        writer: Writer = (CommittedShards(folder, done.shards) if parallel
+        writer: Writer = (CommittedShards(folder, done.shards, stem) if parallel
                           else module.open_writer(plan))
         if on_total is not None:
             on_total(len(source.items))
@@ -293,7 +298,7 @@ class _Job:
             for result in results:
                 for reject in result.rejects:
                     self.reject(reject)
-                commit_group(folder, result, writer.shards)
+                writer.commit(result)
                 for row in result.rows:
                     self.part.add(row.key, row.label, row.offset, row.size, row.digest)
                 if self.progress is not None:
@@ -356,14 +361,14 @@ def finalize(folder: Path, fmt: str, source: Source, options: EncodeOptions, job
     save_table(folder, table)
     lines = "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in rejects)
     write_atomic(folder / REJECTS_NAME, lines.encode("utf-8"))
-    extra: dict[str, Any] = {JOB_KEY: job_id.to_json()}
+    extra: dict[str, Any] = {JOB_KEY: job_id.to_json(),
+                             **getattr(job.writer, "index_extra", {})}  # wds: the wids index
     if source.origin is not None:
         extra["source"] = source.origin.lineage(options)
     index = Index(format=fmt, num_samples=len(table), class_names=source.class_names,
                   shards=tuple(shards), encode=options.to_json(), num_rejected=len(rejects),
                   num_ignored=source.num_ignored,
-                  image_size=options.size if options.pixels else None,
-                  extra=extra)
+                  image_size=options.size if options.pixels else None, extra=extra)
     index = write_index(folder, index)  # as written: with the table's digest
     job.journal.remove()
     return index

@@ -4,8 +4,8 @@
       scan -> groups of --shard-samples inputs --> encode the group, write its shard(s)
                                                    to DST/.pack-state/groups/NNNNNNN/
       in group order: rename the shards to      <-- shard sizes, sha256, table rows,
-      shard-NNNNN.tar, journal the part             rejects (metadata only)
-      index.json last
+      <name>-NNNNN.tar, journal the part            image types, rejects (metadata only)
+      the wids index, index.json last
 
 Why groups of inputs: which shard a sample lands in must not depend on who wrote it.
 With `--shard-samples N`, shard boundaries fall every N *inputs* (packer.conversion.job rolls
@@ -27,13 +27,16 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from packer.conversion.journal import STATE_DIR
 from packer.core.index import SampleTable, ShardInfo
 from packer.core.record import Record, Reject, SourceItem
 from packer.encode import EncodeOptions
 from packer.errors import DestinationError
-from packer.formats._wds import WdsWriter, shard_name
+from packer.formats._wds import WdsWriter
+from packer.formats._wds_names import remove_strays, shard_name
+from packer.formats._wids import index_extra, member_types
 from packer.formats.base import Location, ShardOptions, WriterPlan
 from packer.storage.atomic import fsync_dir
 
@@ -61,10 +64,11 @@ class GroupResult:
     shards: tuple[ShardInfo, ...]
     rows: tuple[Row, ...]
     rejects: tuple[Reject, ...]
+    image_types: tuple[str, ...] = ()
 
 
 class CommittedShards:
-    """The driver's Writer: shards arrive written; it only lists them (see convert).
+    """The driver's Writer: shards arrive written; it names and lists them (see convert).
 
     What an interrupted run left beyond its journalled shards (a shard being written by
     a local writer, one committed but not journalled) goes first: the tasks write them
@@ -73,12 +77,19 @@ class CommittedShards:
 
     resumable = True
 
-    def __init__(self, folder: Path, done: tuple[ShardInfo, ...]) -> None:
+    def __init__(self, folder: Path, done: tuple[ShardInfo, ...], stem: str) -> None:
+        self.folder = folder
+        self.stem = stem
+        self.done = done
         self.shards = list(done)
-        kept = {shard.name for shard in done}
-        for path in folder.glob("shard-*.tar*"):
-            if path.name not in kept:
-                path.unlink()
+        self.image_types: set[str] = set()
+        self.index_extra: dict[str, Any] = {}
+        remove_strays(folder, done)
+
+    def commit(self, result: GroupResult) -> None:
+        """Take a task's shards in: final names, numbered after those so far."""
+        commit_group(self.folder, result, self.shards, self.stem)
+        self.image_types.update(result.image_types)
 
     def part_full(self, next_size: int) -> bool:
         return False
@@ -90,7 +101,10 @@ class CommittedShards:
         """The tasks ended their shards."""
 
     def finish(self, table: SampleTable) -> tuple[ShardInfo, ...]:
-        return tuple(self.shards)
+        shards = tuple(self.shards)
+        types = self.image_types | member_types(self.folder, self.done)
+        self.index_extra = index_extra(self.folder, self.stem, shards, table, types)
+        return shards
 
     def abort(self) -> None:
         """Nothing open here; unfinished group folders stay in the resume state."""
@@ -164,11 +178,13 @@ def _write_group(target: Path, group: int, first: int, items: Sequence[SourceIte
         writer.abort()
         raise
     return GroupResult(group, first + len(items), tuple(writer.shards), tuple(rows),
-                       tuple(rejects))
+                       tuple(rejects), tuple(sorted(writer.image_types)))
 
 
-def commit_group(folder: Path, result: GroupResult, shards: list[ShardInfo]) -> None:
-    """Move a group's shards to their final names, numbered after `shards` (appended)."""
+def commit_group(folder: Path, result: GroupResult, shards: list[ShardInfo],
+                 stem: str) -> None:
+    """Move a group's shards to their final names (`<stem>-NNNNN.tar`, numbered after
+    `shards`, to which they are appended)."""
     source = groups_folder(folder) / f"{result.group:07d}"
     missing = [shard.name for shard in result.shards if not (source / shard.name).is_file()]
     if missing:
@@ -177,7 +193,7 @@ def commit_group(folder: Path, result: GroupResult, shards: list[ShardInfo]) -> 
             "--shard-samples the tasks write into DST, so mount DST at the same path on every "
             "node (or drop --shard-samples to let the driver write), then rerun with --resume")
     for shard in result.shards:
-        final = ShardInfo(shard_name(len(shards)), shard.num_samples, shard.num_bytes,
+        final = ShardInfo(shard_name(len(shards), stem), shard.num_samples, shard.num_bytes,
                           shard.sha256)
         os.replace(source / shard.name, folder / final.name)
         shards.append(final)

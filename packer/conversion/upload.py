@@ -49,6 +49,8 @@ from packer.core.index import (
 )
 from packer.dataset.remote import is_local, open_fs, remote_errors
 from packer.errors import DatasetExistsError
+from packer.formats._wds_names import is_ours as is_wds_file
+from packer.formats._wds_names import name_of
 from packer.storage.atomic import commit, fsync_file, partial_path
 
 if TYPE_CHECKING:
@@ -60,13 +62,15 @@ UPLOAD_THREADS = 4
 TABLES = (SAMPLES_NAME, KEYS_NAME, REJECTS_NAME)
 OUR_NAMES = ("index.json", "samples.npy", "keys.npy", "rejects.jsonl", "data.lmdb", "data.h5",
              "images.npy", "labels.npy")
-OUR_PATTERNS = ("shard-*.tar", "*.partial")
+OUR_PATTERNS = ("*.partial",)
 
 
 def ours(name: str) -> bool:
-    """Whether a name below the prefix is one a conversion writes."""
+    """Whether a name below the prefix is one a conversion writes (wds: shards of any
+    dataset name, the wids index)."""
     top = name.split("/", 1)[0]
-    return top in OUR_NAMES or any(fnmatch.fnmatch(top, p) for p in OUR_PATTERNS)
+    return top in OUR_NAMES or is_wds_file(top) or any(fnmatch.fnmatch(top, p)
+                                                         for p in OUR_PATTERNS)
 
 
 class Destination:
@@ -244,7 +248,9 @@ def convert_remote(src: str | Path, url: str, fmt: str, options: EncodeOptions |
                     and not (folder / STATE_DIR).exists():
                 index = read_index(folder)  # staged completely; only the upload was cut short
             else:
-                local = dataclasses.replace(run, overwrite=run.overwrite and not owned)
+                local = dataclasses.replace(  # shards carry the URL's name, not the staging's
+                    run, overwrite=run.overwrite and not owned,
+                    name=name_of(url) if run.name is None else run.name)
                 index = convert(src, folder, fmt, options, local, progress=progress,
                                 on_total=on_total, on_part=uploader.shards_done)
             uploader.commit(index)

@@ -8,13 +8,15 @@ from typing import Any
 
 import numpy as np
 
-from packer.core.index import open_dataset
+from packer.core.index import Index, open_dataset
 
 
 def describe(folder: Path) -> dict[str, Any]:
     """Format, counts per class, shards, sizes, options and rejects of a dataset."""
     index, table = open_dataset(folder)
     counts = np.bincount(np.asarray(table.labels), minlength=len(index.class_names))
+    wds = {key: index.extra.get(key) for key in ("image_types", "wids_index")} \
+        if index.format == "wds" else {}
     return {
         "path": str(folder),
         "format": index.format,
@@ -27,6 +29,23 @@ def describe(folder: Path) -> dict[str, Any]:
         "encode": index.encode,
         "num_rejected": index.num_rejected,
         "num_ignored": index.num_ignored,
+        **wds,
         "classes": {name: int(counts[i]) for i, name in enumerate(index.class_names)},
         "shards": [asdict(shard) for shard in index.shards],
     }
+
+
+def wds_notes(index: Index) -> list[str]:
+    """What a wds dataset's users should know: mixed image types, no wids index."""
+    if index.format != "wds":
+        return []
+    notes = []
+    types = index.extra.get("image_types") or []
+    if len(types) > 1:
+        notes.append(f"the shards mix image types ({', '.join(types)}): column-based readers "
+                     "(HF datasets, Ray Data) want one; --encode jpeg (or png, lossless) makes "
+                     "them uniform")
+    skipped = index.extra.get("wids_index_skipped")
+    if skipped and index.num_samples:
+        notes.append(f"no wids index: {skipped}")
+    return notes

@@ -1,6 +1,6 @@
 """WebDataset: POSIX tar shards that stock `webdataset` reads.
 
-    shard-00000.tar
+    <name>-00000.tar     (names: packer.formats._wds_names; older datasets: shard-00000.tar)
       [512 B header (+ pax header for long or non-ASCII names)] <key>.<ext>
                                                         image bytes, padded to 512
       [512 B header] <key>.cls   label as decimal text, padded to 512
@@ -12,7 +12,8 @@ byte-identical shards. Webdataset splits a member name at the first dot of its b
 name, so keys are percent-encoded (`%` -> `%25`, `.` -> `%2E`): stock webdataset yields
 the encoded key as `__key__`, and `urllib.parse.unquote` gives the original back.
 The per-sample table records the byte offset of each image inside its shard, so the
-map-style reader seeks straight to it.
+map-style reader seeks straight to it. Beside the shards, `<name>.wids.json` indexes
+them for wids (packer.formats._wids).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from __future__ import annotations
 import os
 import tarfile
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -29,19 +31,17 @@ from packer.core.index import Index, SampleTable, ShardInfo
 from packer.core.record import Record
 from packer.errors import CorruptDatasetError
 from packer.formats._tar import member_header, padding
+from packer.formats._wds_names import remove_strays, shard_name
+from packer.formats._wids import index_extra, member_types
 from packer.formats.base import Location, WriterPlan, checked
 from packer.storage.atomic import commit, partial_path
 from packer.storage.filestream import ShardFile
 
 NAME = "wds"
-FILES = ("shard-*.tar",)
+FILES = ("*-[0-9][0-9][0-9][0-9][0-9]*.tar",)
 BLOCK = 512
 END_OF_ARCHIVE = bytes(2 * BLOCK)
 MAX_OPEN_SHARDS = 16  # per reader, so per DataLoader worker
-
-
-def shard_name(number: int) -> str:
-    return f"shard-{number:05d}.tar"
 
 
 def encode_key(key: str) -> str:
@@ -53,7 +53,9 @@ class WdsWriter:
     """Writes tar shards, rolling at the shard limits; one shard is one resumable part.
 
     Each sample goes out as three pieces (header, image bytes, the rest up to the next
-    sample) through a ShardFile, which hashes and writes back in threads.
+    sample) through a ShardFile, which hashes and writes back in threads. Shards are
+    named `<plan.shard_stem>-NNNNN.tar`; finish() adds the wids index and sets
+    `index_extra`, what index.json's `extra` records about the shards.
     """
 
     resumable = True
@@ -61,6 +63,9 @@ class WdsWriter:
     def __init__(self, plan: WriterPlan) -> None:
         self.plan = plan
         self.shards: list[ShardInfo] = list(plan.done_shards)
+        self.image_types: set[str] = set()  # member extensions of the images written
+        self.index_extra: dict[str, Any] = {}
+        remove_strays(plan.folder, plan.done_shards)
         self._file: ShardFile | None = None
         self._bytes = 0
         self._samples = 0
@@ -87,6 +92,7 @@ class WdsWriter:
                          padding(len(label))))
         offset = self._bytes + len(header)
         file.write([header, data, rest])
+        self.image_types.add(record.ext)
         self._bytes = offset + len(data) + len(rest)
         self._samples += 1
         return Location(offset, len(data))
@@ -98,7 +104,7 @@ class WdsWriter:
         return self._file
 
     def _current_path(self) -> Path:
-        return self.plan.folder / shard_name(len(self.shards))
+        return self.plan.folder / shard_name(len(self.shards), self.plan.shard_stem)
 
     def end_part(self) -> None:
         if self._file is None:
@@ -114,7 +120,11 @@ class WdsWriter:
 
     def finish(self, table: SampleTable) -> tuple[ShardInfo, ...]:
         self.end_part()
-        return tuple(self.shards)
+        shards = tuple(self.shards)
+        types = self.image_types | member_types(self.plan.folder, self.plan.done_shards)
+        self.index_extra = index_extra(self.plan.folder, self.plan.shard_stem, shards, table,
+                                       types)
+        return shards
 
     def abort(self) -> None:
         if self._file is not None:
@@ -203,9 +213,12 @@ class WdsReader:
                 yield checked(self.table, j, data, where)
             i = end
 
-    def close(self) -> None:
+    def close(self, _close: Callable[[int], None] = os.close) -> None:
+        """Close every shard file. `os.close` is bound here, at definition: a reader kept
+        in a module-level variable is finalized at interpreter exit, when the module's
+        globals (`os` among them) may already be gone."""
         for fd, _ in self._fds.values():
-            os.close(fd)
+            _close(fd)
         self._fds.clear()
 
     def __del__(self) -> None:

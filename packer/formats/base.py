@@ -45,6 +45,7 @@ class WriterPlan:
     shards: ShardOptions
     done_samples: int = 0
     done_shards: tuple[ShardInfo, ...] = ()
+    shard_stem: str = "shard"  # wds: shards are <shard_stem>-NNNNN.tar
 
 
 @dataclass(frozen=True)
