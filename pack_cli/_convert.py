@@ -10,10 +10,9 @@ from tqdm import tqdm
 
 from pack_cli._errors import ctrl_c, user_errors
 from pack_cli._params import parse_bytes, parse_size
-from packer.conversion.destination import holds_complete
+from packer.api import convert, holds_complete
 from packer.conversion.executors import EXECUTORS
-from packer.conversion.job import ConvertOptions, convert
-from packer.conversion.upload import convert_remote
+from packer.conversion.job import ConvertOptions
 from packer.dataset.remote import is_url, parse_storage_options
 from packer.encode import EncodeOptions
 from packer.errors import CTRL_C, install_line
@@ -106,12 +105,8 @@ def convert_command(src: Path, dst: str, fmt: str, shard_size: str, shard_sample
         parsed = parse_storage_options(storage_options)
         finished = resume and holds_complete(dst, parsed)  # then convert only checks it
         try:
-            if remote:
-                index = convert_remote(src, dst, fmt, options, run, storage_options=parsed,
-                                       staging=staging, progress=advance, on_total=on_total)
-            else:
-                index = convert(src, Path(dst), fmt, options, run, progress=advance,
-                                on_total=on_total)
+            index = convert(src, dst, fmt, options, run, storage_options=parsed,
+                            staging=staging, progress=advance, on_total=on_total)
         finally:
             bar.close()
         if finished:
