@@ -35,8 +35,8 @@ from packer.errors import (
 )
 
 if TYPE_CHECKING:
-    from packer.api import verify
-    from packer.conversion.job import ConvertOptions, convert
+    from packer.api import convert, verify
+    from packer.conversion.job import ConvertOptions
     from packer.core.index import Index, SampleTable, open_dataset, read_index
     from packer.dataset.describe import describe
     from packer.encode import EncodeOptions
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 _LAZY = {
     "ConvertOptions": "packer.conversion.job",
-    "convert": "packer.conversion.job",
+    "convert": "packer.api",
     "EncodeOptions": "packer.encode",
     "ShardOptions": "packer.formats.base",
     "Index": "packer.core.index",

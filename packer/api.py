@@ -1,5 +1,8 @@
 """The operations a caller of packer uses, each one call: the top layer of the package.
 
+`convert` is the one place that tells a folder from a URL (the CLI calls it too): a URL
+goes through a staging folder and an upload (packer.conversion.upload), which itself runs
+the local conversion, so the conversion engine never asks where its output ends up.
 `verify` lives here, above both what it checks and what it compares with: a dataset's own
 checks (packer.dataset.verify) and the comparison with its source (packer.source.compare),
 which needs the scanners.
@@ -8,17 +11,55 @@ which needs the scanners.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from packer.conversion.job import ConvertOptions, convert
+from packer.conversion.job import ConvertOptions, convert_local
+from packer.core.index import INDEX_NAME, Index
 from packer.dataset.describe import describe
+from packer.dataset.remote import is_url
 from packer.dataset.verify import Report, check_dataset
+from packer.encode import EncodeOptions
 from packer.errors import PackError
 from packer.source.compare import check_against_source
 
-__all__ = ["ConvertOptions", "Report", "convert", "describe", "verify", "verify_remote"]
+__all__ = ["ConvertOptions", "Report", "convert", "describe", "holds_complete", "verify",
+           "verify_remote"]
+
+
+def convert(src: str | Path, dst: str | Path, fmt: str, options: EncodeOptions | None = None,
+            run: ConvertOptions | None = None, *,
+            storage_options: Mapping[str, Any] | None = None,
+            staging: str | Path | None = None,
+            progress: Callable[[int], None] | None = None,
+            on_total: Callable[[int], None] | None = None) -> Index:
+    """Pack `src` into `dst` in format `fmt`; returns the index of the complete dataset.
+
+    `dst` is a folder, or a URL (s3://bucket/prefix, file:///path) written through a
+    staging folder (`staging`, default a temporary one) with fsspec `storage_options`.
+    `progress` gets a count of inputs done, `on_total` the number of inputs.
+    """
+    if is_url(dst):
+        from packer.conversion.upload import convert_remote  # fsspec is an optional extra
+
+        return convert_remote(src, str(dst), fmt, options, run, storage_options=storage_options,
+                              staging=staging, progress=progress, on_total=on_total)
+    if storage_options or staging is not None:
+        raise ValueError(f"{dst}: storage_options and staging apply to a URL DST "
+                         "(s3://bucket/prefix, file:///path)")
+    return convert_local(src, Path(dst), fmt, options, run, progress=progress,
+                         on_total=on_total)
+
+
+def holds_complete(dst: str | Path, storage_options: Mapping[str, Any] | None = None) -> bool:
+    """Whether DST (a folder or a URL) holds a complete dataset: a `--resume` of it
+    converts nothing (the CLI asks first, to say so)."""
+    if is_url(dst):
+        from packer.conversion.upload import Destination  # fsspec is an optional extra
+
+        return Destination(str(dst), storage_options).read_index() is not None
+    return (Path(dst) / INDEX_NAME).is_file()
 
 
 def verify(folder: str | Path, source: str | Path | None = None) -> Report:

@@ -27,8 +27,8 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 import readers.remote as remote_module
+from pack_cli._params import parse_bytes
 from packer import ConvertOptions, convert
-from packer.cli import parse_bytes
 from packer.formats.base import ShardOptions
 from readers import PackedIterableDataset
 

@@ -106,7 +106,7 @@ def pack_command() -> list[str]:
     script = Path(sys.executable).parent / "pack"
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-c", "from packer.cli import main; main()"]
+    return [sys.executable, "-c", "from pack_cli import main; main()"]
 
 
 @pytest.fixture(scope="session")

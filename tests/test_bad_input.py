@@ -22,9 +22,9 @@ import pytest
 from click.testing import CliRunner
 from PIL import Image
 
+from pack_cli import main
 from packer import ConvertOptions, EncodeOptions, convert
 from packer.api import verify
-from packer.cli import main
 from packer.core.index import INDEX_NAME, REJECTS_NAME, open_dataset
 from packer.core.record import Reject, SourceItem
 from packer.encode import encode_item

@@ -16,8 +16,9 @@ from click.testing import CliRunner, Result
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pack_cli import main
+from pack_cli._params import UNITS, parse_bytes, parse_size
 from packer import ConvertOptions, convert
-from packer.cli import UNITS, main, parse_bytes, parse_size
 from packer.core.index import INDEX_NAME, open_dataset
 from packer.errors import SourceError
 from tests.conftest import shard_path, tree_hashes
@@ -388,7 +389,7 @@ def test_a_ctrl_c_python_can_only_print_ends_as_interrupted(
     is done: no printed traceback, but "interrupted" and exit 130, as anywhere else."""
     import weakref
 
-    import packer.cli
+    import pack_cli
 
     def interrupt(_: object) -> None:
         raise KeyboardInterrupt
@@ -403,9 +404,9 @@ def test_a_ctrl_c_python_can_only_print_ends_as_interrupted(
         assert watcher() is None
         sys.exit(0)
 
-    monkeypatch.setattr(packer.cli.main, "main", command)
+    monkeypatch.setattr(pack_cli.main, "main", command)
     with pytest.raises(SystemExit) as exited:
-        packer.cli.run([])
+        pack_cli.run([])
     assert exited.value.code == 130
     err = capsys.readouterr().err
     assert "interrupted" in err and "Traceback" not in err and "KeyboardInterrupt" not in err

@@ -28,9 +28,9 @@ import webdataset
 from click.testing import CliRunner
 from PIL import Image
 
+from pack_cli import main
 from packer import ConvertOptions, convert, formats
 from packer.api import verify
-from packer.cli import main
 from packer.conversion.job import effective_options
 from packer.core.index import INDEX_NAME, open_dataset, read_index
 from packer.core.record import Record

@@ -25,8 +25,8 @@ from click.testing import CliRunner
 
 import packer.storage.atomic
 from devtools.faults.kills import temporary_files, tree
+from pack_cli import main
 from packer import ConvertOptions, convert
-from packer.cli import main
 from packer.core.index import INDEX_NAME
 from packer.encode import EncodeOptions
 from packer.errors import DestinationError, DiskFullError, PackError

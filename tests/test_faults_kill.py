@@ -27,7 +27,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-import packer.cli
+import pack_cli
+import pack_cli._convert
 import packer.encode
 from devtools.faults.forkserver import ForkServer, Interrupt
 from devtools.faults.kills import (
@@ -308,8 +309,8 @@ def test_a_dropped_ctrl_c_still_stops_the_conversion(
             press_ctrl_c()
         raise TypeError("expected str, bytes or os.PathLike object, not BufferedReader")
 
-    monkeypatch.setattr(packer.cli, "convert", fake_convert)
-    result = CliRunner().invoke(packer.cli.main, ["convert", str(src), str(tmp_path / "out"),
+    monkeypatch.setattr(pack_cli._convert, "convert", fake_convert)
+    result = CliRunner().invoke(pack_cli.main, ["convert", str(src), str(tmp_path / "out"),
                                                   "--to", "wds"])
     assert result.exit_code == 130, result.output
     assert "--resume" in result.stderr and "Exception ignored" not in result.stderr
@@ -333,13 +334,13 @@ def test_a_decoder_error_after_ctrl_c_is_not_a_rejected_input(
 def test_ctrl_c_in_clicks_start_up_is_quiet(monkeypatch: pytest.MonkeyPatch,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     """Found by the soak: a Ctrl-C in click's own start-up (before any command) escaped
-    as a traceback; the `pack` script (packer.cli.run) ends it with exit 130."""
+    as a traceback; the `pack` script (pack_cli.run) ends it with exit 130."""
     def interrupted_start(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(packer.cli.main, "main", interrupted_start)
+    monkeypatch.setattr(pack_cli.main, "main", interrupted_start)
     with pytest.raises(SystemExit) as exited:
-        packer.cli.run(["info", "x"])
+        pack_cli.run(["info", "x"])
     assert exited.value.code == 130
     assert capsys.readouterr().err == "interrupted\n"
 
@@ -348,9 +349,9 @@ def test_ctrl_c_wrapped_by_a_library_exits_130(src: Path, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Found by the soak: Ctrl-C inside h5py's string conversion came out as h5py's own
     error and a traceback; any error caused by a KeyboardInterrupt is Ctrl-C."""
-    monkeypatch.setattr(packer.cli, "convert",
+    monkeypatch.setattr(pack_cli._convert, "convert",
                         raises_from_ctrl_c(TypeError("Can't convert element to VLEN")))
-    result = CliRunner().invoke(packer.cli.main, ["convert", str(src), str(tmp_path / "out"),
+    result = CliRunner().invoke(pack_cli.main, ["convert", str(src), str(tmp_path / "out"),
                                                   "--to", "hdf5"])
     assert result.exit_code == 130, result.output
     assert "--resume" in result.stderr and "Traceback" not in result.output

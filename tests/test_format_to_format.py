@@ -18,9 +18,9 @@ import pytest
 from click.testing import CliRunner
 from PIL import Image
 
+from pack_cli import main
 from packer import ConvertOptions, convert
 from packer.api import verify
-from packer.cli import main
 from packer.conversion.identity import fingerprint
 from packer.core.index import INDEX_NAME, REJECTS_NAME, open_dataset, read_index
 from packer.core.record import Record

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from pack_cli import main
 from packer import ConvertOptions, convert
-from packer.cli import main
 from packer.errors import install_line
 from packer.testing import make_sample_folder
 

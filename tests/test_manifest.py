@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from pack_cli import main
 from packer import ConvertOptions, convert
 from packer.api import verify
-from packer.cli import main
 from packer.core.index import INDEX_NAME, REJECTS_NAME, open_dataset
 from packer.errors import BadInputError, SourceError
 from packer.source.scan import scan

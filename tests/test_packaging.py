@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from packer.cli import main
+from pack_cli import main
 from packer.errors import DISTRIBUTION, install_line
 
 tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")
@@ -38,7 +38,7 @@ def texts() -> dict[str, str]:
 def test_the_distribution_is_not_the_unrelated_packer() -> None:
     assert PYPROJECT["project"]["name"] == DISTRIBUTION
     assert DISTRIBUTION.lower() != "packer"
-    assert PYPROJECT["project"]["scripts"] == {"pack": "packer.cli:run"}
+    assert PYPROJECT["project"]["scripts"] == {"pack": "pack_cli:run"}
 
 
 def test_the_installed_distribution_is_ours_and_pack_version_names_it() -> None:

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from pack_cli import main
 from packer import ConvertOptions, convert
-from packer.cli import main
 from packer.conversion.parallel import GroupResult
 from packer.encode import EncodeOptions
 from packer.errors import DestinationError, MissingDependencyError, install_line

@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 from torch.utils.data import DataLoader
 
+from pack_cli import main
 from packer import ConvertOptions, convert
-from packer.cli import main
 from packer.conversion.journal import ResumeRefused
 from packer.conversion.upload import convert_remote
 from packer.core.index import INDEX_NAME, KEYS_NAME, REJECTS_NAME, SAMPLES_NAME, open_dataset

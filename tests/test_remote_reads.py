@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 import readers.remote as remote_module
-from packer.cli import main
+from pack_cli import main
 from packer.conversion.upload import convert_remote
 from packer.errors import CorruptDatasetError
 from readers import PackedDataset, PackedIterableDataset

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from packer.cli import main
+from pack_cli import main
 from packer.conversion.identity import JOB_KEY
 from packer.core.index import INDEX_NAME
 

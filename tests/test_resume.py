@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import packer.cli
+import pack_cli
+import pack_cli._convert
+from pack_cli import main
 from packer import ConvertOptions, EncodeOptions, convert
-from packer.cli import main
 from packer.conversion.journal import STATE_DIR, ResumeRefused
 from packer.core.index import INDEX_NAME
 from packer.errors import PackError
@@ -163,7 +164,7 @@ def test_ctrl_c_exits_130_with_a_resume_hint(src: Path, tmp_path: Path,
     def interrupt(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(packer.cli, "convert", interrupt)
+    monkeypatch.setattr(pack_cli._convert, "convert", interrupt)
     result = CliRunner().invoke(main, ["convert", str(src), str(tmp_path / "out"), "--to",
                                        "wds"])
     assert result.exit_code == 130

@@ -12,9 +12,9 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pack_cli import main
 from packer import ConvertOptions, convert
 from packer.api import verify
-from packer.cli import main
 from packer.core.index import INDEX_NAME, read_index
 from packer.formats._wds_names import MAX_STEM, is_ours, name_of, shard_name, shard_stem
 from packer.formats.base import ShardOptions

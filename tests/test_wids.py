@@ -17,9 +17,9 @@ from urllib.parse import unquote
 import pytest
 from click.testing import CliRunner
 
+from pack_cli import main
 from packer import ConvertOptions, convert
 from packer.api import verify
-from packer.cli import main
 from packer.core.index import INDEX_NAME, open_dataset, read_index
 from packer.formats import _wids
 from packer.formats.base import ShardOptions

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-CLI = "import sys; from packer.cli import main; sys.exit(main())"
+CLI = "import sys; from pack_cli import main; sys.exit(main())"
 
 
 def tree_rss(pid: int) -> int:

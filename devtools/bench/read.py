@@ -127,7 +127,7 @@ def pack(src: Path, dst: Path, fmt: str, count: int, settings: Settings,
     if fmt == "wds":  # ~16 shards, so stock webdataset can give each worker several
         extra = ["--shard-samples", str(max(1, math.ceil(count / 16)))]
     progress(f"packing {count} images as {fmt} into {dst} ...")
-    command = [sys.executable, "-c", "from packer.cli import main; main()", "convert",
+    command = [sys.executable, "-c", "from pack_cli import main; main()", "convert",
                str(src), str(dst), "--to", fmt, "-q", *extra]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:

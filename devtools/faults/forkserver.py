@@ -148,7 +148,7 @@ class ForkServer:
 
 def serve() -> None:
     """The server loop: one JSON request per line on stdin, one JSON reply per line."""
-    import_module("packer.cli")  # what every child shares; formats load in the child
+    import_module("pack_cli")  # what every child shares; formats load in the child
     # Children start with SIGINT blocked (a signal sent right after fork would otherwise
     # land in Python's own after-fork hooks); _run_cli unblocks it as the command starts.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
@@ -201,12 +201,12 @@ def _child(request: dict[str, Any]) -> None:
 
 
 def _run_cli(argv: list[str], exit_code: list[int]) -> None:
-    """What the `pack` script does (packer.cli.run); its exit code goes to `exit_code`.
+    """What the `pack` script does (pack_cli.run); its exit code goes to `exit_code`.
 
     A Ctrl-C that arrives once `pack` has ended (the parent's timer ran out just then)
     lands in the harness, not in `pack`: _child ignores it.
     """
-    from packer.cli import run
+    from pack_cli import run
 
     try:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

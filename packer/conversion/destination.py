@@ -8,13 +8,11 @@ import contextlib
 import errno
 import os
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from packer.conversion.journal import STATE_DIR
 from packer.core.index import INDEX_NAME
-from packer.dataset.remote import is_url
 from packer.errors import (
     DatasetExistsError,
     DestinationError,
@@ -32,16 +30,6 @@ LOW_SPACE_BYTES = 64 << 20
 OUR_NAMES = ("index.json", "samples.npy", "keys.npy", "rejects.jsonl", "data.lmdb", "data.h5",
              "images.npy", "labels.npy", STATE_DIR)
 OUR_PATTERNS = ("*.partial",)
-
-
-def holds_complete(dst: str | Path, storage_options: Mapping[str, Any] | None = None) -> bool:
-    """Whether DST (a folder or a URL) holds a complete dataset: a `--resume` of it
-    converts nothing (the CLI asks first, to say so)."""
-    if is_url(dst):
-        from packer.conversion.upload import Destination  # fsspec is an optional extra
-
-        return Destination(str(dst), storage_options).read_index() is not None
-    return (Path(dst) / INDEX_NAME).is_file()
 
 
 def refuse_inside_source(src: Path, folder: Path) -> None:

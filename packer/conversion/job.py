@@ -38,7 +38,6 @@ from packer.core.index import (
     write_index,
 )
 from packer.core.record import Record, Reject, SourceItem
-from packer.dataset.remote import is_url
 from packer.encode import EncodeOptions
 from packer.errors import BadInputError, UnstorableRecord
 from packer.formats._wds_names import continued_stem, name_of, shard_stem
@@ -105,21 +104,16 @@ def effective_options(fmt: str, options: EncodeOptions,
     return dataclasses.replace(options, pixels=True, size=size)
 
 
-def convert(src: str | Path, dst: str | Path, fmt: str,
-            options: EncodeOptions | None = None, run: ConvertOptions | None = None,
-            progress: Callable[[int], None] | None = None,
-            on_total: Callable[[int], None] | None = None,
-            on_part: Callable[[tuple[ShardInfo, ...]], None] | None = None) -> Index:
-    """Pack `src` into `dst` in format `fmt`; returns the index of the complete dataset.
+def convert_local(src: str | Path, dst: str | Path, fmt: str,
+                  options: EncodeOptions | None = None, run: ConvertOptions | None = None,
+                  progress: Callable[[int], None] | None = None,
+                  on_total: Callable[[int], None] | None = None,
+                  on_part: Callable[[tuple[ShardInfo, ...]], None] | None = None) -> Index:
+    """Pack `src` into the folder `dst` in format `fmt`; returns the complete index.
 
-    `dst` may be a URL (s3://bucket/prefix, file://...): see packer.conversion.upload. `on_part`
-    receives the finished shards each time the writer ends a part.
+    `on_part` receives the finished shards each time the writer ends a part (an upload
+    of a URL DST, packer.conversion.upload, sends them as they come). URLs: packer.convert.
     """
-    if is_url(dst):
-        from packer.conversion.upload import convert_remote  # fsspec is an optional extra
-
-        return convert_remote(src, str(dst), fmt, options, run, progress=progress,
-                              on_total=on_total)
     module = formats.load(fmt)
     asked = options or EncodeOptions()
     options = effective_options(fmt, asked)  # refuse bad options before the scan

@@ -161,7 +161,7 @@ class Uploader:
         self._sent: dict[str, Future[None]] = {}
 
     def shards_done(self, shards: Iterable[ShardInfo]) -> None:
-        """The writer ended a part: send its finished shards (a hook of convert())."""
+        """The writer ended a part: send its finished shards (a hook of convert_local())."""
         self._raise_failed()
         for shard in shards:
             if shard.name not in self._sent and (self.folder / shard.name).is_file():
@@ -222,7 +222,7 @@ def convert_remote(src: str | Path, url: str, fmt: str, options: EncodeOptions |
                    log: list[str] | None = None) -> Index:
     """Pack `src` into the URL `url`; see the module docstring. Returns the index."""
     from packer.conversion.identity import check_same_job
-    from packer.conversion.job import ConvertOptions, convert, plan_job
+    from packer.conversion.job import ConvertOptions, convert_local, plan_job
     from packer.conversion.journal import STATE_DIR, ResumeRefused
     from packer.core.index import read_index
     from packer.encode import EncodeOptions
@@ -251,7 +251,7 @@ def convert_remote(src: str | Path, url: str, fmt: str, options: EncodeOptions |
                 local = dataclasses.replace(  # shards carry the URL's name, not the staging's
                     run, overwrite=run.overwrite and not owned,
                     name=name_of(url) if run.name is None else run.name)
-                index = convert(src, folder, fmt, options, local, progress=progress,
+                index = convert_local(src, folder, fmt, options, local, progress=progress,
                                 on_total=on_total, on_part=uploader.shards_done)
             uploader.commit(index)
         finally:

@@ -15,7 +15,7 @@ from typing import Any
 import click
 from tqdm import tqdm
 
-from packer.cli import main, user_errors
+from pack_cli._errors import user_errors
 
 
 def parse_ints(text: str, name: str) -> list[int]:
@@ -93,7 +93,7 @@ def table(results: list[Any]) -> str:
     return "\n".join(lines)
 
 
-@main.command("bench")
+@click.command("bench")
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
 @sweep_options
 @click.option("--plot", type=click.Path(path_type=Path), default=None,
@@ -123,7 +123,7 @@ def bench_command(path: Path, workers_text: str, batch_size: int, prefetch_text:
     click.echo(json.dumps(rows(results), indent=1) if as_json else table(results))
 
 
-@main.command("tune")
+@click.command("tune")
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
 @sweep_options
 @click.option("--model-step-ms", type=click.FloatRange(0, min_open=True), default=None,
@@ -179,7 +179,7 @@ def tune_command(path: Path, workers_text: str, batch_size: int, prefetch_text: 
         click.echo(advice["feed"])
 
 
-@main.command("profile")
+@click.command("profile")
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
 @click.option("--samples", type=click.IntRange(1), default=256, show_default=True)
 @click.option("--size", type=click.IntRange(1), default=224, show_default=True)

@@ -1,0 +1,57 @@
+"""The `pack` console script, above both libraries: thin click commands over packer and
+readers.diagnostics (`pack bench/tune/profile` import torch inside the command).
+
+    pack convert SRC DST --to wds|lmdb|hdf5|npy     pack_cli._convert
+    pack info DST | pack verify DST [--source SRC]  pack_cli._inspect
+    pack bench | tune | profile                     pack_cli._loader
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from pack_cli._convert import convert_command
+from pack_cli._errors import unprinted_ctrl_c, user_errors
+from pack_cli._inspect import info_command, verify_command
+from pack_cli._loader import bench_command, profile_command, tune_command
+from packer.errors import DISTRIBUTION
+
+__all__ = ["main", "run", "user_errors"]
+
+
+def run(argv: list[str] | None = None) -> None:
+    """The `pack` console script: `main`, with a Ctrl-C that lands in click's own start-up,
+    before any command runs, or in a weakref callback once a conversion has returned
+    (tests/test_faults_kill.py caught Python printing that one), ending as quietly as one
+    inside a command: "interrupted", exit 130."""
+    dropped: list[bool] = []
+    try:
+        with unprinted_ctrl_c(lambda: dropped.append(True)):
+            main.main(args=argv, prog_name="pack")
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except SystemExit as exc:
+        if dropped and exc.code in (0, None):
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+        raise
+
+
+@click.group()
+@click.version_option(package_name=DISTRIBUTION)
+def main() -> None:
+    """Pack folders of small images into WebDataset, LMDB, HDF5 or NPY, and check them.
+
+    \b
+    pack convert photos/ photos.wds --to wds
+    pack info photos.wds
+    pack verify photos.wds --source photos/
+    """
+
+
+for command in (convert_command, info_command, verify_command, bench_command, tune_command,
+                profile_command):
+    main.add_command(command)

@@ -1,0 +1,123 @@
+"""`pack convert`: options in, one library call, a summary out."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from tqdm import tqdm
+
+from pack_cli._errors import ctrl_c, user_errors
+from pack_cli._params import parse_bytes, parse_size
+from packer.api import convert, holds_complete
+from packer.conversion.executors import EXECUTORS
+from packer.conversion.job import ConvertOptions
+from packer.dataset.describe import wds_notes
+from packer.dataset.remote import is_url, parse_storage_options
+from packer.encode import EncodeOptions
+from packer.errors import CTRL_C, install_line
+from packer.formats import FORMATS
+from packer.formats.base import ShardOptions
+
+
+@click.command("convert")
+@click.argument("src", type=click.Path(path_type=Path))
+@click.argument("dst")
+@click.option("--to", "fmt", type=click.Choice(list(FORMATS)), required=True,
+              help="Output format.")
+@click.option("--shard-size", default="256MB", show_default=True,
+              help="wds: roll to a new shard at this many bytes (256MB, 1GiB, ...).")
+@click.option("--shard-samples", type=int, default=None,
+              help="wds: also start a shard every N inputs (a shard holds the accepted "
+                   "samples of N consecutive inputs); with --executor ray, the Ray tasks "
+                   "then write the shards in parallel.")
+@click.option("--resize", type=int, default=None, help="Scale the shorter side to N pixels.")
+@click.option("--size", default=None, help="Exact output size HxW (npy default 256x256).")
+@click.option("--fit", type=click.Choice(["crop", "stretch", "pad"]), default="crop",
+              show_default=True, help="How --size treats the aspect ratio.")
+@click.option("--encode", "codec", type=click.Choice(["jpeg", "png", "webp"]), default=None,
+              help="Re-encode to this codec (default with --resize/--size: jpeg).")
+@click.option("--quality", type=click.IntRange(1, 100), default=90, show_default=True)
+@click.option("--upscale", is_flag=True, help="With --resize, also enlarge small images.")
+@click.option("--check", type=click.Choice(["decode", "header", "none"]), default="decode",
+              show_default=True, help="How each input is validated before packing.")
+@click.option("--on-error", type=click.Choice(["skip", "fail"]), default="skip",
+              show_default=True, help="skip: list bad inputs in rejects.jsonl; fail: stop.")
+@click.option("--workers", type=click.IntRange(0), default=None,
+              help="Encoding threads (default: number of CPUs; 0: in-process); with "
+                   "--executor ray, the cluster CPUs to use (default: all).")
+@click.option("--executor", type=click.Choice(list(EXECUTORS)), default="local",
+              show_default=True,
+              help="Where images are encoded: local threads, or Ray tasks on a cluster "
+                   f"({install_line('ray')}); the output is the same.")
+@click.option("--ray-address", default=None, metavar="ADDR",
+              help="Ray cluster to join: auto, or HOST:PORT of the head "
+                   "(default: start a local Ray instance).")
+@click.option("--resume", is_flag=True,
+              help="Continue an interrupted conversion; on a complete DST made from the "
+                   "same source and options, do nothing and exit 0.")
+@click.option("--overwrite", is_flag=True, help="Replace a complete dataset in DST.")
+@click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
+              help="URL DST: an fsspec/s3fs option, repeatable (endpoint_url=http://host:9000, "
+                   "anon=true, client_kwargs.region_name=eu-west-1); default: AWS_* variables.")
+@click.option("--staging", type=click.Path(path_type=Path), default=None,
+              help="URL DST: convert in this folder before uploading, and keep it so "
+                   "--resume works (default: a temporary folder, shards dropped once sent).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def convert_command(src: Path, dst: str, fmt: str, shard_size: str, shard_samples: int | None,
+                    resize: int | None, size: str | None, fit: str, codec: str | None,
+                    quality: int, upscale: bool, check: str, on_error: str, workers: int | None,
+                    executor: str, ray_address: str | None, resume: bool, overwrite: bool,
+                    storage_options: tuple[str, ...], staging: Path | None,
+                    quiet: bool) -> None:
+    """Convert SRC (an image folder, a .csv/.jsonl manifest or a packed dataset) into DST.
+
+    \b
+    pack convert photos/ out.wds --to wds --shard-size 128MB
+    pack convert photos/ out.lmdb --to lmdb --resize 256 --encode jpeg --quality 90
+    pack convert list.csv out.h5 --to hdf5 --check header --on-error fail
+    pack convert photos/ out.npy --to npy --size 224x224 --fit crop
+    pack convert photos/ out.wds --to wds --resume
+    pack convert out.wds out.lmdb --to lmdb
+    pack convert photos/ s3://bucket/photos.wds --to wds --storage-option endpoint_url=URL
+    pack convert /shared/photos /shared/out.wds --to wds --executor ray --ray-address auto
+    """
+    with user_errors(), ctrl_c():
+        options = EncodeOptions(check=check, resize=resize, size=parse_size(size),  # type: ignore[arg-type]
+                                fit=fit, codec=codec, quality=quality, upscale=upscale)  # type: ignore[arg-type]
+        run = ConvertOptions(ShardOptions(parse_bytes(shard_size), shard_samples), workers,
+                             on_error, resume, overwrite,  # type: ignore[arg-type]
+                             executor=executor, ray_address=ray_address)  # type: ignore[arg-type]
+        bar = tqdm(unit="img", disable=quiet or not sys.stderr.isatty(), desc=f"pack {fmt}")
+        def on_total(total: int) -> None:
+            bar.total = total
+
+        def advance(count: int) -> None:
+            bar.update(count)
+            if CTRL_C.is_set():  # a Ctrl-C that the code it landed in dropped
+                raise KeyboardInterrupt
+
+        remote = is_url(dst)
+        if not remote and (storage_options or staging is not None):
+            raise click.BadParameter("--storage-option and --staging apply to a URL DST "
+                                     "(s3://bucket/prefix, file:///path)")
+        where = dst.rstrip("/") if remote else str(Path(dst))
+        parsed = parse_storage_options(storage_options)
+        finished = resume and holds_complete(dst, parsed)  # then convert only checks it
+        try:
+            index = convert(src, dst, fmt, options, run, storage_options=parsed,
+                            staging=staging, progress=advance, on_total=on_total)
+        finally:
+            bar.close()
+        if finished:
+            click.echo(f"nothing to resume: {where} is complete ({index.num_samples} samples)")
+            return
+        summary = (f"packed {index.num_samples} samples into {where} "
+                   f"({fmt}, {len(index.shards)} shard(s))")
+        if index.num_rejected:
+            rejects = f"{where}/rejects.jsonl" if remote else str(Path(dst) / "rejects.jsonl")
+            summary += f"; {index.num_rejected} rejected inputs listed in {rejects}"
+        click.echo(summary)
+        for note in wds_notes(index):
+            click.echo(f"note: {note}", err=True)

@@ -1,0 +1,91 @@
+"""`pack info` and `pack verify`: what a dataset holds, and whether it is intact."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from pack_cli._errors import user_errors
+from packer.api import verify, verify_remote
+from packer.dataset.describe import describe
+from packer.dataset.remote import describe_remote, is_url, parse_storage_options
+
+
+@click.command("info")
+@click.argument("dst")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
+              help="URL DST: an fsspec/s3fs option, repeatable (see `pack convert --help`).")
+def info_command(dst: str, as_json: bool, storage_options: tuple[str, ...]) -> None:
+    """Describe a packed dataset: format, samples, classes, shards, options, rejects.
+
+    \b
+    pack info photos.wds
+    pack info photos.wds --json | jq .num_samples
+    pack info s3://bucket/photos.wds
+    """
+    with user_errors():
+        if is_url(dst):
+            facts = describe_remote(dst, parse_storage_options(storage_options))
+        elif storage_options:
+            raise click.BadParameter("--storage-option applies to a URL (s3://..., file://...)")
+        else:
+            facts = describe(Path(dst))
+        click.echo(json.dumps(facts, indent=1, ensure_ascii=False) if as_json
+                   else render(facts))
+
+
+def render(facts: dict[str, Any]) -> str:
+    lines = [f"{key}: {value}" for key, value in facts.items()
+             if key not in ("classes", "shards")]
+    lines.append("classes:")
+    lines += [f"  {name}: {count}" for name, count in facts["classes"].items()]
+    lines.append("shards:")
+    lines += [f"  {s['name']}: {s['num_samples']} samples, {s['num_bytes']} bytes"
+              for s in facts["shards"]]
+    return "\n".join(lines)
+
+
+@click.command("verify")
+@click.argument("dst")
+@click.option("--source", type=click.Path(path_type=Path), default=None,
+              help="Also check every accepted source image (or sample of a packed "
+                   "dataset) is present with its label.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
+              help="URL DST: an fsspec/s3fs option, repeatable (see `pack convert --help`).")
+def verify_command(dst: str, source: Path | None, as_json: bool,
+                   storage_options: tuple[str, ...]) -> None:
+    """Re-read every shard and sample of DST and check them against the index.
+
+    A URL is downloaded whole into a temporary folder first (shards checked against
+    their sha256 as they arrive).
+
+    \b
+    pack verify photos.wds
+    pack verify photos.wds --source photos/ --json
+    pack verify s3://bucket/photos.wds --source photos/
+    """
+    with user_errors():
+        if is_url(dst):
+            report = verify_remote(dst, parse_storage_options(storage_options), source)
+        elif storage_options:
+            raise click.BadParameter("--storage-option applies to a URL (s3://..., file://...)")
+        else:
+            report = verify(Path(dst), source)
+    if as_json:
+        click.echo(json.dumps(report.__dict__, indent=1, ensure_ascii=False))
+    elif report.ok:
+        click.echo(f"ok: {report.num_samples} samples in {report.num_shards} shard(s); "
+                   f"checked {', '.join(report.checked)}")
+    else:
+        click.echo(f"error: {report.problem}", err=True)
+    if not report.ok:
+        sys.exit(1)
+
+
+# Registers `pack bench`, `pack tune` and `pack profile` on the group above.

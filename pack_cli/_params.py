@@ -1,0 +1,35 @@
+"""Option values the commands parse: byte sizes (256MB, 1GiB) and image sizes (HxW)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20,
+         "GIB": 2**30}
+
+
+def parse_bytes(text: str) -> int:
+    """'256MB' -> 256000000; plain numbers are bytes; fractions round to whole bytes."""
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*", text)
+    unit = match.group(2).upper() if match else ""
+    if match is None or unit not in UNITS:
+        raise click.BadParameter(f"{text!r} is not a size like 256MB, 1GiB or 1000000")
+    return int((Decimal(match.group(1)) * UNITS[unit]).to_integral_value(ROUND_HALF_UP))
+
+
+def parse_size(text: str | None) -> tuple[int, int] | None:
+    """'224x224' -> (224, 224); a single number means a square."""
+    if text is None:
+        return None
+    parts = text.lower().split("x")
+    if len(parts) not in (1, 2) or not all(re.fullmatch("[0-9]+", p) and int(p) > 0
+                                           for p in parts):
+        raise click.BadParameter(f"{text!r} is not a size like 256x256 (height x width)")
+    height = int(parts[0])
+    return (height, int(parts[-1]))
