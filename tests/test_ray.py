@@ -25,6 +25,7 @@ from click.testing import CliRunner
 
 from pack_cli import main
 from packer import ConvertOptions, convert
+from packer.conversion.job import convert_local
 from packer.conversion.parallel import GroupResult
 from packer.encode import EncodeOptions
 from packer.errors import DestinationError, MissingDependencyError, install_line
@@ -227,7 +228,7 @@ def test_a_url_dst_keeps_the_driver_writing(ray_instance: Any, src: Path, tmp_pa
     module = importlib.import_module("packer.conversion.parallel")
     monkeypatch.setattr(module, "commit_group", lambda *a: pytest.fail("tasks wrote shards"))
     parts: list[int] = []
-    convert(src, tmp_path / "staged", "wds",
-            run=ConvertOptions(shards=ShardOptions(max_samples=5), executor="ray"),
-            on_part=lambda shards: parts.append(len(shards)))
+    convert_local(src, tmp_path / "staged", "wds",
+                  run=ConvertOptions(shards=ShardOptions(max_samples=5), executor="ray"),
+                  on_part=lambda shards: parts.append(len(shards)))
     assert parts == [1, 2, 3, 4]

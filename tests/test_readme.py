@@ -39,7 +39,8 @@ from packer.testing import make_sample_folder
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 MARKER = re.compile(r"<!--\s*readme-test:\s*(?P<body>.*?)\s*-->")
-PACKED = {"photos.wds": ("wds", EncodeOptions()), "photos.lmdb": ("lmdb", EncodeOptions()),
+PACKED = {"photos.wds": ("wds", EncodeOptions(codec="jpeg")),  # one image type: HF, Ray
+          "photos.lmdb": ("lmdb", EncodeOptions()),
           "photos.h5": ("hdf5", EncodeOptions()),
           "photos.npy": ("npy", EncodeOptions(size=(32, 32)))}
 

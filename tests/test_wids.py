@@ -151,7 +151,7 @@ def test_the_wids_index_is_written_before_index_json(src: Path, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """index.json stays the completeness mark; --resume and --overwrite treat the wids
     index as ours."""
-    convert_module = importlib.import_module("packer.convert")  # the name is the function
+    convert_module = importlib.import_module("packer.conversion.job")
 
     dst = tmp_path / "out" / "photos.wds"
     with monkeypatch.context() as patch:
