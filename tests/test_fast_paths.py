@@ -23,7 +23,8 @@ from packer.formats import _hdf5_writer
 from packer.formats._tar import member_header, pax_member_header
 from packer.imaging.jpeg import decodes, load_rgb_fast
 from packer.imaging.pillow import Fit, fit_image, load_rgb
-from packer.storage.filestream import ShardFile, sha256_of
+from packer.storage.filestream import ShardFile
+from packer.storage.hashing import sha256_file
 from packer.testing import make_sample_folder, synthetic_image
 
 
@@ -201,7 +202,7 @@ def test_shard_file_hashes_what_it_writes(tmp_path: Path) -> None:
     body = b"".join(pieces)
     assert path.read_bytes() == bytes(100) + body
     assert shard.hexdigest() == hashlib.sha256(body).hexdigest()
-    assert sha256_of(path) == hashlib.sha256(bytes(100) + body).hexdigest()
+    assert sha256_file(path) == hashlib.sha256(bytes(100) + body).hexdigest()
 
 
 def test_hdf5_falls_back_when_the_blob_moves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -230,5 +231,5 @@ def test_npy_streamed_hash_matches_the_file(tmp_path: Path, with_reject: bool) -
     index = convert(src, tmp_path / "n", "npy", EncodeOptions(size=(24, 32)),
                     ConvertOptions(workers=2))
     assert index.num_samples == 9 and index.num_rejected == int(with_reject)
-    assert index.shards[0].sha256 == sha256_of(tmp_path / "n" / "images.npy")
+    assert index.shards[0].sha256 == sha256_file(tmp_path / "n" / "images.npy")
     assert np.load(tmp_path / "n" / "images.npy").shape == (9, 24, 32, 3)

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from packer.conversion.journal import STATE_DIR
-from packer.core.index import INDEX_NAME
+from packer import formats
+from packer.core.layout import DATASET_FILES, FORMAT_NAMES, INDEX_NAME, STATE_DIR
 from packer.errors import (
     DatasetExistsError,
     DestinationError,
@@ -22,14 +23,30 @@ from packer.errors import (
     interrupted,
 )
 from packer.formats._wds_names import is_ours as is_wds_file
+from packer.storage.atomic import PARTIAL_SUFFIX
 
 # An I/O error with less free space than this on DST's disk is taken for a full disk:
 # LMDB reports a short write on a full disk as EIO, h5py often without an errno.
 LOW_SPACE_BYTES = 64 << 20
 
-OUR_NAMES = ("index.json", "samples.npy", "keys.npy", "rejects.jsonl", "data.lmdb", "data.h5",
-             "images.npy", "labels.npy", STATE_DIR)
-OUR_PATTERNS = ("*.partial",)
+
+
+@functools.cache
+def _our_names(with_state: bool) -> frozenset[str]:
+    """Every dataset file name (core.layout), each format's own files as it declares them
+    (wds' are patterns: `is_wds_file`), and the resume state when asked."""
+    names = set(DATASET_FILES) | ({STATE_DIR} if with_state else set())
+    for fmt in FORMAT_NAMES:
+        names |= {f for f in formats.load(fmt).FILES if "*" not in f}
+    return frozenset(names)
+
+
+def is_ours(name: str, *, with_state: bool = True) -> bool:
+    """Whether a name at the top of a DST (a folder, or a URL prefix: `a/b` counts as `a`)
+    is one a conversion writes, so --overwrite may remove it and --resume keep it: a folder
+    renamed since its conversion still holds only our files."""
+    top = name.split("/", 1)[0]
+    return top in _our_names(with_state) or is_wds_file(top) or top.endswith(PARTIAL_SUFFIX)
 
 
 def refuse_inside_source(src: Path, folder: Path) -> None:
@@ -72,7 +89,7 @@ def prepare(folder: Path, resume: bool, overwrite: bool) -> bool:
             f"{folder}: holds an unfinished conversion; pass --resume to continue it or "
             "--overwrite to start over"
         )
-    foreign = [p.name for p in folder.iterdir() if not _ours(p)]
+    foreign = [p.name for p in folder.iterdir() if not is_ours(p.name)]
     if foreign:
         raise DatasetExistsError(
             f"{folder}: not empty (found {foreign[0]!r}); choose an empty or new DST folder"
@@ -80,18 +97,11 @@ def prepare(folder: Path, resume: bool, overwrite: bool) -> bool:
     return False
 
 
-def _ours(path: Path) -> bool:
-    """A file a conversion writes (wds: shards of any dataset name, the wids index): a
-    folder renamed since its conversion still holds only our files."""
-    return path.name in OUR_NAMES or is_wds_file(path.name) or \
-        any(path.match(p) for p in OUR_PATTERNS)
-
-
 def clear(folder: Path) -> None:
     """Remove what an earlier conversion left (index first, so nothing looks complete)."""
     (folder / INDEX_NAME).unlink(missing_ok=True)
     for path in sorted(folder.iterdir()):
-        if not _ours(path):
+        if not is_ours(path.name):
             continue
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)

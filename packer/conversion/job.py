@@ -145,7 +145,7 @@ def convert_local(src: str | Path, dst: str | Path, fmt: str,
         if progress is not None:
             progress(done.src_stop)
         job = _Job(writer, journal, done, run.on_error, progress, on_part,
-                   group=run.shards.max_samples if fmt == "wds" else None,
+                   group=run.shards.max_samples if module.GROUPS_INPUTS else None,
                    path_of=lambda position: source.items[position].path)
         try:
             if source.origin is not None:

@@ -29,6 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from packer import formats
 from packer.conversion.journal import STATE_DIR
 from packer.core.index import SampleTable, ShardInfo
 from packer.core.record import Record, Reject, SourceItem
@@ -217,5 +218,5 @@ def written_groups(folder: Path, items: Sequence[SourceItem], start: int, size: 
 def use_parallel_writers(fmt: str, executor: str, max_samples: int | None) -> bool:
     """Whether tasks write the shards: wds on Ray with --shard-samples (into a folder:
     convert() also asks that no upload hook is set, as for a URL DST)."""
-    return fmt == "wds" and executor == "ray" and max_samples is not None
+    return formats.load(fmt).GROUPS_INPUTS and executor == "ray" and max_samples is not None
 

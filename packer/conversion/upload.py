@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fnmatch
 import shutil
 import tempfile
 import threading
@@ -38,6 +37,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from packer.conversion.destination import is_ours
 from packer.core.index import (
     INDEX_NAME,
     KEYS_NAME,
@@ -49,7 +49,6 @@ from packer.core.index import (
 )
 from packer.dataset.remote import is_local, open_fs, remote_errors
 from packer.errors import DatasetExistsError
-from packer.formats._wds_names import is_ours as is_wds_file
 from packer.formats._wds_names import name_of
 from packer.storage.atomic import commit, fsync_file, partial_path
 
@@ -60,17 +59,9 @@ if TYPE_CHECKING:
 UPLOAD_THREADS = 4
 # Sent after every data file, before index.json.
 TABLES = (SAMPLES_NAME, KEYS_NAME, REJECTS_NAME)
-OUR_NAMES = ("index.json", "samples.npy", "keys.npy", "rejects.jsonl", "data.lmdb", "data.h5",
-             "images.npy", "labels.npy")
-OUR_PATTERNS = ("*.partial",)
-
-
 def ours(name: str) -> bool:
-    """Whether a name below the prefix is one a conversion writes (wds: shards of any
-    dataset name, the wids index)."""
-    top = name.split("/", 1)[0]
-    return top in OUR_NAMES or is_wds_file(top) or any(fnmatch.fnmatch(top, p)
-                                                         for p in OUR_PATTERNS)
+    """Whether a name below the prefix is one a conversion uploads (no resume state)."""
+    return is_ours(name, with_state=False)
 
 
 class Destination:

@@ -76,7 +76,7 @@ def _check_samples(folder: Path, index: Index, table: SampleTable) -> None:
     labels = np.asarray(table.labels)
     if len(stored) != len(labels) or not np.array_equal(stored, labels):
         bad = _first_difference(stored, labels)
-        labels_file = getattr(module, "LABELS", None)  # npy keeps labels beside the shards
+        labels_file = module.LABELS_FILE  # npy keeps labels beside the data
         where = folder / (labels_file or index.shards[index.shard_of(bad)].name)
         raise PackError(f"{where}: stored label of sample {bad} ({table.key(bad)!r}) differs "
                         "from the index; restore the file or reconvert")

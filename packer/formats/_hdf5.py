@@ -33,6 +33,12 @@ from packer.formats.base import WriterPlan, checked
 NAME = "hdf5"
 FILE = "data.h5"
 FILES = (FILE,)
+# Capabilities, declared here so that no caller branches on the format name:
+THREAD_SAFE_READER = True  # one reader may serve every thread
+STORES_PIXELS = False  # raw pixels of one size, not encoded images
+GROUPS_INPUTS = False  # --shard-samples: a shard per N inputs
+LABELS_FILE: str | None = None  # labels beside the data, or in it
+
 COPY_BLOCK = 64 << 20
 
 

@@ -33,6 +33,12 @@ from packer.storage.filestream import Writeback, hash_while
 NAME = "lmdb"
 FOLDER = "data.lmdb"
 FILES = (FOLDER,)
+# Capabilities, declared here so that no caller branches on the format name:
+THREAD_SAFE_READER = True  # one reader may serve every thread
+STORES_PIXELS = False  # raw pixels of one size, not encoded images
+GROUPS_INPUTS = False  # --shard-samples: a shard per N inputs
+LABELS_FILE: str | None = None  # labels beside the data, or in it
+
 HEADER = struct.Struct("<q8s")
 TXN_BYTES = 64 << 20
 INITIAL_MAP = 1 << 30

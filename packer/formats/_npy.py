@@ -33,6 +33,12 @@ NAME = "npy"
 IMAGES = "images.npy"
 LABELS = "labels.npy"
 FILES = (IMAGES, LABELS)
+# Capabilities, declared here so that no caller branches on the format name:
+THREAD_SAFE_READER = True  # one reader may serve every thread
+STORES_PIXELS = True  # raw pixels of one size, not encoded images
+GROUPS_INPUTS = False  # --shard-samples: a shard per N inputs
+LABELS_FILE: str | None = LABELS  # labels beside the data, or in it
+
 HEADER_BYTES = 128
 PART_SAMPLES = 2048
 

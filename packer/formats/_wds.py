@@ -39,6 +39,12 @@ from packer.storage.filestream import ShardFile
 
 NAME = "wds"
 FILES = ("*-[0-9][0-9][0-9][0-9][0-9]*.tar",)
+# Capabilities, declared here so that no caller branches on the format name:
+THREAD_SAFE_READER = False  # one reader may serve every thread
+STORES_PIXELS = False  # raw pixels of one size, not encoded images
+GROUPS_INPUTS = True  # --shard-samples: a shard per N inputs
+LABELS_FILE: str | None = None  # labels beside the data, or in it
+
 BLOCK = 512
 END_OF_ARCHIVE = bytes(2 * BLOCK)
 MAX_OPEN_SHARDS = 16  # per reader, so per DataLoader worker

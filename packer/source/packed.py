@@ -46,7 +46,6 @@ from packer.errors import PackError, RejectReason, SourceError
 from packer.formats.base import RecordReader
 from packer.source.items import SourceItems, Strings
 
-SHARED_READER = frozenset({"lmdb", "hdf5", "npy"})  # one reader per process, used by all threads
 MAX_CACHED = 4  # packed datasets kept open per process (unpickled batches reuse them)
 
 
@@ -74,7 +73,7 @@ class _Opened:
         self.shared: RecordReader | None = None
 
     def reader(self) -> RecordReader:
-        if self.index.format not in SHARED_READER:
+        if not formats.load(self.index.format).THREAD_SAFE_READER:
             reader: RecordReader | None = getattr(self.local, "reader", None)
             if reader is None:
                 reader = self.local.reader = self._open()
@@ -149,7 +148,7 @@ class PackedSource:
     @property
     def pixel_size(self) -> tuple[int, int] | None:
         """(height, width) of the raw pixels an npy dataset stores; None: encoded images."""
-        return self.index.image_size if self.index.format == "npy" else None
+        return self.index.image_size if formats.load(self.index.format).STORES_PIXELS else None
 
     def items(self, prefix: str) -> SourceItems:
         """Sample i as item i: key and label from the table (memory-mapped, not copied)."""
@@ -161,7 +160,7 @@ class PackedSource:
 
     def open(self) -> None:
         """Open the shared reader now, so that a dataset that cannot be read stops the run."""
-        if self.index.format in SHARED_READER:
+        if formats.load(self.index.format).THREAD_SAFE_READER:
             try:
                 self._opened.reader()
             except PackError as exc:

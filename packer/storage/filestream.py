@@ -12,13 +12,14 @@ last stretch only instead of the whole file (~0.15 s per 200 MB here).
 from __future__ import annotations
 
 import hashlib
-import mmap
 import os
 import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from packer.storage.hashing import sha256_file
 
 FLUSH_BYTES = 1 << 20
 MAX_PIECES = 1000  # below IOV_MAX (1024 on Linux)
@@ -38,23 +39,6 @@ def write_all(fd: int, pieces: list[bytes]) -> int:
                 rest = rest[os.write(fd, rest) :]
         total += want
     return total
-
-
-def sha256_of(path: Path, window: int = 16 << 20) -> str:
-    """sha256 of a whole file, hashed from a memory map one window at a time.
-
-    No read copies (hashlib reads the mapped pages and releases the GIL), and only one
-    window is mapped at once, so the resident set stays small however large the file.
-    """
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
-        for start in range(0, size, window):
-            length = min(window, size - start)
-            with mmap.mmap(handle.fileno(), length, access=mmap.ACCESS_READ,
-                           offset=start) as mapped:
-                digest.update(mapped)
-    return digest.hexdigest()
 
 
 class Hasher(threading.Thread):
@@ -198,7 +182,7 @@ def hash_while(path: Path, action: Callable[[], None]) -> str:
     Both release the GIL: hashing keeps a core busy while the fsync waits for the disk.
     """
     with ThreadPoolExecutor(1, thread_name_prefix="packer-sha256") as pool:
-        digest = pool.submit(sha256_of, path)
+        digest = pool.submit(sha256_file, path)
         action()
         return digest.result()
 
