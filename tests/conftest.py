@@ -1,4 +1,4 @@
-"""Shared fixtures for the packer tests: generated image folders and tree hashing.
+"""Shared fixtures for the tests: generated image folders (helpers live in tests/helpers.py).
 
 Everything is generated here (no committed binary data, no network). Session-scoped
 sources are shared by many tests, so tests must never write into them; the contract
@@ -7,106 +7,20 @@ tests check that by hashing the tree before and after.
 
 from __future__ import annotations
 
-import hashlib
-import io
-import os
 import shutil
-import stat
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import pytest
-from PIL import Image
 
-from packer import ConvertOptions, convert, formats
-from packer.core.index import read_index
-from packer.core.record import Record
-from packer.encode import EncodeOptions
-from packer.formats.base import ShardOptions, Writer
-from packer.testing import make_sample_folder, synthetic_image
-from tests.s3_server import endpoint, uploaded  # noqa: F401 - fixtures for the S3 tests
-
-# Names that stress keys: dots, spaces, quotes, '%', non-ASCII, a dotted folder.
-ODD_NAMES = (
-    "a.b.c.jpg",
-    "with space.jpg",
-    "quote'single.jpg",
-    'quote"double.png',
-    "100%.jpg",
-    "%2E literal.jpg",
-    "naïve_日本語.png",
-    "Ünïcödé €.jpg",
-    "dir.with.dots/x.y.z.jpg",
-    "plain.jpeg",
-    "a_long_name_" + "x" * 120 + ".jpg",  # over tar's 100-byte name field
-    "tab\tand\nnewline.png",
-    "__meta__.jpg",
+from packer.testing import make_sample_folder
+from tests.helpers import (
+    ODD_NAMES,
+    jpeg_bytes,
+    png_bytes,
+    random_image,
 )
-
-
-def tree_hashes(root: Path, skip: tuple[str, ...] = (".pack-state",)) -> dict[str, str]:
-    """Relative path -> sha256 of every file below `root` (links by target, modes included)."""
-    out: dict[str, str] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in skip)
-        rel_dir = Path(dirpath).relative_to(root)
-        for name in dirnames:
-            out[str(rel_dir / name) + "/"] = "dir"
-        for name in sorted(filenames):
-            path = Path(dirpath) / name
-            info = path.lstat()
-            if stat.S_ISLNK(info.st_mode):
-                digest = "link:" + os.readlink(path)
-            elif stat.S_ISREG(info.st_mode):
-                digest = hashlib.sha256(path.read_bytes()).hexdigest()
-            else:
-                digest = f"special:{stat.S_IFMT(info.st_mode)}"
-            out[str(rel_dir / name)] = f"{digest}:{stat.S_IMODE(info.st_mode):o}"
-    return out
-
-
-def shard_path(folder: Path, number: int) -> Path:
-    """Shard `number` of a complete dataset, by index.json (wds shards carry the dataset's
-    name, so a copied or renamed folder keeps the names it was converted with)."""
-    return folder / read_index(folder).shards[number].name
-
-
-def decoded_by_key(folder: Path) -> dict[str, tuple[int, np.ndarray]]:
-    """key -> (label, HWC uint8 pixels) of every sample, as readers.PackedDataset decodes
-    them: what other readers of our files (HF datasets, Ray Data) must give."""
-    from readers import PackedDataset
-
-    ds = PackedDataset(folder, decode="rgb8", with_keys=True)
-    return {key: (int(label), np.asarray(image).transpose(1, 2, 0)) for image, label, key in ds}
-
-
-def jpeg_bytes(image: Image.Image, quality: int = 90, **save: object) -> bytes:
-    out = io.BytesIO()
-    image.save(out, format="JPEG", quality=quality, **save)
-    return out.getvalue()
-
-
-def png_bytes(image: Image.Image, **save: object) -> bytes:
-    out = io.BytesIO()
-    image.save(out, format="PNG", **save)
-    return out.getvalue()
-
-
-def random_image(width: int, height: int, seed: int = 0) -> Image.Image:
-    return synthetic_image(np.random.default_rng(seed), width, height)
-
-
-def pack_command() -> list[str]:
-    """The installed `pack` console script of this interpreter, or an equivalent."""
-    script = Path(sys.executable).parent / "pack"
-    if script.exists():
-        return [str(script)]
-    return [sys.executable, "-c", "from pack_cli import main; main()"]
+from tests.s3_server import endpoint, uploaded  # noqa: F401 - fixtures for the S3 tests
 
 
 @pytest.fixture(scope="session")
@@ -144,58 +58,3 @@ def writable_src(tmp_path: Path, src: Path) -> Iterator[Path]:
     copy = tmp_path / "src-copy"
     shutil.copytree(src, copy)
     yield copy
-
-
-def wait_for_state(proc: subprocess.Popen[bytes], dst: Path) -> float | None:
-    """Wait until the conversion starts writing (its journal appears) or ends."""
-    while proc.poll() is None:
-        if (dst / ".pack-state").exists():
-            return time.monotonic()
-        time.sleep(0.001)
-    return None
-
-
-class count_adds:
-    """Count Writer.add calls of this format's writers; optionally fail after N of them."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, fmt: str,
-                 fail_after: int | None = None) -> None:
-        self.monkeypatch = monkeypatch
-        self.module = formats.load(fmt)
-        self.real_open: Callable[..., Writer] = self.module.open_writer
-        self.fail_after = fail_after
-        self.adds = [0]
-
-    def __enter__(self) -> list[int]:
-        real_open, adds, fail_after = self.real_open, self.adds, self.fail_after
-
-        def open_writer(plan: Any) -> Writer:
-            writer = real_open(plan)
-            real_add = writer.add
-
-            def add(record: Record) -> Any:
-                if fail_after is not None and adds[0] >= fail_after:
-                    raise RuntimeError("injected failure in the writer")
-                adds[0] += 1
-                return real_add(record)
-
-            writer.add = add  # type: ignore[method-assign]
-            return writer
-
-        self.monkeypatch.setattr(self.module, "open_writer", open_writer)
-        return self.adds
-
-    def __exit__(self, *exc: object) -> None:
-        self.monkeypatch.setattr(self.module, "open_writer", self.real_open)
-
-
-def pack_every_format(root: Path, count: int, npy_size: tuple[int, int], min_side: int,
-                      max_side: int) -> dict[str, Path]:
-    """One generated source packed in each format under `root` (wds in shards of 10)."""
-    src = make_sample_folder(root / "src", count=count, classes=3, min_side=min_side,
-                             max_side=max_side)
-    run = ConvertOptions(workers=0, shards=ShardOptions(max_samples=10))
-    for fmt in formats.FORMATS:
-        options = EncodeOptions(size=npy_size) if fmt == "npy" else None
-        convert(src, root / fmt, fmt, options=options, run=run)
-    return {fmt: root / fmt for fmt in formats.FORMATS}

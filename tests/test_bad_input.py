@@ -29,9 +29,8 @@ from packer.core.index import INDEX_NAME, REJECTS_NAME, open_dataset
 from packer.core.record import Reject, SourceItem
 from packer.encode import encode_item
 from packer.errors import BadInputError
-from tests.conftest import jpeg_bytes, png_bytes, random_image, tree_hashes
+from tests.helpers import FORMATS, jpeg_bytes, png_bytes, random_image, tree_hashes
 
-FORMATS = ("wds", "lmdb", "hdf5", "npy")
 WORKERS0 = ConvertOptions(workers=0)
 
 

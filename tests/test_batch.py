@@ -14,9 +14,8 @@ from torch.utils.data import DataLoader, default_collate
 from packer.core.index import open_dataset
 from readers import PackedDataset, PackedIterableDataset, collate
 from readers.cache import CachedReader
-from tests.conftest import pack_every_format
+from tests.helpers import FORMATS, pack_every_format
 
-FORMATS = ("wds", "lmdb", "hdf5", "npy")
 NUM = 40
 SIZE = (20, 16)
 

@@ -21,7 +21,7 @@ from pack_cli._params import UNITS, parse_bytes, parse_size
 from packer import ConvertOptions, convert
 from packer.core.index import INDEX_NAME, open_dataset
 from packer.errors import SourceError
-from tests.conftest import shard_path, tree_hashes
+from tests.helpers import shard_path, tree_hashes
 
 
 def pack(*args: str | Path) -> Result:

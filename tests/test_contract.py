@@ -39,7 +39,7 @@ from packer.errors import DatasetExistsError, IncompleteDatasetError
 from packer.formats import _lmdb, _npy
 from packer.formats.base import ShardOptions
 from packer.source.scan import scan
-from tests.conftest import count_adds, pack_command, tree_hashes, wait_for_state
+from tests.helpers import count_adds, pack_command, tree_hashes, wait_for_state
 
 # Kill rounds per format; raise it to hunt for rare crash windows, e.g.
 # PACKER_KILL_ROUNDS=50 PACKER_KILL_SEED=123 pytest tests/test_contract.py -k sigkill

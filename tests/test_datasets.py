@@ -19,9 +19,8 @@ from packer.core.index import INDEX_NAME, open_dataset
 from packer.errors import CorruptDatasetError, IncompleteDatasetError
 from readers import PAD_LABEL, ChunkSampler, PackedDataset, PackedIterableDataset
 from readers.decode import decode
-from tests.conftest import pack_every_format
+from tests.helpers import FORMATS, pack_every_format
 
-FORMATS = ("wds", "lmdb", "hdf5", "npy")
 NUM = 48
 SIZE = (24, 24)
 CONTEXTS = [(None, 0), ("fork", 2), ("spawn", 2), ("forkserver", 2)]

@@ -16,7 +16,7 @@ from packer.encode import EncodeOptions
 from packer.errors import DestinationError
 from packer.formats.base import ShardOptions
 from packer.source.scan import scan
-from tests.conftest import tree_hashes
+from tests.helpers import tree_hashes
 
 
 @given(n=st.integers(0, 200), start=st.integers(0, 200), size=st.integers(1, 30))

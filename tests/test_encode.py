@@ -22,7 +22,7 @@ from packer.core.record import Record, Reject, SourceItem
 from packer.encode import digest_of, encode_item
 from packer.formats._npy import HEADER_BYTES, npy_header
 from packer.formats._wds import encode_key
-from tests.conftest import jpeg_bytes, png_bytes, random_image
+from tests.helpers import jpeg_bytes, png_bytes, random_image
 
 WORKERS0 = ConvertOptions(workers=0)
 

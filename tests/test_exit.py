@@ -14,9 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import pack_every_format
-
-FORMATS = ("wds", "lmdb", "hdf5", "npy")
+from tests.helpers import FORMATS, pack_every_format
 
 SCRIPT = textwrap.dedent("""
     import sys

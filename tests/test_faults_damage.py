@@ -29,8 +29,8 @@ from packer.errors import CorruptDatasetError, IncompleteDatasetError
 from packer.formats.base import ShardOptions
 from packer.testing import make_sample_folder
 from readers import PackedDataset, PackedIterableDataset
+from tests.helpers import FORMATS
 
-FORMATS = ("wds", "lmdb", "hdf5", "npy")
 DATA = {"wds": "wds-00001.tar", "lmdb": "data.lmdb/data.mdb", "hdf5": "data.h5",
         "npy": "images.npy"}
 Samples = list[tuple[bytes, int, str]]

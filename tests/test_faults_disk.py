@@ -32,8 +32,8 @@ from packer.encode import EncodeOptions
 from packer.errors import DestinationError, DiskFullError, PackError
 from packer.formats import _lmdb, _npy
 from packer.formats.base import ShardOptions
+from tests.helpers import FORMATS
 
-FORMATS = ("wds", "lmdb", "hdf5", "npy")
 SHARDS = ShardOptions(max_samples=6)
 ENOSPC = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 

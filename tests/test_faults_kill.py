@@ -49,9 +49,8 @@ from packer.formats import _lmdb, _wds
 from packer.formats.base import ShardOptions, WriterPlan
 from packer.storage.filestream import Hasher
 from readers import PackedDataset, PackedIterableDataset
-from tests.conftest import count_adds
+from tests.helpers import FORMATS, count_adds
 
-FORMATS = ("wds", "lmdb", "hdf5", "npy")
 ROUNDS = {signal.SIGKILL: 30, signal.SIGINT: 20}
 SEED = os.environ.get("PACKER_KILL_SEED") or os.urandom(4).hex()
 

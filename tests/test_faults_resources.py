@@ -29,9 +29,9 @@ from packer.formats._wds import MAX_OPEN_SHARDS
 from packer.formats.base import ShardOptions
 from packer.testing import make_sample_folder
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset
+from tests.helpers import FORMATS
 
 ROOT = Path(__file__).resolve().parent.parent
-FORMATS = ("wds", "lmdb", "hdf5", "npy")
 NUM = 192
 NUM_SHARDS = 96
 MAX_FDS = 64

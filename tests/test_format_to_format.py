@@ -30,9 +30,8 @@ from packer.formats.base import ShardOptions
 from packer.source.scan import scan
 from packer.testing import make_sample_folder
 from tests import test_contract as contract
-from tests.conftest import ODD_NAMES, jpeg_bytes, png_bytes, random_image, tree_hashes
+from tests.helpers import FORMATS, ODD_NAMES, jpeg_bytes, png_bytes, random_image, tree_hashes
 
-FORMATS = ("wds", "lmdb", "hdf5", "npy")
 NPY_SIZE = (24, 32)
 READERS = {"wds": contract.TestWds(), "lmdb": contract.TestLmdb(), "hdf5": contract.TestHdf5(),
            "npy": contract.TestNpy()}

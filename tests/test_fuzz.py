@@ -40,7 +40,7 @@ from packer.core.index import (
 from packer.errors import CorruptDatasetError
 from packer.formats import _wds
 from packer.formats.base import ShardOptions
-from tests.conftest import shard_path
+from tests.helpers import shard_path
 
 EXAMPLES = int(os.environ.get("PACKER_FUZZ_EXAMPLES", "400"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=False,

@@ -18,7 +18,7 @@ import pytest
 
 from packer import ConvertOptions, EncodeOptions, convert
 from packer.formats.base import ShardOptions
-from tests.conftest import decoded_by_key
+from tests.helpers import decoded_by_key
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # read when datasets is imported
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

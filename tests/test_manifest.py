@@ -15,7 +15,7 @@ from packer.api import verify
 from packer.core.index import INDEX_NAME, REJECTS_NAME, open_dataset
 from packer.errors import BadInputError, SourceError
 from packer.source.scan import scan
-from tests.conftest import jpeg_bytes, png_bytes, random_image, tree_hashes
+from tests.helpers import jpeg_bytes, png_bytes, random_image, tree_hashes
 
 WORKERS0 = ConvertOptions(workers=0)
 

@@ -24,7 +24,7 @@ import readers.world
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset, loop_state
 from readers.resume import samples_per_worker
 from readers.sharding import ShardPlan, expand, worker_bounds
-from tests.conftest import pack_every_format
+from tests.helpers import pack_every_format
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker")
 NUM = 40

@@ -31,7 +31,7 @@ from packer.encode import EncodeOptions
 from packer.errors import DestinationError, MissingDependencyError, install_line
 from packer.formats.base import ShardOptions
 from packer.source.scan import scan
-from tests.conftest import decoded_by_key, tree_hashes
+from tests.helpers import decoded_by_key, tree_hashes
 
 DST = "photos.wds"  # every run's DST has this name: shards carry it
 

@@ -22,7 +22,7 @@ from packer.errors import PackError
 from packer.formats import _npy
 from packer.formats.base import ShardOptions
 from packer.testing import make_sample_folder
-from tests.conftest import count_adds, pack_command, tree_hashes, wait_for_state
+from tests.helpers import count_adds, pack_command, tree_hashes, wait_for_state
 
 WDS = ConvertOptions(shards=ShardOptions(max_samples=4), workers=0)
 RESUME = ConvertOptions(shards=ShardOptions(max_samples=4), workers=0, resume=True)

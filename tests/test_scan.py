@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from packer import ConvertOptions, convert
 from packer.errors import SourceError
 from packer.source.scan import key_of, scan
-from tests.conftest import jpeg_bytes, png_bytes, random_image
+from tests.helpers import jpeg_bytes, png_bytes, random_image
 
 JPEG = jpeg_bytes(random_image(24, 20))
 PNG = png_bytes(random_image(20, 24))

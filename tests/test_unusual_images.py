@@ -14,7 +14,7 @@ from PIL import Image, ImageOps
 
 from packer import ConvertOptions, EncodeOptions, convert, formats
 from packer.core.index import REJECTS_NAME, open_dataset
-from tests.conftest import jpeg_bytes, png_bytes, random_image, tree_hashes
+from tests.helpers import jpeg_bytes, png_bytes, random_image, tree_hashes
 
 WORKERS0 = ConvertOptions(workers=0)
 

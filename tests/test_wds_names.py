@@ -19,7 +19,7 @@ from packer.core.index import INDEX_NAME, read_index
 from packer.formats._wds_names import MAX_STEM, is_ours, name_of, shard_name, shard_stem
 from packer.formats.base import ShardOptions
 from readers import PackedDataset, PackedIterableDataset
-from tests.conftest import count_adds, tree_hashes
+from tests.helpers import count_adds, tree_hashes
 
 RUN = ConvertOptions(shards=ShardOptions(max_samples=5), workers=0)
 LEGACY = ConvertOptions(shards=ShardOptions(max_samples=5), workers=0, name="shard")

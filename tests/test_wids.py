@@ -25,7 +25,7 @@ from packer.formats import _wids
 from packer.formats.base import ShardOptions
 from packer.testing import make_sample_folder
 from readers import PackedDataset
-from tests.conftest import jpeg_bytes, random_image, tree_hashes
+from tests.helpers import jpeg_bytes, random_image, tree_hashes
 
 wids = pytest.importorskip("wids")
 
