@@ -150,6 +150,16 @@ class count_adds:
         self.monkeypatch.setattr(self.module, "open_writer", self.real_open)
 
 
+def pack_wds(root: Path, count: int, shard_samples: int, min_side: int, max_side: int) -> Path:
+    """A generated source of 3 classes packed as wds into `root/wds`, a shard every
+    `shard_samples` inputs."""
+    src = make_sample_folder(root / "src", count=count, classes=3, min_side=min_side,
+                             max_side=max_side)
+    run = ConvertOptions(workers=0, shards=ShardOptions(max_samples=shard_samples))
+    convert(src, root / "wds", "wds", run=run)
+    return root / "wds"
+
+
 def pack_every_format(root: Path, count: int, npy_size: tuple[int, int], min_side: int,
                       max_side: int) -> dict[str, Path]:
     """One generated source packed in each format under `root` (wds in shards of 10)."""

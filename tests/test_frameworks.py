@@ -14,10 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from packer import ConvertOptions, convert
 from packer.core.index import open_dataset
-from packer.formats.base import ShardOptions
-from packer.testing import make_sample_folder
+from tests.helpers import pack_wds
 
 NUM = 200
 RANKS = 2
@@ -26,11 +24,7 @@ HERE = Path(__file__).parent
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("frameworks")
-    src = make_sample_folder(root / "src", count=NUM, classes=3, min_side=10, max_side=16)
-    convert(src, root / "wds", "wds", run=ConvertOptions(workers=0,
-                                                         shards=ShardOptions(max_samples=40)))
-    return root / "wds"
+    return pack_wds(tmp_path_factory.mktemp("frameworks"), NUM, 40, min_side=10, max_side=16)
 
 
 def free_port() -> int:

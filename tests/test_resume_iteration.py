@@ -17,14 +17,12 @@ from typing import Any
 import pytest
 from torch.utils.data import DataLoader
 
-from packer import ConvertOptions, convert
 from packer.core.index import open_dataset
-from packer.formats.base import ShardOptions
-from packer.testing import make_sample_folder
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset, loop_state
 from readers._stream import resumed_records, stream_order
 from readers.resume import samples_per_worker
 from readers.sharding import ShardPlan, epoch_rng, expand
+from tests.helpers import pack_wds
 from tests.test_sharding import CountingReader
 
 NUM = 37
@@ -35,11 +33,7 @@ Batches = list[list[str]]
 
 @pytest.fixture(scope="module")
 def path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("resume")
-    src = make_sample_folder(root / "src", count=NUM, classes=3, min_side=16, max_side=24)
-    convert(src, root / "wds", "wds", run=ConvertOptions(workers=0,
-                                                        shards=ShardOptions(max_samples=8)))
-    return root / "wds"
+    return pack_wds(tmp_path_factory.mktemp("resume"), NUM, 8, min_side=16, max_side=24)
 
 
 def iterable(path: Path, **kwargs: Any) -> PackedIterableDataset:
