@@ -173,7 +173,7 @@ class _PackedBase:
         return handles
 
     def _sample(self, table: SampleTable, i: int, data: bytes, padded: bool,
-                crop: tuple[int, int] = (0, 0)) -> Sample:
+                crop: tuple[int, int]) -> Sample:
         """`crop`: (seed, epoch) that choose the augment's box, with the sample index."""
         image: Any
         if self.augment is not None:
