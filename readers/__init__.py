@@ -1,11 +1,13 @@
 """Training side: PyTorch datasets over packed datasets, split exactly once across DDP ranks.
 
     from readers import PackedDataset, PackedIterableDataset, ChunkSampler, collate
+    from readers import RandomResizedCrop, CenterCrop   # train-time crops, fused into decode
     from readers import LoaderMonitor   # times how long a training loop waits for data
 
 `readers` depends on `packer`, never the reverse.
 """
 
+from readers.augment import Box, CenterCrop, RandomResizedCrop
 from readers.batching.collate import collate
 from readers.datasets import PackedDataset, PackedIterableDataset, Sample
 from readers.monitor import LoaderMonitor  # numpy and logging only: adds nothing heavy
@@ -14,11 +16,14 @@ from readers.sampler import PAD_LABEL, ChunkSampler, PaddedIndex
 
 __all__ = [
     "PAD_LABEL",
+    "Box",
+    "CenterCrop",
     "ChunkSampler",
     "LoaderMonitor",
     "PackedDataset",
     "PackedIterableDataset",
     "PaddedIndex",
+    "RandomResizedCrop",
     "Sample",
     "collate",
     "loop_state",

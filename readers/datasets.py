@@ -31,14 +31,17 @@ from pathlib import Path
 from typing import Any, cast, get_args
 
 import numpy as np
+from PIL import Image
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from packer import formats
 from packer.core.index import INDEX_NAME, SampleTable, open_dataset
 from packer.formats.base import RecordReader
 from readers._stream import pass_records
+from readers.augment import Augment
 from readers.batching.collate import Gatherer, gathered_samples
 from readers.cache import DEFAULT_CACHE_BYTES, CachedReader
+from readers.crop_decode import as_numpy, decode_augmented
 from readers.decode import Mode
 from readers.decode import decode as decode_record
 from readers.epochs import PassEpochs
@@ -130,7 +133,8 @@ class _PackedBase:
 
     def __init__(self, path: str | Path, decode: Mode, size: tuple[int, int] | None,
                  transform: Transform | None, with_keys: bool, chunk_size: int,
-                 cache_bytes: int, remote: RemoteSource | None = None) -> None:
+                 cache_bytes: int, remote: RemoteSource | None = None,
+                 augment: Augment | None = None) -> None:
         if decode not in get_args(Mode):
             raise ValueError(f"decode must be one of {', '.join(get_args(Mode))}, not {decode!r}")
         if chunk_size < 1:
@@ -138,6 +142,7 @@ class _PackedBase:
         if decode == "raw" and size is not None:
             raise ValueError(f"decode='raw' returns the stored bytes and cannot resize them to "
                              f"{size}: pass size=None, or decode='rgb8' or 'pil' to resize")
+        _check_augment(augment, decode, size)
         self.remote = remote  # a URL's local mirror (readers.remote), or None
         self.path = remote.folder if remote is not None else Path(path).resolve()
         self.index, _ = open_dataset(self.path)  # refuses a folder without index.json
@@ -145,6 +150,7 @@ class _PackedBase:
         formats.load(self.index.format)  # a missing library fails here, not in a worker
         self.decode: Mode = decode
         self.size = size
+        self.augment = augment
         self.transform = transform
         self.with_keys = with_keys
         self.chunk_size = chunk_size
@@ -166,9 +172,15 @@ class _PackedBase:
                                                self.remote)
         return handles
 
-    def _sample(self, table: SampleTable, i: int, data: bytes, padded: bool) -> Sample:
+    def _sample(self, table: SampleTable, i: int, data: bytes, padded: bool,
+                crop: tuple[int, int]) -> Sample:
+        """`crop`: (seed, epoch) that choose the augment's box, with the sample index."""
         image: Any
-        if self.decode == "raw" and self.pixels_shape is not None:
+        if self.augment is not None:
+            image = decode_augmented(data, self.augment, (*crop, i), self.pixels_shape)
+            if self.decode == "pil":
+                image = Image.fromarray(as_numpy(image), "RGB")
+        elif self.decode == "raw" and self.pixels_shape is not None:
             image = np.frombuffer(bytearray(data), np.uint8)  # see readers.batching.collate
         else:
             image = decode_record(data, self.decode, self.size, pixels_shape=self.pixels_shape)
@@ -202,6 +214,17 @@ class _PackedBase:
         return state
 
 
+def _check_augment(augment: Augment | None, decode: Mode, size: tuple[int, int] | None) -> None:
+    if augment is None:
+        return
+    if decode == "raw":
+        raise ValueError("augment crops decoded pixels, but decode='raw' returns the stored "
+                         "bytes: pass decode='rgb8' (or 'pil'), or augment=None")
+    if size is not None:
+        raise ValueError(f"augment sets the output size ({augment.output_size}); "
+                         f"pass size=None, not {size}")
+
+
 class PackedDataset(_PackedBase, Dataset[Sample]):
     """Map-style access in index order, with a per-process chunk cache (see readers.cache).
 
@@ -214,6 +237,12 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
     `path` may be a URL (s3://bucket/prefix, file://...): shards are fetched into
     `cache_dir` on demand and evicted beyond `cache_dir_bytes` (default 8 GiB, shared by
     the processes of the machine); `storage_options` go to fsspec (see readers.remote).
+
+    `augment` (readers.RandomResizedCrop or CenterCrop) crops every sample at decode, the
+    box a pure function of (seed, epoch, index): `set_epoch(e)` names the epoch, reaching
+    persistent workers through shared memory as the iterable dataset's does, and
+    ChunkSampler forwards the epoch of each of its passes here (Lightning calls
+    set_epoch on the sampler only).
     """
 
     def __init__(self, path: str | Path, decode: Mode = "rgb8",
@@ -221,12 +250,26 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
                  with_keys: bool = False, cache_bytes: int = DEFAULT_CACHE_BYTES, *,
                  chunk_size: int = DEFAULT_CHUNK_SIZE, cache_dir: str | Path | None = None,
                  cache_dir_bytes: int | None = None,
-                 storage_options: Mapping[str, Any] | None = None) -> None:
+                 storage_options: Mapping[str, Any] | None = None,
+                 seed: int = 0, augment: Augment | None = None) -> None:
         if cache_bytes < 0:
             raise ValueError(f"cache_bytes must be 0 (off) or positive, not {cache_bytes}")
+        if seed < 0:
+            raise ValueError(f"seed must be a non-negative integer, not {seed}")
         remote = remote_source(path, storage_options, cache_dir, cache_dir_bytes)
         super().__init__(path, decode, size, transform, with_keys, chunk_size, cache_bytes,
-                         remote)
+                         remote, augment)
+        self.seed = seed
+        self._epochs = PassEpochs()  # only its named epoch: map-style has no passes
+
+    @property
+    def epoch(self) -> int:
+        """The epoch whose crops the dataset serves now."""
+        return self._epochs.next
+
+    def set_epoch(self, epoch: int) -> None:
+        """Name the epoch of the crops; reaches running (persistent) workers too."""
+        self._epochs.set_next(epoch)
 
     def __len__(self) -> int:
         return self.index.num_samples
@@ -243,7 +286,7 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
         batch that readers.collate sends as it is; never a single sample)."""
         positions = [self._position(i) for i in indices]
         local = self._local()
-        if local.gather is not None and self.pixels_shape is not None \
+        if local.gather is not None and self.pixels_shape is not None and self.augment is None \
                 and self.decode != "pil" and self.size in (None, self.pixels_shape):
             table = local.table
             labels = table.labels[positions].tolist()  # one lookup for the batch
@@ -256,8 +299,9 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
                                     self.decode == "raw", make,
                                     recyclable=recyclable)
         records = local.cached.read_many(positions)
+        crop = (self.seed, self.epoch)  # read once: the whole batch is of one epoch
         return [
-            self._sample(local.table, i, data, isinstance(original, PaddedIndex))
+            self._sample(local.table, i, data, isinstance(original, PaddedIndex), crop)
             for original, i, data in zip(indices, positions, records, strict=True)
         ]
 
@@ -280,6 +324,9 @@ class PackedIterableDataset(_PackedBase, IterableDataset[Sample]):
     fetched now, shards on demand into `cache_dir`, least recently used ones evicted
     beyond `cache_bytes` (default 8 GiB, shared by the processes of the machine);
     `storage_options` go to fsspec (see readers.remote).
+
+    `augment` (readers.RandomResizedCrop or CenterCrop) crops every sample at decode, the
+    box a pure function of (seed, epoch of the pass, sample index).
     """
 
     def __init__(self, path: str | Path, shuffle: bool = True, seed: int = 0,
@@ -290,10 +337,10 @@ class PackedIterableDataset(_PackedBase, IterableDataset[Sample]):
                  buffer_size: int = DEFAULT_BUFFER_SIZE, *, cache_dir: str | Path | None = None,
                  cache_bytes: int | None = None,
                  storage_options: Mapping[str, Any] | None = None,
-                 batch_size: int | None = None) -> None:
+                 batch_size: int | None = None, augment: Augment | None = None) -> None:
         remote = remote_source(path, storage_options, cache_dir, cache_bytes)
         super().__init__(path, decode, size, transform, with_keys, chunk_size, cache_bytes=0,
-                         remote=remote)
+                         remote=remote, augment=augment)
         if buffer_size < 0:
             raise ValueError(f"buffer_size must be 0 (chunk order only) or more, "
                              f"not {buffer_size}")
@@ -370,8 +417,9 @@ class PackedIterableDataset(_PackedBase, IterableDataset[Sample]):
         local = self._local()
         rng = epoch_rng(plan.seed, *where, 2) if plan.shuffle else None
         records = pass_records(local.reader, spans, self.buffer_size, rng, skip)
+        crop = (plan.seed, where[0])
         for i, padded, data in records:
-            sample = self._sample(local.table, i, data, padded)
+            sample = self._sample(local.table, i, data, padded, crop)
             self._seen += 1
             yield sample
 

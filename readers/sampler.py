@@ -130,6 +130,7 @@ class ChunkSampler(DistributedSampler[int]):
         epoch, self._next_epoch = self._next_epoch, self._next_epoch + 1
         skip = self._resume.take(epoch, 0, plan.num_per_rank) if self._resume is not None else 0
         self._pass_epoch, self._yielded = epoch, skip
+        self._forward_epoch(epoch)
         indices, padded = expand(plan.rank_spans(epoch, rank))
         stream: Iterator[int] = (
             PaddedIndex(i) if pad else int(i)
@@ -139,6 +140,16 @@ class ChunkSampler(DistributedSampler[int]):
             rng = epoch_rng(plan.seed, epoch, rank, 1)
             stream = buffered_shuffle(stream, self.buffer_size, rng)
         return self._counted(islice(stream, skip, None))
+
+    def _forward_epoch(self, epoch: int) -> None:
+        """Tell a dataset with `set_epoch` (PackedDataset's crops) the epoch of this pass.
+
+        Here, when the pass starts in the main process and before any index reaches a
+        worker, because Lightning calls set_epoch on the sampler only.
+        """
+        set_epoch = getattr(self.dataset, "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(epoch)
 
     def _counted(self, stream: Iterator[int]) -> Iterator[int]:
         for i in stream:

@@ -6,7 +6,8 @@
 
 The folder comes from `python ../shared/bench/photo_folder.py OUT --count 10000`.
 Packed copies are cached under --work. Prints a markdown table (medians of --runs
-interleaved runs, ratios against the baselines run in the same process).
+interleaved runs, ratios against the baselines run in the same process), train-time
+crops (augment=) included, against ImageFolder + Pillow crop and resize.
 """
 
 from __future__ import annotations

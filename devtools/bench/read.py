@@ -27,6 +27,7 @@ import psutil
 from torch.utils.data import DataLoader
 
 from devtools.bench import baselines as base
+from devtools.bench.augment import augment_cases
 from packer.core.index import INDEX_NAME, read_index
 from packer.source.scan import scan
 from readers.decode import decode as decode_sample
@@ -157,14 +158,20 @@ def build_cases(settings: Settings, src: Path, packed: dict[str, Path]) -> list[
     cases += decode_cases(src, size)
     for fmt, path in packed.items():
         cases += our_cases(fmt, path, size)
-    return cases
+    return cases + augment_cases(Case, src, packed, size, sample_bytes(src),
+                                 base.one_thread_rate)
+
+
+def sample_bytes(src: Path, count: int = 1000) -> list[bytes]:
+    """An even spread of up to `count` of src's files, in memory."""
+    items = scan(src).items
+    step = max(1, len(items) // count)
+    return [Path(item.path).read_bytes() for item in items[::step][:count]]
 
 
 def decode_cases(src: Path, size: tuple[int, int], count: int = 1000) -> list[Case]:
     """Decode + resize alone on one core: ours against the PIL pipeline, same bytes."""
-    items = scan(src).items
-    step = max(1, len(items) // count)
-    samples = [Path(item.path).read_bytes() for item in items[::step][:count]]
+    samples = sample_bytes(src, count)
     shown = f"rgb8 {size[0]}x{size[1]}"
     pil = partial(base.pil_bytes_to_tensor, size=size)
     ours = partial(decode_sample, mode="rgb8", size=size)

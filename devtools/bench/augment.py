@@ -1,0 +1,91 @@
+"""Augmentation cases of scripts/bench_read.py (issue 12): crops fused into decode vs Pillow.
+
+    pil-rrc      ImageFolder + what torchvision's RandomResizedCrop + flip does with
+                 Pillow: full decode, crop, bilinear resize, flip (the same boxes as ours)
+    pil-center   ImageFolder + Resize(256/224 x size) + CenterCrop(size) with Pillow
+    crop-1t      our decode + crop + resize + flip alone on one core: the ceiling
+    <fmt>-...    PackedDataset / PackedIterableDataset with augment=, readers.collate
+
+Targets (the issue's): ours at least 2.5x the Pillow baseline and 0.8x (one-thread
+ceiling x workers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from itertools import count
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+from torch.utils.data import Dataset
+
+from packer.source.scan import scan
+from readers import CenterCrop, PackedDataset, PackedIterableDataset, RandomResizedCrop, collate
+from readers.augment import Augment
+from readers.crop_decode import decode_augmented
+
+JPEG_FORMATS = ("wds", "lmdb", "hdf5")
+
+
+class PilCropFolderDataset(Dataset[tuple[torch.Tensor, int]]):
+    """ImageFolder's loader, then torchvision's resized_crop on PIL: crop, resize, flip."""
+
+    def __init__(self, root: Path, augment: Augment, seed: int = 0) -> None:
+        items = scan(root).items
+        self.paths = [item.path for item in items]
+        self.labels = np.array([item.label for item in items], dtype=np.int64)
+        self.augment, self.seed = augment, seed
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        with open(self.paths[i], "rb") as handle:
+            image = Image.open(handle).convert("RGB")
+        return pil_crop(image, self.augment, self.seed, i), int(self.labels[i])
+
+
+def pil_crop(image: Image.Image, augment: Augment, seed: int, index: int) -> torch.Tensor:
+    top, left, height, width, flipped = augment.params(seed, 0, index,
+                                                       (image.height, image.width))
+    size = augment.output_size
+    out = image.crop((round(left), round(top), round(left + width), round(top + height)))
+    out = out.resize((size[1], size[0]), Image.Resampling.BILINEAR)
+    if flipped:
+        out = out.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+    return torch.as_tensor(np.array(out, copy=True)).permute(2, 0, 1)
+
+
+def augments(size: tuple[int, int]) -> dict[str, Augment]:
+    resize = round(min(size) * 256 / 224)
+    return {"rrc": RandomResizedCrop(size), "center": CenterCrop(size, resize=resize)}
+
+
+def crop_decoder(augment: Augment) -> Callable[[bytes], object]:
+    """Our fused decode, a new sample index per call (so boxes vary as in training)."""
+    indices = count()
+    return lambda data: decode_augmented(data, augment, (0, 0, next(indices)))
+
+
+def augment_cases(case: Callable[..., Any], src: Path, packed: dict[str, Path],
+                  size: tuple[int, int], samples: Sequence[bytes],
+                  one_thread: Callable[..., Any]) -> list[Any]:
+    """`case` builds a read.Case; `one_thread` is baselines.one_thread_rate."""
+    cases = []
+    for name, augment in augments(size).items():
+        shown = f"{type(augment).__name__} {size[0]}x{size[1]}"
+        cases.append(case(f"pil-{name}", "PIL ImageFolder + crop", "folder", shown,
+                          lambda a=augment: PilCropFolderDataset(src, a), shuffle=True))
+        cases.append(case(f"crop-1t-{name}", "readers crop decode, 1 thread", "bytes", shown,
+                          lambda a=augment: one_thread(samples, crop_decoder(a))))
+        for fmt in (f for f in JPEG_FORMATS if f in packed):
+            for cls in (PackedDataset, PackedIterableDataset):
+                cases.append(case(
+                    f"{fmt}-{cls.__name__}-{name}", f"{cls.__name__} + readers.collate",
+                    fmt, shown, lambda c=cls, p=packed[fmt], a=augment: c(p, augment=a),
+                    shuffle=cls is PackedDataset, targets=((f"pil-{name}", 2.5),),
+                    collate=collate))
+    return cases
