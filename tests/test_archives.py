@@ -26,6 +26,7 @@ from click.testing import CliRunner
 from pack_cli import main
 from packer import ConvertOptions, convert
 from packer.api import verify
+from packer.conversion import job
 from packer.conversion.journal import ResumeRefused
 from packer.core.index import INDEX_NAME, REJECTS_NAME, read_index
 from packer.errors import SourceError
@@ -106,6 +107,27 @@ def test_archive_converts_like_its_extracted_folder(src: Path, tmp_path: Path, k
     assert without_job(tmp_path / "from-archive" / "ds") == \
         without_job(tmp_path / "from-folder" / "ds")
     assert sha256(archive) == before  # the source is never modified
+
+
+@pytest.mark.parametrize("kind", list(MAKERS))
+def test_odd_member_names_convert_like_the_folder(odd_src: Path, tmp_path: Path,
+                                                  kind: str) -> None:
+    maker, suffix = MAKERS[kind]
+    archive = maker(odd_src, tmp_path / f"odd{suffix}")
+    convert(archive, tmp_path / "a" / "ds", "wds")
+    convert(odd_src, tmp_path / "f" / "ds", "wds")
+    ours, theirs = tree_hashes(tmp_path / "a" / "ds"), tree_hashes(tmp_path / "f" / "ds")
+    del ours[INDEX_NAME], theirs[INDEX_NAME]
+    assert ours == theirs
+    assert without_job(tmp_path / "a" / "ds") == without_job(tmp_path / "f" / "ds")
+
+
+def test_ray_executor_is_refused_for_an_archive(src: Path, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(job, "check_executor", lambda *args: None)  # no cluster needed
+    archive = make_tar(src, tmp_path / "train.tar")
+    with pytest.raises(SourceError, match="archive SRC is read by the local executor only"):
+        convert(archive, tmp_path / "out", "wds", run=ConvertOptions(executor="ray"))
 
 
 def test_scan_names_members_and_classes(src: Path, tmp_path: Path) -> None:

@@ -90,7 +90,7 @@ def _gzipped(path: Path) -> bool:
 
 def clean_name(name: str) -> str | None:
     """A member path made relative and `/`-separated; None when it escapes the archive."""
-    parts = name.replace("\\", "/").split("/")
+    parts = name.split("/")  # a backslash is a character of a posix file name
     if name.startswith("/") or ".." in parts:
         return None
     return "/".join(part for part in parts if part not in ("", "."))
