@@ -31,6 +31,8 @@ from packer.conversion.journal import ResumeRefused
 from packer.core.index import INDEX_NAME, REJECTS_NAME, read_index
 from packer.errors import SourceError
 from packer.formats.base import ShardOptions
+from packer.source import archive as archive_scan
+from packer.source import tarheaders
 from packer.source.scan import scan
 from tests.conftest import count_adds, jpeg_bytes, random_image, tree_hashes
 
@@ -39,9 +41,9 @@ WDS = ConvertOptions(shards=ShardOptions(max_samples=4), workers=0)
 RESUME = ConvertOptions(shards=ShardOptions(max_samples=4), workers=0, resume=True)
 
 
-def make_tar(folder: Path, out: Path) -> Path:
+def make_tar(folder: Path, out: Path, form: int = tarfile.DEFAULT_FORMAT) -> Path:
     """`folder`'s classes as the archive's top-level folders."""
-    with tarfile.open(out, "w") as tar:
+    with tarfile.open(out, "w", format=form) as tar:
         for entry in sorted(folder.iterdir()):
             tar.add(entry, arcname=entry.name)
     return out
@@ -120,6 +122,42 @@ def test_odd_member_names_convert_like_the_folder(odd_src: Path, tmp_path: Path,
     del ours[INDEX_NAME], theirs[INDEX_NAME]
     assert ours == theirs
     assert without_job(tmp_path / "a" / "ds") == without_job(tmp_path / "f" / "ds")
+
+
+@pytest.mark.parametrize("form", [tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
+@pytest.mark.parametrize("nested", [False, True])
+def test_header_reader_lists_what_tarfile_lists(odd_src: Path, mixed_src: Path,
+                                                tmp_path: Path, form: int,
+                                                nested: bool) -> None:
+    """The fast header reader (tarheaders) against tarfile, member for member."""
+    for n, folder in enumerate((odd_src, mixed_src)):
+        archive = make_tar(folder, tmp_path / f"{n}.tar", form)
+        if nested:
+            archive = make_tar_of_tars(folder, tmp_path / f"{n}-nested.tar")
+        size = archive.stat().st_size
+        fd = os.open(archive, os.O_RDONLY)
+        try:
+            fast = list(tarheaders.tar_entries(fd, str(archive), size))
+        finally:
+            os.close(fd)
+        slow = list(archive_scan._tar_entries(archive, size))
+        assert [(e.name.rstrip("/"), e.kind, e.offset, e.size) for e in fast] == \
+            [(e.name.rstrip("/"), e.kind, e.offset, e.size) for e in slow]
+        assert len(fast) > 10
+
+
+def test_unusual_headers_fall_back_to_tarfile(src: Path, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    archive = make_tar(src, tmp_path / "train.tar")
+    fast = scan(archive)
+
+    def unusual(*args: object) -> None:
+        raise tarheaders.Unusual("test")
+
+    monkeypatch.setattr(archive_scan, "tar_entries", unusual)
+    slow = scan(archive)
+    assert slow.archive is not None and fast.archive is not None
+    assert slow.archive.identity == fast.archive.identity
 
 
 def test_ray_executor_is_refused_for_an_archive(src: Path, tmp_path: Path,

@@ -20,12 +20,12 @@ Compressed tars cannot be read by offset and are refused with how to decompress 
 from __future__ import annotations
 
 import hashlib
+import os
 import stat
 import tarfile
 import zipfile
 from array import array
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -33,23 +33,19 @@ import numpy as np
 from packer.core.record import Reject
 from packer.errors import SourceError
 from packer.source.items import ItemsBuilder, SourceItems, Strings
-from packer.source.members import DEFLATED, STORED, ArchiveSource, ArchiveStat, MemberTable
+from packer.source.members import (
+    DEFLATED,
+    STORED,
+    ArchiveSource,
+    ArchiveStat,
+    Entry,
+    MemberTable,
+)
 from packer.source.names import image_name
+from packer.source.tarheaders import Unusual, tar_entries
 
 GZIP_MAGIC = b"\x1f\x8b"
 COMPRESSED_TAR = (".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One member as the scan sees it (transient: not kept)."""
-
-    name: str  # cleaned, `/`-separated, relative
-    kind: str  # "file", "dir", or a reason the member cannot be packed
-    offset: int = 0
-    size: int = 0
-    method: int = STORED
-    crc: int = 0
 
 
 def archive_kind(path: Path) -> str | None:
@@ -70,10 +66,33 @@ def scan_archive(path: Path) -> tuple[SourceItems, tuple[str, ...], list[Reject]
         raise SourceError(f"{path}: a compressed tar cannot be read by offset; decompress it "
                           f"once (gunzip -k, or xz -dk) and pass the .tar")
     before = _stat(path)
+    return _listed(path, kind == "zip", before).build(path, "zip" if kind == "zip" else "tar",
+                                                      before)
+
+
+def _listed(path: Path, is_zip: bool, before: ArchiveStat) -> _Listing:
+    """Every member sorted into the listing; a tar by its headers, or by tarfile when
+    they hold something rare (packer.source.tarheaders)."""
     listing = _Listing(f"{path}:")
-    for entry in (_zip_entries(path) if kind == "zip" else _tar_entries(path, before.size)):
-        listing.add(entry)
-    return listing.build(path, "zip" if kind == "zip" else "tar", before)
+    if is_zip:
+        for entry in _zip_entries(path):
+            listing.add(entry)
+        return listing
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            for entry in tar_entries(fd, str(path), before.size):
+                listing.add(entry)
+            return listing
+        finally:
+            os.close(fd)
+    except Unusual:
+        listing = _Listing(f"{path}:")
+        for entry in _tar_entries(path, before.size):
+            listing.add(entry)
+        return listing
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read the archive ({exc.strerror or exc})") from exc
 
 
 def _stat(path: Path) -> ArchiveStat:

@@ -1,5 +1,6 @@
 """Read the members of an archive in place, by offset: the `origin` of archive items.
 
+    Entry         one member as the scan sees it (transient, never kept)
     MemberTable   per item (sorted scan order): where its bytes start, how many, and for
                   zip members the compression method and CRC-32 (numpy arrays: no
                   Python object per member)
@@ -35,6 +36,18 @@ from packer.errors import RejectReason, SourceError
 STORED, DEFLATED = 0, 8  # zip compression methods read here (tar members are STORED)
 LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature ... name length, extra length
 LOCAL_SIGNATURE = b"PK\x03\x04"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One member as the scan sees it (transient: not kept)."""
+
+    name: str  # cleaned, `/`-separated, relative
+    kind: str  # "file", "dir", or a reason the member cannot be packed
+    offset: int = 0
+    size: int = 0
+    method: int = STORED
+    crc: int = 0
 
 
 @dataclass(frozen=True)
