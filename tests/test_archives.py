@@ -32,7 +32,7 @@ from packer.core.index import INDEX_NAME, REJECTS_NAME, read_index
 from packer.errors import SourceError
 from packer.formats.base import ShardOptions
 from packer.source import archive as archive_scan
-from packer.source import tarheaders
+from packer.source import tarheaders, zipdirectory
 from packer.source.scan import scan
 from tests.conftest import count_adds, jpeg_bytes, random_image, tree_hashes
 
@@ -144,6 +144,43 @@ def test_header_reader_lists_what_tarfile_lists(odd_src: Path, mixed_src: Path,
         assert [(e.name.rstrip("/"), e.kind, e.offset, e.size) for e in fast] == \
             [(e.name.rstrip("/"), e.kind, e.offset, e.size) for e in slow]
         assert len(fast) > 10
+
+
+@pytest.mark.parametrize("compression", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
+def test_zip_directory_reader_lists_what_zipfile_lists(odd_src: Path, tmp_path: Path,
+                                                       compression: int) -> None:
+    archive = tmp_path / "odd.zip"
+    with open(archive, "wb") as handle:
+        handle.write(b"#!prepended, as a self-extractor has\n")
+        with zipfile.ZipFile(handle, "w", compression) as out:
+            for path in sorted(odd_src.rglob("*")):
+                out.write(path, path.relative_to(odd_src).as_posix())
+            out.writestr("cls/secret.jpg", b"x")
+            out.infolist()[-1].flag_bits |= 1  # flagged encrypted in the directory
+    ours = list(zipdirectory.zip_entries(archive))
+    with zipfile.ZipFile(archive) as reference:
+        infos = reference.infolist()
+    assert [e.name for e in ours] == [i.filename for i in infos]
+    files = [(e.offset, e.size, e.method, e.crc) for e in ours if e.kind == "file"]
+    assert files == [(i.header_offset, i.compress_size, i.compress_type, i.CRC)
+                     for i in infos if not i.is_dir() and not i.flag_bits & 1]
+    assert ours[-1].kind.startswith("encrypted")
+    (shifted,) = [e for e in scan(archive).items if e.key == "cls/with space"]
+    assert shifted.origin is not None and shifted.origin.read(shifted) == \
+        (odd_src / "cls" / "with space.jpg").read_bytes()
+
+
+def test_zip64_member_count(tmp_path: Path) -> None:
+    """Over 65,535 members: the counts live in the zip64 end record."""
+    archive = tmp_path / "many.zip"
+    with zipfile.ZipFile(archive, "w") as out:
+        for i in range(0x10000 + 5):
+            out.writestr(f"c/{i}.txt", b"")
+    ours = list(zipdirectory.zip_entries(archive))
+    with zipfile.ZipFile(archive) as reference:
+        last = reference.infolist()[-1]
+    assert len(ours) == 0x10000 + 5
+    assert (ours[-1].name, ours[-1].offset) == (last.filename, last.header_offset)
 
 
 def test_unusual_headers_fall_back_to_tarfile(src: Path, tmp_path: Path,

@@ -6,10 +6,11 @@ member paths without extension, hidden and non-image members are ignored and cou
 as the folder scan counts them. Converting an archive therefore gives the same samples,
 bytes and index as converting the extracted folder (packer.source.scan).
 
-One pass over the member headers (tarfile reads headers only, seeking past the data;
-zipfile reads the central directory) fills the scan's compact storage plus a member
-table of offsets (packer.source.members): no Python object is kept per member, and
-items are read later by offset, in any order, on any thread.
+One pass over the member headers (packer.source.tarheaders reads a tar's headers,
+seeking past the data; packer.source.zipdirectory reads a zip's central directory)
+fills the scan's compact storage plus a member table of offsets (packer.source.members):
+no Python object is kept per member, and items are read later by offset, in any
+order, on any thread.
 
 A member is a reject naming `ARCHIVE:MEMBER` when its path escapes the archive (`..`,
 absolute), it is a link, a device or an encrypted or unsupported zip member, or its
@@ -21,9 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
 import tarfile
-import zipfile
 from array import array
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,8 +33,6 @@ from packer.core.record import Reject
 from packer.errors import SourceError
 from packer.source.items import ItemsBuilder, SourceItems, Strings
 from packer.source.members import (
-    DEFLATED,
-    STORED,
     ArchiveSource,
     ArchiveStat,
     Entry,
@@ -43,6 +40,7 @@ from packer.source.members import (
 )
 from packer.source.names import image_name
 from packer.source.tarheaders import Unusual, tar_entries
+from packer.source.zipdirectory import zip_entries
 
 GZIP_MAGIC = b"\x1f\x8b"
 COMPRESSED_TAR = (".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
@@ -75,7 +73,7 @@ def _listed(path: Path, is_zip: bool, before: ArchiveStat) -> _Listing:
     they hold something rare (packer.source.tarheaders)."""
     listing = _Listing(f"{path}:")
     if is_zip:
-        for entry in _zip_entries(path):
+        for entry in zip_entries(path):
             listing.add(entry)
         return listing
     try:
@@ -168,34 +166,6 @@ def _tar_entry(member: tarfile.TarInfo, base: int, name: str) -> Entry:
     if not member.isfile():
         return Entry(name, "not a regular file")
     return Entry(name, "file", base + member.offset_data, member.size)
-
-
-def _zip_entries(path: Path) -> Iterator[Entry]:
-    """The members of a zip, from its central directory (read once, then dropped)."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            infos = archive.infolist()
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError) as exc:
-        raise SourceError(f"{path}: not a readable zip ({exc}): truncated or damaged "
-                          "(its member list is at the end); re-download or re-create it") \
-            from exc
-    infos.reverse()  # popped from the end, so each ZipInfo is dropped once seen
-    while infos:
-        yield _zip_entry(infos.pop())
-
-
-def _zip_entry(info: zipfile.ZipInfo) -> Entry:
-    if info.is_dir():
-        return Entry(info.filename, "dir")
-    if stat.S_ISLNK(info.external_attr >> 16):
-        return Entry(info.filename, "a link member: links are not followed in archives")
-    if info.flag_bits & 1:
-        return Entry(info.filename, "encrypted: decrypt the archive first")
-    if info.compress_type not in (STORED, DEFLATED):
-        return Entry(info.filename, f"compressed with zip method {info.compress_type}: only "
-                                    "stored and deflate are read; recompress the zip")
-    return Entry(info.filename, "file", info.header_offset, info.compress_size,
-                 info.compress_type, info.CRC)
 
 
 class _Listing:
