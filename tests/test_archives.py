@@ -197,6 +197,14 @@ def test_unusual_headers_fall_back_to_tarfile(src: Path, tmp_path: Path,
     assert slow.archive.identity == fast.archive.identity
 
 
+@pytest.mark.parametrize(("name", "clean"), [
+    ("a/b.jpg", "a/b.jpg"), ("./a/b.jpg", "a/b.jpg"), ("a//b.jpg", "a/b.jpg"), ("a/b/", "a/b"),
+    ("a/.h/x.jpg", "a/.h/x.jpg"), ("a\\b.jpg", "a\\b.jpg"), ("../e.jpg", None),
+    ("a/../b.jpg", None), ("a/b/..", None), ("..", None), ("/abs.jpg", None)])
+def test_member_paths_are_cleaned_or_refused(name: str, clean: str | None) -> None:
+    assert archive_scan.clean_name(name) == clean
+
+
 def test_ray_executor_is_refused_for_an_archive(src: Path, tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(job, "check_executor", lambda *args: None)  # no cluster needed

@@ -107,6 +107,8 @@ def _gzipped(path: Path) -> bool:
 
 def clean_name(name: str) -> str | None:
     """A member path made relative and `/`-separated; None when it escapes the archive."""
+    if not name.startswith(("/", ".")) and "//" not in name and "/." not in name:
+        return name.rstrip("/")  # no `..`, `.` or empty part: the common case, kept cheap
     parts = name.split("/")  # a backslash is a character of a posix file name
     if name.startswith("/") or ".." in parts:
         return None
