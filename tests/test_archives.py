@@ -70,8 +70,17 @@ def make_tar_of_tars(folder: Path, out: Path) -> Path:
     return out
 
 
+def make_tgz(folder: Path, out: Path) -> Path:
+    """A .tar.gz, members in name order (tarfile.add sorts what it walks)."""
+    with tarfile.open(out, "w:gz") as tar:
+        for entry in sorted(folder.iterdir()):
+            tar.add(entry, arcname=entry.name)
+    return out
+
+
 MAKERS: dict[str, tuple[Maker, str]] = {"tar": (make_tar, ".tar"), "zip": (make_zip, ".zip"),
-                                        "tars": (make_tar_of_tars, ".tar")}
+                                        "tars": (make_tar_of_tars, ".tar"),
+                                        "tgz": (make_tgz, ".tar.gz")}
 
 
 def add_member(tar: tarfile.TarFile, name: str, data: bytes, kind: bytes = tarfile.REGTYPE,
@@ -140,7 +149,7 @@ def test_header_reader_lists_what_tarfile_lists(odd_src: Path, mixed_src: Path,
             fast = list(tarheaders.tar_entries(fd, str(archive), size))
         finally:
             os.close(fd)
-        slow = list(archive_scan._tar_entries(archive, size))
+        slow = list(archive_scan._tar_entries(archive, size, "r:"))
         assert [(e.name.rstrip("/"), e.kind, e.offset, e.size) for e in fast] == \
             [(e.name.rstrip("/"), e.kind, e.offset, e.size) for e in slow]
         assert len(fast) > 10
@@ -227,8 +236,10 @@ def test_scan_names_members_and_classes(src: Path, tmp_path: Path) -> None:
         Path(folder.items[3].path).read_bytes()
 
 
-def test_threads_give_the_same_output(src: Path, tmp_path: Path) -> None:
-    archive = make_zip(src, tmp_path / "train.zip")
+@pytest.mark.parametrize("kind", ["zip", "tgz"])
+def test_threads_give_the_same_output(src: Path, tmp_path: Path, kind: str) -> None:
+    maker, suffix = MAKERS[kind]
+    archive = maker(src, tmp_path / f"train{suffix}")
     for workers in (0, 2):
         convert(archive, tmp_path / str(workers) / "ds", "wds",
                 run=ConvertOptions(workers=workers))
@@ -313,19 +324,59 @@ def test_truncated_zip_is_one_error(src: Path, tmp_path: Path) -> None:
         scan(archive)
 
 
-@pytest.mark.parametrize("name", ["train.tar.gz", "train.tgz", "gzipped.tar"])
-def test_compressed_tar_is_refused_with_the_fix(src: Path, tmp_path: Path, name: str) -> None:
+@pytest.mark.parametrize("name", ["train.tgz", "gzipped.tar"])
+def test_gzipped_tar_by_any_name(src: Path, tmp_path: Path, name: str) -> None:
+    archive = make_tgz(src, tmp_path / name)
+    assert [i.key for i in scan(archive).items] == [i.key for i in scan(src).items]
+
+
+@pytest.mark.parametrize(("name", "mode"), [("train.tar.xz", "w:xz"), ("train.tbz2", "w:bz2")])
+def test_other_compressed_tars_are_refused_with_the_fix(src: Path, tmp_path: Path, name: str,
+                                                        mode: str) -> None:
     archive = tmp_path / name
-    with tarfile.open(archive, "w:gz") as tar:
+    with tarfile.open(archive, mode) as tar:
         tar.add(src, arcname=".")
-    with pytest.raises(SourceError, match="compressed tar cannot be read by offset; "
-                                          "decompress it once"):
+    with pytest.raises(SourceError, match="only gzip-compressed tars are read; decompress"):
         scan(archive)
 
 
+def test_truncated_gzip_stream_is_one_error(src: Path, tmp_path: Path) -> None:
+    archive = make_tgz(src, tmp_path / "train.tar.gz")
+    archive.write_bytes(archive.read_bytes()[: archive.stat().st_size * 2 // 3])
+    result = CliRunner().invoke(main, ["convert", str(archive), str(tmp_path / "out"),
+                                       "--to", "wds", "--quiet"])
+    assert result.exit_code == 1, result.output
+    message = result.output.strip()
+    assert len(message.splitlines()) == 1
+    assert f"{archive}: truncated or damaged after member 'class_" in message
+
+
+def test_gzipped_tar_out_of_name_order_is_refused(src: Path, tmp_path: Path) -> None:
+    archive = tmp_path / "train.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for path in sorted(src.rglob("*.*"), reverse=True):
+            tar.add(path, arcname=path.relative_to(src).as_posix())
+    with pytest.raises(SourceError, match=r"not stored in name order.*gunzip -k"):
+        scan(archive)
+
+
+def test_gzip_cursor_serves_any_order(src: Path, tmp_path: Path) -> None:
+    """Threads ask a little out of order, resume starts midway, verify may go back."""
+    archive = make_tgz(src, tmp_path / "train.tar.gz")
+    items = scan(archive).items
+    expected = [Path(item.path).read_bytes() for item in scan(src).items]
+    origin = items[0].origin
+    assert origin is not None
+    order = [5, 3, 4, 6, 0, 1, 2, 9, 7, 8, *range(10, len(items)), 2, 1, len(items) - 1]
+    assert all(origin.read(items[i]) == expected[i] for i in order)
+
+
+@pytest.mark.parametrize("kind", ["tar", "tgz"])
 def test_resume_after_interruption_is_byte_identical(mixed_src: Path, tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    archive = make_tar(mixed_src, tmp_path / "train.tar")
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     kind: str) -> None:
+    maker, suffix = MAKERS[kind]
+    archive = maker(mixed_src, tmp_path / f"train{suffix}")
     before = sha256(archive)
     convert(archive, tmp_path / "ref" / "out", "wds", run=WDS)
     dst = tmp_path / "out"

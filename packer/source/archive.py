@@ -15,7 +15,9 @@ order, on any thread.
 A member is a reject naming `ARCHIVE:MEMBER` when its path escapes the archive (`..`,
 absolute), it is a link, a device or an encrypted or unsupported zip member, or its
 name repeats another's; a truncated archive is fatal, naming the last good member.
-Compressed tars cannot be read by offset and are refused with how to decompress them.
+A .tar.gz cannot seek: tarfile streams it once for the listing (offsets are then
+uncompressed offsets), its members must be in name order, and packer.source.gzcursor
+reads them in one forward pass. bzip2 and xz tars are refused with how to decompress.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tarfile
+import zlib
 from array import array
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,12 +46,15 @@ from packer.source.tarheaders import Unusual, tar_entries
 from packer.source.zipdirectory import zip_entries
 
 GZIP_MAGIC = b"\x1f\x8b"
-COMPRESSED_TAR = (".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
+GZIPPED_TAR = (".tar.gz", ".tgz")
+COMPRESSED_TAR = (".tar.bz2", ".tbz2", ".tar.xz", ".txz")  # refused: decompress them
 
 
 def archive_kind(path: Path) -> str | None:
-    """"tar", "zip", "compressed tar", or None when the name is not an archive's."""
+    """"tar", "tgz", "zip", "compressed tar", or None when the name is not an archive's."""
     name = path.name.lower()
+    if name.endswith(GZIPPED_TAR):
+        return "tgz"
     if name.endswith(COMPRESSED_TAR):
         return "compressed tar"
     if name.endswith(".tar"):
@@ -60,20 +66,23 @@ def scan_archive(path: Path) -> tuple[SourceItems, tuple[str, ...], list[Reject]
                                       ArchiveSource]:
     """Items, class names, rejects, ignored count and the reader of an archive."""
     kind = archive_kind(path)
-    if kind == "compressed tar" or (kind == "tar" and _gzipped(path)):
-        raise SourceError(f"{path}: a compressed tar cannot be read by offset; decompress it "
-                          f"once (gunzip -k, or xz -dk) and pass the .tar")
+    if kind == "compressed tar":
+        raise SourceError(f"{path}: only gzip-compressed tars are read; decompress it once "
+                          "(bunzip2 -k, xz -dk) and pass the .tar")
+    if kind == "tar" and _gzipped(path):
+        kind = "tgz"
     before = _stat(path)
-    return _listed(path, kind == "zip", before).build(path, "zip" if kind == "zip" else "tar",
-                                                      before)
+    assert kind is not None  # scan() calls this for archive names only
+    return _listed(path, kind, before).build(path, kind, before)
 
 
-def _listed(path: Path, is_zip: bool, before: ArchiveStat) -> _Listing:
+def _listed(path: Path, kind: str, before: ArchiveStat) -> _Listing:
     """Every member sorted into the listing; a tar by its headers, or by tarfile when
-    they hold something rare (packer.source.tarheaders)."""
+    they hold something rare (packer.source.tarheaders) or it is compressed."""
     listing = _Listing(f"{path}:")
-    if is_zip:
-        for entry in zip_entries(path):
+    if kind != "tar":
+        entries = zip_entries(path) if kind == "zip" else _tar_entries(path, None, "r|gz")
+        for entry in entries:
             listing.add(entry)
         return listing
     try:
@@ -86,7 +95,7 @@ def _listed(path: Path, is_zip: bool, before: ArchiveStat) -> _Listing:
             os.close(fd)
     except Unusual:
         listing = _Listing(f"{path}:")
-        for entry in _tar_entries(path, before.size):
+        for entry in _tar_entries(path, before.size, "r:"):
             listing.add(entry)
         return listing
     except OSError as exc:
@@ -115,27 +124,31 @@ def clean_name(name: str) -> str | None:
     return "/".join(part for part in parts if part not in ("", "."))
 
 
-def _tar_entries(path: Path, end: int) -> Iterator[Entry]:
-    """The members of a tar, and of the tars at its top level, in archive order."""
+def _tar_entries(path: Path, end: int | None, mode: str) -> Iterator[Entry]:
+    """The members of a tar, and of the tars at its top level, in archive order.
+
+    `mode` "r|gz" streams a .tar.gz (offsets are then uncompressed offsets); `end`,
+    the file's size, catches a plain tar cut inside a member's data."""
     last = "(none: the first header is damaged)"
     try:
-        with tarfile.open(path, "r:") as tar:
+        with tarfile.open(path, mode) as tar:  # type: ignore[call-overload]
             while (member := tar.next()) is not None:
                 _forget_headers(tar)
-                if member.isfile() and member.offset_data + member.size > end:
+                if end is not None and member.isfile() and member.offset_data + member.size > end:
                     raise tarfile.ReadError(f"member {member.name!r} ends past the end")
                 if member.isfile() and "/" not in member.name.strip("/") \
                         and member.name.lower().endswith(".tar"):
-                    yield from _inner_tar(path, tar, member)
+                    yield from _inner_tar(path, tar, member, mode[:2])
                 else:
                     yield _tar_entry(member, 0, member.name)
                 last = member.name
-    except (tarfile.ReadError, EOFError) as exc:
+    except (tarfile.ReadError, EOFError, OSError, zlib.error) as exc:  # OSError: bad gzip
         raise SourceError(f"{path}: truncated or damaged after member {last!r} ({exc}); "
                           "re-download or re-create the archive") from exc
 
 
-def _inner_tar(path: Path, tar: tarfile.TarFile, member: tarfile.TarInfo) -> Iterator[Entry]:
+def _inner_tar(path: Path, tar: tarfile.TarFile, member: tarfile.TarInfo,
+               mode: str) -> Iterator[Entry]:
     """A top-level `NAME.tar` is the folder NAME: its members, offsets in the outer file."""
     folder = member.name.strip("/")[: -len(".tar")]
     yield Entry(folder, "dir")
@@ -143,7 +156,7 @@ def _inner_tar(path: Path, tar: tarfile.TarFile, member: tarfile.TarInfo) -> Ite
     if handle is None:
         return
     try:
-        with tarfile.open(fileobj=handle, mode="r:") as inner:
+        with tarfile.open(fileobj=handle, mode=mode) as inner:  # type: ignore[call-overload]
             while (sub := inner.next()) is not None:
                 _forget_headers(inner)
                 yield _tar_entry(sub, member.offset_data, f"{folder}/{sub.name}")
@@ -234,6 +247,10 @@ class _Listing:
                             np.asarray(self.sizes, np.int64)[order],
                             np.asarray(self.methods, np.uint8)[order],
                             np.asarray(self.crcs, np.uint32)[order])  # "L" may be 8 bytes
+        if kind == "tgz" and bool(np.any(np.diff(table.offsets) < 0)):
+            raise SourceError(f"{path}: members are not stored in name order, and a "
+                              "compressed tar is read in one forward pass; decompress it "
+                              "once (gunzip -k) and pass the .tar")
         remap = np.zeros(max(len(self.classes), 1), np.int32)
         for label, name in enumerate(names):
             remap[self.classes[name]] = label

@@ -8,7 +8,8 @@
                   (pread takes no shared file position, so threads need no lock)
 
 A tar member's data lies uncompressed at its offset, also inside a tar nested in a
-tar (offsets are absolute in the outer file). A zip member's offset is its local
+tar (offsets are absolute in the outer file); in a .tar.gz the offsets are into the
+uncompressed stream, read forward by packer.source.gzcursor. A zip member's offset is its local
 header, whose name and extra lengths are read at read time (the central directory
 does not repeat them), then the data is inflated and its CRC-32 checked, so a damaged
 member is a reject, not silently different bytes.
@@ -32,6 +33,7 @@ import numpy.typing as npt
 
 from packer.core.record import SourceItem
 from packer.errors import RejectReason, SourceError
+from packer.source.gzcursor import GzipCursor
 
 STORED, DEFLATED = 0, 8  # zip compression methods read here (tar members are STORED)
 LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature ... name length, extra length
@@ -92,16 +94,22 @@ class ArchiveSource:
     def __init__(self, path: Path, kind: str, table: MemberTable, identity: str,
                  stat: ArchiveStat) -> None:
         self.path = path
-        self.kind = kind  # "tar" or "zip"
+        self.kind = kind  # "tar", "zip" or "tgz" (read forward: packer.source.gzcursor)
         self.table = table
         self.identity = identity  # size, mtime and member table (conversion.identity)
         self.stat = stat
         self._lock = threading.Lock()
         self._fd: int | None = None
         self._pid = -1
+        self._gzip: GzipCursor | None = None
 
     def open(self) -> None:
         """Refuse an archive that changed since the scan (its offsets would be wrong)."""
+        self._check_unchanged()
+        if self.kind != "tgz":
+            self._descriptor()
+
+    def _check_unchanged(self) -> None:
         try:
             now = ArchiveStat.of(self.path)
         except OSError as exc:
@@ -110,13 +118,14 @@ class ArchiveSource:
         if now != self.stat:
             raise SourceError(f"{self.path}: the archive changed since it was scanned; "
                               "convert again")
-        self._descriptor()
 
     def read(self, item: SourceItem) -> bytes:
         """The bytes of member `item.position`; damage raises RejectReason."""
         i = item.position
         offset, size = int(self.table.offsets[i]), int(self.table.sizes[i])
         try:
+            if self.kind == "tgz":
+                return self._cursor().read(i)
             fd = self._descriptor()
             if self.kind == "zip":
                 return self._read_zip(fd, i, offset, size)
@@ -147,11 +156,21 @@ class ArchiveSource:
                 self._pid = os.getpid()
             return self._fd
 
+    def _cursor(self) -> GzipCursor:
+        """This process's forward reader of a .tar.gz (packer.source.gzcursor)."""
+        with self._lock:
+            if self._gzip is None or self._pid != os.getpid():
+                self._gzip = GzipCursor(self.path, self.table.offsets, self.table.sizes)
+                self._pid = os.getpid()
+            return self._gzip
+
     def close(self) -> None:
         with self._lock:
             if self._fd is not None and self._pid == os.getpid():
                 os.close(self._fd)
-            self._fd = None
+            if self._gzip is not None and self._pid == os.getpid():
+                self._gzip.close()
+            self._fd = self._gzip = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"path": self.path, "kind": self.kind, "table": self.table,
