@@ -71,10 +71,12 @@ def convert_command(src: Path, dst: str, fmt: str, shard_size: str, shard_sample
                     executor: str, ray_address: str | None, resume: bool, overwrite: bool,
                     storage_options: tuple[str, ...], staging: Path | None,
                     quiet: bool) -> None:
-    """Convert SRC (an image folder, a .csv/.jsonl manifest or a packed dataset) into DST.
+    """Convert SRC (an image folder, a .csv/.jsonl manifest, a .tar/.zip archive or a
+    packed dataset) into DST.
 
     \b
     pack convert photos/ out.wds --to wds --shard-size 128MB
+    pack convert train.tar out.wds --to wds
     pack convert photos/ out.lmdb --to lmdb --resize 256 --encode jpeg --quality 90
     pack convert list.csv out.h5 --to hdf5 --check header --on-error fail
     pack convert photos/ out.npy --to npy --size 224x224 --fit crop

@@ -53,8 +53,8 @@ def render(facts: dict[str, Any]) -> str:
 @click.command("verify")
 @click.argument("dst")
 @click.option("--source", type=click.Path(path_type=Path), default=None,
-              help="Also check every accepted source image (or sample of a packed "
-                   "dataset) is present with its label.")
+              help="Also check every accepted source image (archive member, or sample "
+                   "of a packed dataset) is present with its label.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
               help="URL DST: an fsspec/s3fs option, repeatable (see `pack convert --help`).")

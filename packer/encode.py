@@ -3,9 +3,10 @@
 Runs in the worker threads. Every failure becomes a Reject with a reason a person
 understands, so the writer decides (skip or fail) and nothing vanishes silently.
 
-An item's bytes come from its file, or, for a sample of a packed dataset, from
-`item.origin` (see packer.source.packed): an encoded image, or raw RGB pixels (npy), which
-are re-encoded (PNG unless asked otherwise) or resized as the options say.
+An item's bytes come from its file, or `item.origin` reads them: an archive member
+(packer.source.members), encoded exactly as the extracted file would be, or a sample
+of a packed dataset (packer.source.packed): an encoded image, or raw RGB pixels (npy),
+which are re-encoded (PNG unless asked otherwise) or resized as the options say.
 """
 
 from __future__ import annotations
@@ -97,8 +98,8 @@ def encode_item(item: SourceItem, options: EncodeOptions) -> Record | Reject:
     """Read, check and encode one input; any problem becomes a Reject."""
     origin = item.origin
     try:
-        if origin is None:
-            data = read_input(item.path)
+        if origin is None or origin.whole_files:  # a file, or an archive member
+            data = read_input(item.path) if origin is None else origin.read(item)
             if not data:
                 return Reject(item.position, item.path, "zero bytes: the file is empty")
             stored, ext = _encode_bytes(data, item.path, options)

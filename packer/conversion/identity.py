@@ -47,7 +47,8 @@ def identify(source: Source, settings: dict[str, Any]) -> JobIdentity:
     """Same files (size, mtime), labels and settings -> same fingerprint.
 
     A packed source is identified by the hash of its index.json (which pins the sha256
-    of every shard) instead of a stat per sample. The source digest is hashed in the
+    of every shard) instead of a stat per sample, an archive by its size, mtime and a
+    hash of its member table. The source digest is hashed in the
     same pass, so the files are stat-ed once.
     """
     whole = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
@@ -60,6 +61,8 @@ def identify(source: Source, settings: dict[str, Any]) -> JobIdentity:
     update(json.dumps(source.class_names).encode())
     if source.origin is not None:
         update(f"packed:{source.origin.identity}\n".encode())
+    if source.archive is not None:  # size, mtime and member table (source.archive)
+        update(f"archive:{source.archive.identity}\n".encode())
     for key, path, label in source.items.rows():
         update(f"{key}\0{path}\0{label}\0{_facts(source, path)}\n".encode())
     return JobIdentity(whole.hexdigest(), listing.hexdigest(), len(source.items), settings)
@@ -68,6 +71,8 @@ def identify(source: Source, settings: dict[str, Any]) -> JobIdentity:
 def _facts(source: Source, path: str) -> str:
     if source.origin is not None:
         return "packed"
+    if source.archive is not None:
+        return "member"  # the archive's identity covers every member
     try:
         stat = os.stat(path)
     except OSError:

@@ -39,7 +39,7 @@ from packer.core.index import (
 )
 from packer.core.record import Record, Reject, SourceItem
 from packer.encode import EncodeOptions
-from packer.errors import BadInputError, UnstorableRecord
+from packer.errors import BadInputError, SourceError, UnstorableRecord
 from packer.formats._wds_names import continued_stem, name_of, shard_stem
 from packer.formats.base import ShardOptions, Writer, WriterPlan
 from packer.imaging.resize import load_torch
@@ -150,6 +150,8 @@ def convert_local(src: str | Path, dst: str | Path, fmt: str,
         try:
             if source.origin is not None:
                 source.origin.open()  # a source that cannot be read stops here, not per sample
+            if source.archive is not None:
+                source.archive.open()  # ... or that changed since the scan
             if parallel:
                 assert run.shards.max_samples is not None  # use_parallel_writers checked it
                 job.commit_groups(folder, written_groups(
@@ -167,6 +169,8 @@ def convert_local(src: str | Path, dst: str | Path, fmt: str,
         finally:
             if source.origin is not None:
                 source.origin.close()
+            if source.archive is not None:
+                source.archive.close()
         return finalize(folder, fmt, source, options, job, shards, job_id)
 
 
@@ -178,6 +182,9 @@ def plan_job(src: str | Path, fmt: str, asked: EncodeOptions, run: ConvertOption
     how the work runs (workers, executor).
     """
     source = scan(src)
+    if source.archive is not None and run.executor == "ray":
+        raise SourceError(f"{src}: an archive SRC is read by the local executor only; "
+                          "drop --executor ray, or extract the archive on a shared mount")
     pixels_in = None if source.origin is None else source.origin.pixel_size
     options = effective_options(fmt, asked, pixels_in)  # npy keeps an npy source's size
     settings = {"format": fmt, "encode": options.to_json(),

@@ -7,7 +7,7 @@ from typing import Protocol
 
 
 class Origin(Protocol):
-    """Where the bytes of items that are not files come from: a packed dataset.
+    """Where the bytes of items that are not files come from: a packed dataset, an archive.
 
     `read` returns the stored bytes of the sample `item.position` (raw RGB at
     `pixel_size` when the dataset stores pixels, else an encoded image) and raises
@@ -17,6 +17,12 @@ class Origin(Protocol):
 
     @property
     def pixel_size(self) -> tuple[int, int] | None: ...
+
+    @property
+    def whole_files(self) -> bool:
+        """True: `read` returns the bytes of the file `path` names (an archive member),
+        encoded as that file would be; False: a packed sample (`pixel_size` applies)."""
+        ...
 
     def read(self, item: SourceItem) -> bytes: ...
 

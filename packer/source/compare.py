@@ -13,7 +13,8 @@ from pathlib import Path
 
 from packer.core.index import REJECTS_NAME, Index, SampleTable
 from packer.core.record import SourceItem
-from packer.errors import PackError
+from packer.errors import PackError, RejectReason
+from packer.source.members import ArchiveSource
 from packer.source.packed import stores_original
 from packer.source.scan import Source, scan
 from packer.storage.files import read_input
@@ -36,7 +37,8 @@ def check_against_source(folder: Path, index: Index, table: SampleTable, src: Pa
     for item in source.items:
         i = positions.pop(item.key, None)
         if i is None:
-            if _was_rejected(item.path, source.root, rejected):
+            root = source.root if source.archive is None else source.root.parent
+            if _was_rejected(item.path, root, rejected):
                 continue
             raise PackError(f"{item.path}: in the source but not in {folder} (key "
                             f"{item.key!r}); reconvert")
@@ -54,10 +56,14 @@ def check_against_source(folder: Path, index: Index, table: SampleTable, src: Pa
 def _source_digest(index: Index, source: Source) -> Callable[[SourceItem], bytes] | None:
     """How to get the digest a sample must have, or None when its bytes may differ.
 
-    Against image files: when the dataset stores the original files. Against a packed
-    dataset: when the dataset is a byte copy of it, or both store the original files.
+    Against image files or archive members: when the dataset stores the original files.
+    Against a packed dataset: when the dataset is a byte copy of it, or both store the
+    original files.
     """
-    origin = source.origin
+    archive, origin = source.archive, source.origin
+    if archive is not None:
+        return (lambda item: digest_of(_read_member(archive, item))) \
+            if stores_original(index) else None
     if origin is None:
         return (lambda item: digest_of(_read_source(item.path))) \
             if stores_original(index) else None
@@ -67,6 +73,13 @@ def _source_digest(index: Index, source: Source) -> Callable[[SourceItem], bytes
     if copy_of_it or (stores_original(index) and stores_original(origin.index)):
         return lambda item: origin.digest(item.position)
     return None
+
+
+def _read_member(archive: ArchiveSource, item: SourceItem) -> bytes:
+    try:
+        return archive.read(item)
+    except RejectReason as exc:
+        raise PackError(f"{item.path}: cannot read the source member ({exc})") from exc
 
 
 def _read_source(path: str) -> bytes:

@@ -207,6 +207,9 @@ class ItemsBuilder:
         self._suffixes: dict[str, int] = {}
         self._suffix_ids = array("H")
         self._labels = array("q")
+        # After build: the row (in the order added) of each built item, so that a scan
+        # can lay out per-row facts of its own (an archive's offsets) in item order.
+        self.order: npt.NDArray[np.intp] = np.zeros(0, np.intp)
 
     def __len__(self) -> int:
         return len(self._labels)
@@ -252,7 +255,7 @@ class ItemsBuilder:
             key = keys.text(row)
             rejects.append(Reject(-1, self.prefix + tails.tail(row, key),
                                   f"duplicate key {key!r}: another file has that name"))
-        order = order[~repeats]
+        order = self.order = order[~repeats]
         tails = tails.gathered(order) if isinstance(tails, Strings) else tails.take(order)
         labels = np.array(self._labels, dtype=np.int32)[order]  # class ids < MAX_CLASSES
         return SourceItems(self.prefix, keys.gathered(order), tails, labels)

@@ -128,6 +128,8 @@ def opened_here(folder: Path, identity: str | None = None) -> _Opened:
 class PackedSource:
     """Reads the samples of a packed dataset for encoding (see the module docstring)."""
 
+    whole_files = False  # stored samples, not files (core.record.Origin)
+
     def __init__(self, folder: Path) -> None:
         self.folder = Path(os.path.abspath(folder))
         self._opened = opened_here(self.folder)

@@ -1,5 +1,6 @@
-"""Find the inputs: an image folder (class sub-folders), a CSV/JSONL manifest, or a
-packed dataset (a folder with index.json: format to format, see packer.source.packed).
+"""Find the inputs: an image folder (class sub-folders), a CSV/JSONL manifest, an archive
+(.tar, tar of tars, .zip: see packer.source.archive), or a packed dataset (a folder with
+index.json: format to format, see packer.source.packed).
 
 Items come back sorted by key, so sample i is the same image in every format made from
 the same source. The key is the path relative to the root, without its extension,
@@ -19,12 +20,12 @@ from pathlib import Path, PurePosixPath
 
 from packer.core.record import Reject
 from packer.errors import SourceError
+from packer.source.archive import archive_kind, scan_archive
 from packer.source.items import ItemsBuilder, SourceItems
+from packer.source.members import ArchiveSource
+from packer.source.names import image_name
 from packer.source.packed import PackedSource, is_packed, read_rejects
 
-IMAGE_EXTENSIONS = frozenset(
-    {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff", ".ppm", ".pgm", ".pbm"}
-)
 MANIFEST_SUFFIXES = (".csv", ".jsonl")
 MAX_CLASSES = 1_000_000
 
@@ -33,9 +34,11 @@ MAX_CLASSES = 1_000_000
 class Source:
     """What a scan found: items to encode, class names, early rejects, ignored files.
 
-    `origin` is set when SRC is a packed dataset: its items are that dataset's samples,
-    in its order, and `origin` reads their bytes; `inherited` are the rejects of the
-    conversion that made it (they carry over, so the lineage to the images stays whole).
+    `archive` is set when SRC is a .tar or .zip (packer.source.archive): its items are
+    its members, read as the extracted files would be. `origin` is set when SRC is a
+    packed dataset: its items are that dataset's samples, in its order, and `origin`
+    reads their bytes; `inherited` are the rejects of the conversion that made it (they
+    carry over, so the lineage to the images stays whole).
     """
 
     root: Path
@@ -45,11 +48,15 @@ class Source:
     num_ignored: int
     origin: PackedSource | None = None
     inherited: list[Reject] = field(default_factory=list)
+    archive: ArchiveSource | None = None  # SRC is an archive: reads its members by offset
 
 
 def scan(src: str | Path) -> Source:
-    """Scan an image folder, a manifest file, or a packed dataset (a folder with index.json)."""
+    """Scan an image folder, a manifest file, an archive (.tar, .zip) or a packed dataset."""
     path = Path(src)
+    if path.is_file() and archive_kind(path) is not None:
+        items, class_names, rejects, ignored, archive = scan_archive(path)
+        return Source(path, items, class_names, rejects, ignored, archive=archive)
     if path.is_file() and path.suffix.lower() in MANIFEST_SUFFIXES:
         return scan_manifest(path)
     if is_packed(path):
@@ -57,7 +64,8 @@ def scan(src: str | Path) -> Source:
     if path.is_dir():
         return scan_folder(path)
     if path.exists():
-        raise SourceError(f"{path}: not a folder, .csv or .jsonl manifest; pass one of those")
+        raise SourceError(f"{path}: not a folder, .csv or .jsonl manifest, .tar or .zip "
+                          "archive; pass one of those")
     raise SourceError(f"{path}: no such file or folder; check the source path")
 
 
@@ -120,12 +128,6 @@ def _kind(entry: os.DirEntry[str]) -> str:
         return "a broken link"
 
 
-def _image_name(name: str) -> bool:
-    """A visible name with an image extension (what pathlib calls the suffix)."""
-    dot = name.rfind(".")
-    return dot > 0 and not name.startswith(".") and name[dot:].lower() in IMAGE_EXTENSIONS
-
-
 def _is_utf8(name: str) -> bool:
     """False for names holding undecodable bytes (surrogate escapes from the file system)."""
     try:
@@ -161,7 +163,7 @@ def _walk_images(prefix: str, name: str, label: int, found: ItemsBuilder,
             kind = _kind(entry)
             if kind == "folder":
                 pending.append(rel)
-            elif kind == "linked folder" or not _image_name(entry.name):
+            elif kind == "linked folder" or not image_name(entry.name):
                 ignored += 1
             elif kind != "file" or not _add_file(found, rel, label):
                 rejects.append(_unusable(prefix, rel, kind))

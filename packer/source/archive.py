@@ -1,0 +1,278 @@
+"""An archive as the source, read in place: .tar, a tar of tars (ImageNet), .zip.
+
+The archive is read as the folder it extracts to: class names are its top-level
+folders (a top-level `n01440764.tar` in a tar is the folder `n01440764`), keys are
+member paths without extension, hidden and non-image members are ignored and counted
+as the folder scan counts them. Converting an archive therefore gives the same samples,
+bytes and index as converting the extracted folder (packer.source.scan).
+
+One pass over the member headers (packer.source.tarheaders reads a tar's headers,
+seeking past the data; packer.source.zipdirectory reads a zip's central directory)
+fills the scan's compact storage plus a member table of offsets (packer.source.members):
+no Python object is kept per member, and items are read later by offset, in any
+order, on any thread.
+
+A member is a reject naming `ARCHIVE:MEMBER` when its path escapes the archive (`..`,
+absolute), it is a link, a device or an encrypted or unsupported zip member, or its
+name repeats another's; a truncated archive is fatal, naming the last good member.
+A .tar.gz cannot seek: tarfile streams it once for the listing (offsets are then
+uncompressed offsets), its members must be in name order, and packer.source.gzcursor
+reads them in one forward pass. bzip2 and xz tars are refused with how to decompress.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tarfile
+import zlib
+from array import array
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from packer.core.record import Reject
+from packer.errors import SourceError
+from packer.source.items import ItemsBuilder, SourceItems, Strings
+from packer.source.members import (
+    ArchiveSource,
+    ArchiveStat,
+    Entry,
+    MemberTable,
+)
+from packer.source.names import image_name
+from packer.source.tarheaders import Unusual, tar_entries
+from packer.source.zipdirectory import zip_entries
+
+GZIP_MAGIC = b"\x1f\x8b"
+GZIPPED_TAR = (".tar.gz", ".tgz")
+COMPRESSED_TAR = (".tar.bz2", ".tbz2", ".tar.xz", ".txz")  # refused: decompress them
+
+
+def archive_kind(path: Path) -> str | None:
+    """"tar", "tgz", "zip", "compressed tar", or None when the name is not an archive's."""
+    name = path.name.lower()
+    if name.endswith(GZIPPED_TAR):
+        return "tgz"
+    if name.endswith(COMPRESSED_TAR):
+        return "compressed tar"
+    if name.endswith(".tar"):
+        return "tar"
+    return "zip" if name.endswith(".zip") else None
+
+
+def scan_archive(path: Path) -> tuple[SourceItems, tuple[str, ...], list[Reject], int,
+                                      ArchiveSource]:
+    """Items, class names, rejects, ignored count and the reader of an archive."""
+    kind = archive_kind(path)
+    if kind == "compressed tar":
+        raise SourceError(f"{path}: only gzip-compressed tars are read; decompress it once "
+                          "(bunzip2 -k, xz -dk) and pass the .tar")
+    if kind == "tar" and _gzipped(path):
+        kind = "tgz"
+    before = _stat(path)
+    assert kind is not None  # scan() calls this for archive names only
+    return _listed(path, kind, before).build(path, kind, before)
+
+
+def _listed(path: Path, kind: str, before: ArchiveStat) -> _Listing:
+    """Every member sorted into the listing; a tar by its headers, or by tarfile when
+    they hold something rare (packer.source.tarheaders) or it is compressed."""
+    listing = _Listing(f"{path}:")
+    if kind != "tar":
+        entries = zip_entries(path) if kind == "zip" else _tar_entries(path, None, "r|gz")
+        for entry in entries:
+            listing.add(entry)
+        return listing
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            for entry in tar_entries(fd, str(path), before.size):
+                listing.add(entry)
+            return listing
+        finally:
+            os.close(fd)
+    except Unusual:
+        listing = _Listing(f"{path}:")
+        for entry in _tar_entries(path, before.size, "r:"):
+            listing.add(entry)
+        return listing
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read the archive ({exc.strerror or exc})") from exc
+
+
+def _stat(path: Path) -> ArchiveStat:
+    try:
+        return ArchiveStat.of(path)
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read the archive ({exc.strerror or exc})") from exc
+
+
+def _gzipped(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        return handle.read(2) == GZIP_MAGIC
+
+
+def clean_name(name: str) -> str | None:
+    """A member path made relative and `/`-separated; None when it escapes the archive."""
+    if not name.startswith(("/", ".")) and "//" not in name and "/." not in name:
+        return name.rstrip("/")  # no `..`, `.` or empty part: the common case, kept cheap
+    parts = name.split("/")  # a backslash is a character of a posix file name
+    if name.startswith("/") or ".." in parts:
+        return None
+    return "/".join(part for part in parts if part not in ("", "."))
+
+
+def _tar_entries(path: Path, end: int | None, mode: str) -> Iterator[Entry]:
+    """The members of a tar, and of the tars at its top level, in archive order.
+
+    `mode` "r|gz" streams a .tar.gz (offsets are then uncompressed offsets); `end`,
+    the file's size, catches a plain tar cut inside a member's data."""
+    last = "(none: the first header is damaged)"
+    try:
+        with tarfile.open(path, mode) as tar:  # type: ignore[call-overload]
+            while (member := tar.next()) is not None:
+                _forget_headers(tar)
+                if end is not None and member.isfile() and member.offset_data + member.size > end:
+                    raise tarfile.ReadError(f"member {member.name!r} ends past the end")
+                if member.isfile() and "/" not in member.name.strip("/") \
+                        and member.name.lower().endswith(".tar"):
+                    yield from _inner_tar(path, tar, member, mode[:2])
+                else:
+                    yield _tar_entry(member, 0, member.name)
+                last = member.name
+    except (tarfile.ReadError, EOFError, OSError, zlib.error) as exc:  # OSError: bad gzip
+        raise SourceError(f"{path}: truncated or damaged after member {last!r} ({exc}); "
+                          "re-download or re-create the archive") from exc
+
+
+def _inner_tar(path: Path, tar: tarfile.TarFile, member: tarfile.TarInfo,
+               mode: str) -> Iterator[Entry]:
+    """A top-level `NAME.tar` is the folder NAME: its members, offsets in the outer file."""
+    folder = member.name.strip("/")[: -len(".tar")]
+    yield Entry(folder, "dir")
+    handle = tar.extractfile(member)
+    if handle is None:
+        return
+    try:
+        with tarfile.open(fileobj=handle, mode=mode) as inner:  # type: ignore[call-overload]
+            while (sub := inner.next()) is not None:
+                _forget_headers(inner)
+                yield _tar_entry(sub, member.offset_data, f"{folder}/{sub.name}")
+    except (tarfile.ReadError, EOFError) as exc:
+        raise SourceError(f"{path}:{member.name}: truncated or damaged inner tar ({exc}); "
+                          "re-download or re-create the archive") from exc
+
+
+def _forget_headers(tar: tarfile.TarFile) -> None:
+    """Drop the headers tarfile keeps in its (untyped) `members` list: memory stays flat."""
+    members: list[tarfile.TarInfo] = vars(tar)["members"]
+    members.clear()
+
+
+def _tar_entry(member: tarfile.TarInfo, base: int, name: str) -> Entry:
+    if member.isdir():
+        return Entry(name, "dir")
+    if member.issym() or member.islnk():
+        return Entry(name, "a link member: links are not followed in archives")
+    if member.issparse():
+        return Entry(name, "a sparse member: extract the archive to read it")
+    if not member.isfile():
+        return Entry(name, "not a regular file")
+    return Entry(name, "file", base + member.offset_data, member.size)
+
+
+class _Listing:
+    """Members sorted into classes, items, ignored entries and rejects (see scan_folder)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.found = ItemsBuilder(prefix, errors="strict")
+        self.classes: dict[str, int] = {}  # name -> provisional label, first seen first
+        self.ignored: set[str] = set()  # top-level non-folders, hidden folders, other files
+        self.rejects: list[Reject] = []
+        self.offsets, self.sizes = array("q"), array("q")
+        self.methods, self.crcs = array("B"), array("L")
+
+    def add(self, entry: Entry) -> None:
+        name = clean_name(entry.name)
+        if name is None:
+            self.rejects.append(Reject(-1, self.prefix + entry.name,
+                                       "path escapes the archive (`..` or absolute); skipped"))
+            return
+        parts = name.split("/")
+        if not name or (len(parts) == 1 and entry.kind != "dir") or parts[0].startswith("."):
+            if name:
+                self.ignored.add(parts[0])  # a top-level file, a hidden top-level folder
+            return
+        label = self.classes.setdefault(parts[0], len(self.classes))
+        folders = len(parts) if entry.kind == "dir" else len(parts) - 1
+        hidden = next((d for d in range(1, folders) if parts[d].startswith(".")), None)
+        if hidden is not None:
+            self.ignored.add("/".join(parts[: hidden + 1]))  # counted once, not entered
+        elif entry.kind != "dir":
+            self._add_file(name, entry, label)
+
+    def _add_file(self, name: str, entry: Entry, label: int) -> None:
+        if not image_name(name.rsplit("/", 1)[-1]):
+            self.ignored.add(name)
+            return
+        if entry.kind != "file":
+            self.rejects.append(Reject(-1, self.prefix + name, f"skipped: {entry.kind}"))
+            return
+        dot = name.rfind(".")
+        try:
+            self.found.add(name[:dot], name, label)
+        except UnicodeEncodeError:
+            printable = name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+            self.rejects.append(Reject(-1, self.prefix + printable,
+                                       "member name is not valid UTF-8; rename it"))
+            return
+        self.offsets.append(entry.offset)
+        self.sizes.append(entry.size)
+        self.methods.append(entry.method)
+        self.crcs.append(entry.crc)
+
+    def build(self, path: Path, kind: str, before: ArchiveStat
+              ) -> tuple[SourceItems, tuple[str, ...], list[Reject], int, ArchiveSource]:
+        """Sort the items, give labels in class-name order, identify the archive."""
+        names = tuple(sorted(self.classes))
+        if not names:
+            raise SourceError(f"{path}: no top-level class folders in the archive; lay it "
+                              "out as <class>/<image> (or <class>.tar files in a tar)")
+        built = self.found.build(self.rejects)
+        order = self.found.order
+        table = MemberTable(np.asarray(self.offsets, np.int64)[order],
+                            np.asarray(self.sizes, np.int64)[order],
+                            np.asarray(self.methods, np.uint8)[order],
+                            np.asarray(self.crcs, np.uint32)[order])  # "L" may be 8 bytes
+        if kind == "tgz" and bool(np.any(np.diff(table.offsets) < 0)):
+            raise SourceError(f"{path}: members are not stored in name order, and a "
+                              "compressed tar is read in one forward pass; decompress it "
+                              "once (gunzip -k) and pass the .tar")
+        remap = np.zeros(max(len(self.classes), 1), np.int32)
+        for label, name in enumerate(names):
+            remap[self.classes[name]] = label
+        labels = remap[built.labels]
+        after = _stat(path)
+        if after != before:
+            raise SourceError(f"{path}: the archive changed while it was scanned; "
+                              "convert again")
+        origin = ArchiveSource(path, kind, table, _identity(before, built, labels, table),
+                               before)
+        items = SourceItems(built.prefix, built.keys, built.tails, labels, origin)
+        self.rejects.sort(key=lambda reject: reject.path)
+        return items, names, self.rejects, len(self.ignored), origin
+
+
+def _identity(before: ArchiveStat, items: SourceItems, labels: np.ndarray,
+              table: MemberTable) -> str:
+    """The archive's identity for resume: size, mtime and a hash of the member table."""
+    digest = hashlib.sha256(f"{before.size}:{before.mtime_ns}\n".encode())
+    digest.update(items.keys.data)
+    if isinstance(items.tails, Strings):
+        digest.update(items.tails.data)
+    digest.update(labels.astype(np.int32).tobytes())
+    table.digest_into(digest.update)
+    return digest.hexdigest()

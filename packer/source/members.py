@@ -1,0 +1,188 @@
+"""Read the members of an archive in place, by offset: the `origin` of archive items.
+
+    Entry         one member as the scan sees it (transient, never kept)
+    MemberTable   per item (sorted scan order): where its bytes start, how many, and for
+                  zip members the compression method and CRC-32 (numpy arrays: no
+                  Python object per member)
+    ArchiveSource reads item i's bytes with os.pread on one descriptor per process
+                  (pread takes no shared file position, so threads need no lock)
+
+A tar member's data lies uncompressed at its offset, also inside a tar nested in a
+tar (offsets are absolute in the outer file); in a .tar.gz the offsets are into the
+uncompressed stream, read forward by packer.source.gzcursor. A zip member's offset is its local
+header, whose name and extra lengths are read at read time (the central directory
+does not repeat them), then the data is inflated and its CRC-32 checked, so a damaged
+member is a reject, not silently different bytes.
+
+Handles open lazily where they read and never travel through pickle (invariant 4);
+a pickled source carries its path, its member table and the archive's identity.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from packer.core.record import SourceItem
+from packer.errors import RejectReason, SourceError
+from packer.source.gzcursor import GzipCursor
+
+STORED, DEFLATED = 0, 8  # zip compression methods read here (tar members are STORED)
+LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature ... name length, extra length
+LOCAL_SIGNATURE = b"PK\x03\x04"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One member as the scan sees it (transient: not kept)."""
+
+    name: str  # cleaned, `/`-separated, relative
+    kind: str  # "file", "dir", or a reason the member cannot be packed
+    offset: int = 0
+    size: int = 0
+    method: int = STORED
+    crc: int = 0
+
+
+@dataclass(frozen=True)
+class MemberTable:
+    """Offsets, sizes, methods and CRCs of the items, indexed by item position."""
+
+    offsets: npt.NDArray[np.int64]
+    sizes: npt.NDArray[np.int64]
+    methods: npt.NDArray[np.uint8]
+    crcs: npt.NDArray[np.uint32]
+
+    def digest_into(self, update: Any) -> None:
+        """Feed the table's bytes to a hash: part of the archive's identity."""
+        for array in (self.offsets, self.sizes, self.methods, self.crcs):
+            update(np.ascontiguousarray(array).tobytes())
+
+
+@dataclass(frozen=True)
+class ArchiveStat:
+    """What must not change while an archive is read: its size and mtime."""
+
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, path: Path) -> ArchiveStat:
+        info = os.stat(path)
+        return cls(info.st_size, info.st_mtime_ns)
+
+
+class ArchiveSource:
+    """Reads the bytes of archive members for encoding (see the module docstring).
+
+    `whole_files`: items are files (members), encoded exactly as the extracted file
+    would be (its extension, the zero-byte check), so that converting an archive gives
+    the same dataset as converting the folder it extracts to.
+    """
+
+    whole_files = True
+    pixel_size: tuple[int, int] | None = None
+
+    def __init__(self, path: Path, kind: str, table: MemberTable, identity: str,
+                 stat: ArchiveStat) -> None:
+        self.path = path
+        self.kind = kind  # "tar", "zip" or "tgz" (read forward: packer.source.gzcursor)
+        self.table = table
+        self.identity = identity  # size, mtime and member table (conversion.identity)
+        self.stat = stat
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        self._pid = -1
+        self._gzip: GzipCursor | None = None
+
+    def open(self) -> None:
+        """Refuse an archive that changed since the scan (its offsets would be wrong)."""
+        self._check_unchanged()
+        if self.kind != "tgz":
+            self._descriptor()
+
+    def _check_unchanged(self) -> None:
+        try:
+            now = ArchiveStat.of(self.path)
+        except OSError as exc:
+            raise SourceError(f"{self.path}: cannot read the archive "
+                              f"({exc.strerror or exc})") from exc
+        if now != self.stat:
+            raise SourceError(f"{self.path}: the archive changed since it was scanned; "
+                              "convert again")
+
+    def read(self, item: SourceItem) -> bytes:
+        """The bytes of member `item.position`; damage raises RejectReason."""
+        i = item.position
+        offset, size = int(self.table.offsets[i]), int(self.table.sizes[i])
+        try:
+            if self.kind == "tgz":
+                return self._cursor().read(i)
+            fd = self._descriptor()
+            if self.kind == "zip":
+                return self._read_zip(fd, i, offset, size)
+            return _exactly(fd, size, offset)
+        except OSError as exc:
+            raise RejectReason(f"unreadable in the archive: {exc.strerror or exc}") from exc
+
+    def _read_zip(self, fd: int, i: int, offset: int, size: int) -> bytes:
+        header = _exactly(fd, LOCAL_HEADER.size, offset)
+        signature, name_len, extra_len = LOCAL_HEADER.unpack(header)
+        if signature != LOCAL_SIGNATURE:
+            raise RejectReason("corrupt in the archive: no local header at its offset")
+        data = _exactly(fd, size, offset + LOCAL_HEADER.size + name_len + extra_len)
+        if int(self.table.methods[i]) == DEFLATED:
+            try:
+                data = zlib.decompress(data, -15)
+            except zlib.error as exc:
+                raise RejectReason(f"corrupt in the archive: {exc}") from exc
+        if zlib.crc32(data) != int(self.table.crcs[i]):
+            raise RejectReason("corrupt in the archive: CRC-32 mismatch")
+        return data
+
+    def _descriptor(self) -> int:
+        """This process's descriptor (a forked child opens its own)."""
+        with self._lock:
+            if self._fd is None or self._pid != os.getpid():
+                self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+                self._pid = os.getpid()
+            return self._fd
+
+    def _cursor(self) -> GzipCursor:
+        """This process's forward reader of a .tar.gz (packer.source.gzcursor)."""
+        with self._lock:
+            if self._gzip is None or self._pid != os.getpid():
+                self._gzip = GzipCursor(self.path, self.table.offsets, self.table.sizes)
+                self._pid = os.getpid()
+            return self._gzip
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None and self._pid == os.getpid():
+                os.close(self._fd)
+            if self._gzip is not None and self._pid == os.getpid():
+                self._gzip.close()
+            self._fd = self._gzip = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path, "kind": self.kind, "table": self.table,
+                "identity": self.identity, "stat": self.stat}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(**state)  # type: ignore[misc]
+
+
+def _exactly(fd: int, size: int, offset: int) -> bytes:
+    """`size` bytes at `offset`; fewer (the archive shrank) is a truncated member."""
+    data = os.pread(fd, size, offset)
+    if len(data) != size:
+        raise RejectReason(f"truncated in the archive: {len(data)} of {size} bytes")
+    return data
