@@ -34,7 +34,7 @@ from packer.formats.base import ShardOptions
 from packer.source import archive as archive_scan
 from packer.source import tarheaders, zipdirectory
 from packer.source.scan import scan
-from tests.conftest import count_adds, jpeg_bytes, random_image, tree_hashes
+from tests.helpers import count_adds, jpeg_bytes, random_image, tree_hashes
 
 Maker = Callable[[Path, Path], Path]
 WDS = ConvertOptions(shards=ShardOptions(max_samples=4), workers=0)

@@ -33,14 +33,13 @@ from readers import (
     loop_state,
 )
 from readers.crop_decode import dct_factor
-from tests.conftest import pack_every_format
+from tests.helpers import FORMATS, pack_every_format
 
 NUM = 24
 OUT = 16
 SEED = 5
 CROP = RandomResizedCrop(OUT)
 LOADERS = [(0, None), (2, "fork"), (2, "spawn")]
-FORMATS = ("wds", "lmdb", "hdf5", "npy")
 DRAWS = 20_000
 KS_LIMIT = 0.02  # two-sample KS critical value at alpha ~0.001 for 20,000 draws each
 
