@@ -182,9 +182,10 @@ class Uploader:
                 for path in sorted(self.folder.rglob("*")) if path.is_file()]
         rest = [name for name in rest if name not in self._sent and name != INDEX_NAME
                 and not name.endswith(".partial") and not name.startswith(".pack-state")]
-        rest.sort(key=lambda name: (name in TABLES, TABLES.index(name) if name in TABLES else 0))
-        for future in [self._pool.submit(self._upload, name) for name in rest]:
-            future.result()
+        data = [name for name in rest if name not in TABLES]  # lmdb, hdf5, npy, wids index
+        for batch in (data, [name for name in TABLES if name in rest]):  # data, then tables:
+            for future in [self._pool.submit(self._upload, name) for name in batch]:
+                future.result()  # each batch waits, so the order on the URL is the order here
         self._upload(INDEX_NAME)
 
     def close(self) -> None:
