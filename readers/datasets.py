@@ -24,28 +24,26 @@ added to even out the ranks (drop_last=False) has label `PAD_LABEL` (-1): mask i
 
 from __future__ import annotations
 
-import os
-import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast, get_args
+from typing import Any, get_args
 
 import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from packer import formats
-from packer.core.index import INDEX_NAME, SampleTable, open_dataset
-from packer.formats.base import RecordReader
+from packer.core.index import SampleTable, open_dataset
+from readers._handles import Handles, identity, release
 from readers._stream import pass_records
 from readers.augment import Augment
-from readers.batching.collate import Gatherer, gathered_samples
-from readers.cache import DEFAULT_CACHE_BYTES, CachedReader
+from readers.batching.collate import gathered_samples
+from readers.cache import DEFAULT_CACHE_BYTES
 from readers.crop_decode import as_numpy, decode_augmented
 from readers.decode import Mode
 from readers.decode import decode as decode_record
 from readers.epochs import PassEpochs
-from readers.remote import RemoteSource, remote_reader, remote_source
+from readers.remote import RemoteSource, remote_source
 from readers.resume import PendingResume, pending_from_state
 from readers.sampler import (
     DEFAULT_BUFFER_SIZE,
@@ -58,74 +56,6 @@ from readers.world import LateWorld, RankWorld
 
 Sample = tuple[Any, ...]
 Transform = Callable[[Any], Any]
-
-
-class _Opened:
-    """One folder's sample table and reader, shared by every dataset on it in a process.
-
-    Shared because py-lmdb refuses to open an environment twice in one process.
-    """
-
-    def __init__(self, path: Path, remote: RemoteSource | None = None) -> None:
-        self.pid = os.getpid()
-        index, self.table = open_dataset(path)
-        module = formats.load(index.format)
-        self.reader: RecordReader = (
-            module.open_reader(path, index, self.table) if remote is None
-            # a URL's mirror: shards are fetched on demand (readers.remote)
-            else remote_reader(lambda: module.open_reader(path, index, self.table), remote, index)
-        )
-
-
-# A folder and the version of its index.json (rewritten by rename when reconverted),
-# so a dataset reconverted in place is not served by the reader of the old one.
-Identity = tuple[Path, int, int]
-_OPENED: weakref.WeakValueDictionary[Identity, _Opened] = weakref.WeakValueDictionary()
-
-
-def identity(path: Path) -> Identity:
-    info = (path / INDEX_NAME).stat()
-    return path, info.st_ino, info.st_mtime_ns
-
-
-def opened(key: Identity, remote: RemoteSource | None = None) -> _Opened:
-    """This process's reader of the folder, opened on first use."""
-    entry = _OPENED.get(key)
-    if entry is None or entry.pid != os.getpid():
-        entry = _OPENED[key] = _Opened(key[0], remote)
-    return entry
-
-
-def _close_inherited() -> None:
-    """In a forked child, close the readers inherited from the parent, right away.
-
-    LMDB forbids using an environment after fork, and py-lmdb counts an inherited one
-    as open, refusing to open the same files again in the child (by us or by anyone)
-    until it is closed. Closing only unmaps and closes the child's copies; the parent's
-    handles are untouched. Datasets notice the missing entry and reopen on next read.
-    """
-    for key, entry in list(_OPENED.items()):
-        if entry.pid != os.getpid():
-            _OPENED.pop(key, None)
-            entry.reader.close()
-
-
-os.register_at_fork(after_in_child=_close_inherited)
-
-
-class _Handles:
-    """What one dataset reads through in one process: the shared reader plus its own cache."""
-
-    def __init__(self, key: Identity, chunk_size: int, cache_bytes: int,
-                 remote: RemoteSource | None = None) -> None:
-        self.opened = opened(key, remote)
-        self.table = self.opened.table
-        self.reader = self.opened.reader
-        if getattr(self.reader, "memory_mapped", False):
-            cache_bytes = 0  # the page cache already holds it (readers.cache)
-        self.cached = CachedReader(self.reader, len(self.table), chunk_size, cache_bytes)
-        # npy rows: a batch in one gather (readers.batching.collate)
-        self.gather = cast(Gatherer, self.reader) if hasattr(self.reader, "gather") else None
 
 
 class _PackedBase:
@@ -157,19 +87,18 @@ class _PackedBase:
         self.cache_bytes = cache_bytes
         pixels = self.index.encode.get("mode") == "pixels"
         self.pixels_shape = self.index.image_size if pixels else None
-        self._handles: _Handles | None = None
+        self._handles: Handles | None = None
 
     @property
     def class_names(self) -> tuple[str, ...]:
         return self.index.class_names
 
-    def _local(self) -> _Handles:
+    def _local(self) -> Handles:
         """This process's handles, opened on first use (again after a fork)."""
         handles = self._handles
-        if handles is None or handles.opened is not _OPENED.get(self._key) \
-                or handles.opened.pid != os.getpid():
-            handles = self._handles = _Handles(self._key, self.chunk_size, self.cache_bytes,
-                                               self.remote)
+        if handles is None or not handles.current(self._key):
+            handles = self._handles = Handles(self._key, self.chunk_size, self.cache_bytes,
+                                              self.remote)
         return handles
 
     def _sample(self, table: SampleTable, i: int, data: bytes, padded: bool,
@@ -203,9 +132,7 @@ class _PackedBase:
         They reopen on the next read.
         """
         self._handles = None
-        entry = _OPENED.pop(self._key, None)
-        if entry is not None and entry.pid == os.getpid():
-            entry.reader.close()
+        release(self._key)
 
     def __getstate__(self) -> dict[str, Any]:
         """Handles never travel: the receiving process opens its own."""
