@@ -26,14 +26,12 @@ from PIL import Image
 from readers.augment import Augment, Box
 from readers.decode import (
     JPEG_SOI,
-    PILLOW_COLORSPACES,
     Buffer,
     _decode_pillow,
-    _max_pixels,
     _pixels,
+    fast_jpeg_size,
     resize_hwc,
 )
-from readers.exif import exif_orientation
 
 OVERSAMPLE = 2  # the DCT-scaled box is at least this many times the output
 DCT_FACTORS = (8, 4, 2)  # the fast power-of-two scales, coarsest first
@@ -54,13 +52,10 @@ def decode_augmented(data: Buffer, augment: Augment, where: tuple[int, int, int]
 def _from_jpeg(data: Buffer, augment: Augment,
                where: tuple[int, int, int]) -> torch.Tensor | None:
     """The fast path; None where Pillow must decode (the same cases as readers.decode)."""
-    try:
-        height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
-    except ValueError:
+    size = fast_jpeg_size(data)
+    if size is None:
         return None
-    if (colorspace in PILLOW_COLORSPACES or height * width > _max_pixels()
-            or exif_orientation(data) != 1):
-        return None
+    height, width = size
     box = augment.params(*where, (height, width))
     factor = dct_factor(box, augment.output_size)
     try:

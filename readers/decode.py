@@ -107,14 +107,22 @@ def _decode_hwc(data: Buffer, size: tuple[int, int] | None) -> torch.Tensor:
     return _decode_pillow(data, size)
 
 
-def _decode_jpeg(data: Buffer, size: tuple[int, int] | None) -> np.ndarray | None:
-    """simplejpeg with DCT scaling toward `size`; None where Pillow must do the job."""
+def fast_jpeg_size(data: Buffer) -> tuple[int, int] | None:
+    """(height, width) from a JPEG's header when libjpeg-turbo may decode it; None where
+    Pillow must (unreadable header, CMYK/YCCK, over the bomb limit, EXIF-rotated)."""
     try:
         height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
     except ValueError:
         return None
     if (colorspace in PILLOW_COLORSPACES or height * width > _max_pixels()
             or exif_orientation(data) != 1):
+        return None
+    return height, width
+
+
+def _decode_jpeg(data: Buffer, size: tuple[int, int] | None) -> np.ndarray | None:
+    """simplejpeg with DCT scaling toward `size`; None where Pillow must do the job."""
+    if fast_jpeg_size(data) is None:
         return None
     min_height, min_width = size if size is not None else (0, 0)
     try:
