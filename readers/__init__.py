@@ -3,6 +3,7 @@
     from readers import PackedDataset, PackedIterableDataset, ChunkSampler, collate
     from readers import RandomResizedCrop, CenterCrop   # train-time crops, fused into decode
     from readers import LoaderMonitor   # times how long a training loop waits for data
+    from readers import SplitOptions, RemoteOptions   # sharding and URL-cache settings
 
 `readers` depends on `packer`, never the reverse.
 """
@@ -11,6 +12,7 @@ from readers.augment import Box, CenterCrop, RandomResizedCrop
 from readers.batching.collate import collate
 from readers.datasets import PackedDataset, PackedIterableDataset, Sample
 from readers.monitor import LoaderMonitor  # numpy and logging only: adds nothing heavy
+from readers.options import RemoteOptions, SplitOptions
 from readers.resume import loop_state
 from readers.sampler import PAD_LABEL, ChunkSampler, PaddedIndex
 
@@ -24,7 +26,9 @@ __all__ = [
     "PackedIterableDataset",
     "PaddedIndex",
     "RandomResizedCrop",
+    "RemoteOptions",
     "Sample",
+    "SplitOptions",
     "collate",
     "loop_state",
 ]

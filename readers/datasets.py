@@ -43,14 +43,11 @@ from readers.crop_decode import as_numpy, decode_augmented
 from readers.decode import Mode
 from readers.decode import decode as decode_record
 from readers.epochs import PassEpochs
+from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_SPLIT, RemoteOptions, SplitOptions
+from readers.options.legacy import REMOTE_MOVES, SPLIT_MOVES, accepts_legacy
 from readers.remote import RemoteSource, remote_source
 from readers.resume import PendingResume, pending_from_state
-from readers.sampler import (
-    DEFAULT_BUFFER_SIZE,
-    DEFAULT_CHUNK_SIZE,
-    PAD_LABEL,
-    PaddedIndex,
-)
+from readers.sampler import PAD_LABEL, PaddedIndex
 from readers.sharding import ShardPlan, Spans, epoch_rng, num_in
 from readers.world import LateWorld, RankWorld
 
@@ -172,20 +169,23 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
     set_epoch on the sampler only).
     """
 
-    def __init__(self, path: str | Path, decode: Mode = "rgb8",
-                 size: tuple[int, int] | None = None, transform: Transform | None = None,
-                 with_keys: bool = False, cache_bytes: int = DEFAULT_CACHE_BYTES, *,
-                 chunk_size: int = DEFAULT_CHUNK_SIZE, cache_dir: str | Path | None = None,
-                 cache_dir_bytes: int | None = None,
-                 storage_options: Mapping[str, Any] | None = None,
-                 seed: int = 0, augment: Augment | None = None) -> None:
-        if cache_bytes < 0:
-            raise ValueError(f"cache_bytes must be 0 (off) or positive, not {cache_bytes}")
+    @accepts_legacy(("decode", "size", "transform", "with_keys", "cache_bytes"),
+                    {"cache_bytes": ("max_cache_bytes", None),
+                     "cache_dir_bytes": ("remote", "max_cache_bytes"), **REMOTE_MOVES})
+    def __init__(self, path: str | Path, *, decode: Mode = "rgb8",
+                 size: tuple[int, int] | None = None, augment: Augment | None = None,
+                 seed: int = 0, transform: Transform | None = None, with_keys: bool = False,
+                 max_cache_bytes: int = DEFAULT_CACHE_BYTES,
+                 chunk_size: int = DEFAULT_CHUNK_SIZE,
+                 remote: RemoteOptions | None = None) -> None:
+        if max_cache_bytes < 0:
+            raise ValueError(f"max_cache_bytes must be 0 (off) or positive, "
+                             f"not {max_cache_bytes}")
         if seed < 0:
             raise ValueError(f"seed must be a non-negative integer, not {seed}")
-        remote = remote_source(path, storage_options, cache_dir, cache_dir_bytes)
-        super().__init__(path, decode, size, transform, with_keys, chunk_size, cache_bytes,
-                         remote, augment)
+        source = remote_source(path, remote)
+        super().__init__(path, decode, size, transform, with_keys, chunk_size, max_cache_bytes,
+                         source, augment)
         self.seed = seed
         self._epochs = PassEpochs()  # only its named epoch: map-style has no passes
 
@@ -256,28 +256,27 @@ class PackedIterableDataset(_PackedBase, IterableDataset[Sample]):
     box a pure function of (seed, epoch of the pass, sample index).
     """
 
-    def __init__(self, path: str | Path, shuffle: bool = True, seed: int = 0,
+    @accepts_legacy(("shuffle", "seed", "decode", "size", "transform", "with_keys",
+                     "drop_last", "rank", "world_size", "chunk_size", "buffer_size"),
+                    {"cache_bytes": ("remote", "max_cache_bytes"), **SPLIT_MOVES, **REMOTE_MOVES})
+    def __init__(self, path: str | Path, *, shuffle: bool = True, seed: int = 0,
                  decode: Mode = "rgb8", size: tuple[int, int] | None = None,
-                 transform: Transform | None = None, with_keys: bool = False,
-                 drop_last: bool = True, rank: int | None = None,
-                 world_size: int | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
-                 buffer_size: int = DEFAULT_BUFFER_SIZE, *, cache_dir: str | Path | None = None,
-                 cache_bytes: int | None = None,
-                 storage_options: Mapping[str, Any] | None = None,
-                 batch_size: int | None = None, augment: Augment | None = None) -> None:
-        remote = remote_source(path, storage_options, cache_dir, cache_bytes)
-        super().__init__(path, decode, size, transform, with_keys, chunk_size, cache_bytes=0,
-                         remote=remote, augment=augment)
-        if buffer_size < 0:
-            raise ValueError(f"buffer_size must be 0 (chunk order only) or more, "
-                             f"not {buffer_size}")
+                 augment: Augment | None = None, transform: Transform | None = None,
+                 with_keys: bool = False, batch_size: int | None = None,
+                 split: SplitOptions = DEFAULT_SPLIT,
+                 remote: RemoteOptions | None = None) -> None:
+        source = remote_source(path, remote)
+        super().__init__(path, decode, size, transform, with_keys,
+                         split.chunk_size_or(DEFAULT_CHUNK_SIZE), cache_bytes=0,
+                         remote=source, augment=augment)
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be at least 1 (or None), not {batch_size}")
-        self._world = LateWorld.of(rank, world_size)
+        self.split = split
+        self._world = LateWorld.of(split.rank, split.world_size)
         self._sent: RankWorld | None = None  # the world when sent to a spawned worker
-        self._split = (shuffle, drop_last, seed)
+        self._split = (shuffle, split.drop_last, seed)
         self._plan_for(self._world.now()[1])  # bad arguments fail here
-        self.buffer_size = buffer_size
+        self.buffer_size = split.buffer_size
         self.batch_size = batch_size
         self._epochs = PassEpochs()
         self._resume: PendingResume | None = None

@@ -49,6 +49,7 @@ import numpy as np
 from packer.core.index import INDEX_NAME, KEYS_NAME, SAMPLES_NAME, Index
 from packer.dataset.remote import fetch, fetch_metadata, is_url, open_fs
 from packer.formats.base import RecordReader
+from readers.options import RemoteOptions
 
 DEFAULT_DISK_CACHE_BYTES = 8 * 2**30
 MAX_PINNED = 2  # shards a process keeps pinned (a span can cross one shard boundary)
@@ -381,12 +382,14 @@ def remote_reader(open_reader: Callable[[], RecordReader], source: RemoteSource,
         raise
 
 
-def remote_source(path: str | Path, storage_options: Mapping[str, Any] | None,
-                  cache_dir: str | Path | None, cache_bytes: int | None) -> RemoteSource | None:
-    """A RemoteSource when `path` is a URL; None (and no remote option given) for a folder."""
+def remote_source(path: str | Path, options: RemoteOptions | None) -> RemoteSource | None:
+    """A RemoteSource when `path` is a URL; None (and no remote options given) for a folder."""
     if isinstance(path, str) and is_url(path):
-        return open_remote(path, storage_options, cache_dir, cache_bytes)
-    if storage_options is not None or cache_dir is not None or cache_bytes is not None:
-        raise ValueError(f"{path}: storage_options, cache_dir and the disk cache size apply to "
-                         "a URL (s3://..., file://...), not to a local folder")
+        given = RemoteOptions() if options is None else options
+        return open_remote(path, dict(given.storage_options), given.cache_dir,
+                           given.max_cache_bytes)
+    if options is not None:
+        raise ValueError(f"{path}: remote options (cache_dir, max_cache_bytes, "
+                         "storage_options) apply to a URL (s3://..., file://...), not to a "
+                         "local folder: drop remote=")
     return None

@@ -28,13 +28,13 @@ from typing import Any
 
 from torch.utils.data import DistributedSampler
 
+from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_SPLIT, SplitOptions
+from readers.options.legacy import SPLIT_MOVES, accepts_legacy
 from readers.resume import PendingResume, pending_from_state
 from readers.sharding import ShardPlan, buffered_shuffle, check_epoch, epoch_rng, expand
 from readers.world import LateWorld
 
 PAD_LABEL = -1
-DEFAULT_CHUNK_SIZE = 64
-DEFAULT_BUFFER_SIZE = 1024
 
 
 class PaddedIndex(int):
@@ -56,21 +56,19 @@ class ChunkSampler(DistributedSampler[int]):
     sequential. `rank` and `world_size` default to the process group's when a pass starts.
     """
 
-    def __init__(self, dataset: Sized, shuffle: bool = True, seed: int = 0,
-                 drop_last: bool = True, rank: int | None = None,
-                 world_size: int | None = None, *,
-                 buffer_size: int = DEFAULT_BUFFER_SIZE) -> None:
+    @accepts_legacy(("shuffle", "seed", "drop_last", "rank", "world_size"),
+                    {k: v for k, v in SPLIT_MOVES.items() if k != "chunk_size"})
+    def __init__(self, dataset: Sized, *, shuffle: bool = True, seed: int = 0,
+                 split: SplitOptions = DEFAULT_SPLIT) -> None:
         # DistributedSampler.__init__ would ask the process group now: it may not exist yet
         self.dataset = dataset  # type: ignore[assignment]  # any Sized, as Sampler takes
-        self._world = LateWorld.of(rank, world_size)
-        self._chunk_size = getattr(dataset, "chunk_size", DEFAULT_CHUNK_SIZE)
-        self._args = (len(dataset), shuffle, drop_last, seed)
-        self.shuffle, self.drop_last, self.seed = shuffle, drop_last, seed
+        self.split = split
+        self._world = LateWorld.of(split.rank, split.world_size)
+        self._chunk_size = split.chunk_size_or(getattr(dataset, "chunk_size", DEFAULT_CHUNK_SIZE))
+        self._args = (len(dataset), shuffle, split.drop_last, seed)
+        self.shuffle, self.drop_last, self.seed = shuffle, split.drop_last, seed
         self._plan_for(self._world.now()[1])  # bad arguments fail here
-        if buffer_size < 0:
-            raise ValueError(f"buffer_size must be 0 (no shuffle within chunks) or more, "
-                             f"not {buffer_size}")
-        self.buffer_size = buffer_size
+        self.buffer_size = split.buffer_size
         self._next_epoch = 0
         self._resume: PendingResume | None = None
         self._pass_epoch: int | None = None  # the epoch of the latest pass, and its count

@@ -31,6 +31,7 @@ from pack_cli._params import parse_bytes
 from packer import ConvertOptions, convert
 from packer.formats.base import ShardOptions
 from readers import PackedIterableDataset
+from readers.options import RemoteOptions, SplitOptions
 
 
 def free_port() -> int:
@@ -59,9 +60,9 @@ def start_moto() -> subprocess.Popen[bytes]:
 def read_all(path: str | Path, decode: Any, size: tuple[int, int] | None, workers: int,
              cache_dir: Path | None) -> float:
     """Images per second over one full pass (worker start-up included)."""
-    remote = {"cache_dir": cache_dir} if cache_dir is not None else {}
-    ds = PackedIterableDataset(path, shuffle=True, decode=decode, size=size, drop_last=False,
-                               **remote)  # type: ignore[arg-type]
+    remote = RemoteOptions(cache_dir=cache_dir) if cache_dir is not None else None
+    ds = PackedIterableDataset(path, shuffle=True, decode=decode, size=size,
+                               split=SplitOptions(drop_last=False), remote=remote)
     loader = DataLoader(ds, batch_size=64, num_workers=workers, collate_fn=len)
     start = time.perf_counter()
     count = sum(loader)

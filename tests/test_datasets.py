@@ -19,6 +19,7 @@ from packer.core.index import INDEX_NAME, open_dataset
 from packer.errors import CorruptDatasetError, IncompleteDatasetError
 from readers import PAD_LABEL, ChunkSampler, PackedDataset, PackedIterableDataset
 from readers.decode import decode
+from readers.options import SplitOptions
 from tests.helpers import FORMATS, pack_every_format
 
 NUM = 48
@@ -55,20 +56,20 @@ def test_folder_without_index_is_refused(packed: dict[str, Path], tmp_path: Path
 
 def test_a_rank_without_samples_is_refused(packed: dict[str, Path]) -> None:
     with pytest.raises(ValueError, match=f"{NUM} samples cannot give each of 64 ranks"):
-        PackedIterableDataset(packed["npy"], rank=0, world_size=64)
+        PackedIterableDataset(packed["npy"], split=SplitOptions(rank=0, world_size=64))
     ds = PackedDataset(packed["npy"])
     with pytest.raises(ValueError, match="cannot give each"):
-        ChunkSampler(ds, rank=3, world_size=64)
-    assert len(ChunkSampler(ds, rank=3, world_size=64, drop_last=False)) == 1
+        ChunkSampler(ds, split=SplitOptions(rank=3, world_size=64))
+    assert len(ChunkSampler(ds, split=SplitOptions(rank=3, world_size=64, drop_last=False))) == 1
     with pytest.raises(ValueError, match=r"rank 2 is not in 0\.\.1"):
-        ChunkSampler(ds, rank=2, world_size=2)
+        ChunkSampler(ds, split=SplitOptions(rank=2, world_size=2))
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_map_dataset_in_index_order(packed: dict[str, Path], fmt: str) -> None:
     index, table = open_dataset(packed[fmt])
     ds = PackedDataset(packed[fmt], size=SIZE, with_keys=True)
-    raw = PackedDataset(packed[fmt], decode="raw", cache_bytes=0)
+    raw = PackedDataset(packed[fmt], decode="raw", max_cache_bytes=0)
     assert len(ds) == NUM
     for i in (0, 7, NUM - 1):
         image, label, key = ds[i]
@@ -85,8 +86,8 @@ def test_map_dataset_in_index_order(packed: dict[str, Path], fmt: str) -> None:
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_iterable_reads_each_sample_once(packed: dict[str, Path], fmt: str) -> None:
-    it = PackedIterableDataset(packed[fmt], size=SIZE, with_keys=True, chunk_size=8,
-                               buffer_size=12)
+    it = PackedIterableDataset(packed[fmt], size=SIZE, with_keys=True,
+                               split=SplitOptions(chunk_size=8, buffer_size=12))
     first = [key for _, _, key in it]
     assert len(it) == NUM and sorted(first) == sorted(all_keys(packed[fmt]))
     second = [key for _, _, key in it]
@@ -105,9 +106,9 @@ def test_dataloaders_after_the_parent_read(packed: dict[str, Path], context: str
     """Workers must open their own handles although the parent read (LMDB after fork)."""
     path = packed["lmdb"]
     ds = PackedDataset(path, size=SIZE, with_keys=True)
-    it = PackedIterableDataset(path, size=SIZE, with_keys=True, chunk_size=8)
+    it = PackedIterableDataset(path, size=SIZE, with_keys=True, split=SplitOptions(chunk_size=8))
     assert ds[0][2] in all_keys(path) and next(iter(it))[2] in all_keys(path)
-    sampler = ChunkSampler(ds, drop_last=False)
+    sampler = ChunkSampler(ds, split=SplitOptions(drop_last=False))
     keys = loader_keys(loader(ds, context, workers, sampler=sampler))
     assert sorted(keys) == sorted(all_keys(path))
     streamed = loader_keys(loader(it, context, workers))
@@ -124,7 +125,8 @@ def epoch_orders(it: PackedIterableDataset, dl: DataLoader, epochs: list[int]) -
 
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_persistent_workers_follow_set_epoch(packed: dict[str, Path], context: str) -> None:
-    it = PackedIterableDataset(packed["wds"], size=SIZE, with_keys=True, chunk_size=8)
+    it = PackedIterableDataset(packed["wds"], size=SIZE, with_keys=True,
+                               split=SplitOptions(chunk_size=8))
     dl = loader(it, context, 2, persistent_workers=True)
     first, second, again = epoch_orders(it, dl, [0, 1, 0])
     assert sorted(first) == sorted(second) == sorted(all_keys(packed["wds"]))
@@ -145,13 +147,14 @@ def test_ranks_split_exactly_with_flagged_padding(packed: dict[str, Path], fmt: 
         padded = 0
         for rank in range(world):
             if styles == "iterable":
-                data: object = PackedIterableDataset(
-                    packed[fmt], size=SIZE, with_keys=True, drop_last=drop_last, rank=rank,
-                    world_size=world, chunk_size=4)
+                split = SplitOptions(drop_last=drop_last, rank=rank, world_size=world,
+                                     chunk_size=4)
+                data: object = PackedIterableDataset(packed[fmt], size=SIZE, with_keys=True,
+                                                     split=split)
                 dl = loader(data, None, 0)
             else:
-                dl = loader(ds, None, 0, sampler=ChunkSampler(
-                    ds, drop_last=drop_last, rank=rank, world_size=world))
+                split = SplitOptions(drop_last=drop_last, rank=rank, world_size=world)
+                dl = loader(ds, None, 0, sampler=ChunkSampler(ds, split=split))
             samples = [(label, key) for batch in dl for label, key in zip(*batch[1:], strict=True)]
             assert len(samples) == expected == len(dl.dataset if styles == "iterable"  # type: ignore
                                                    else dl.sampler)  # type: ignore

@@ -29,6 +29,7 @@ from packer.errors import CorruptDatasetError, IncompleteDatasetError
 from packer.formats.base import ShardOptions
 from packer.testing import make_sample_folder
 from readers import PackedDataset, PackedIterableDataset
+from readers.options import SplitOptions
 from tests.helpers import FORMATS
 
 DATA = {"wds": "wds-00001.tar", "lmdb": "data.lmdb/data.mdb", "hdf5": "data.h5",
@@ -66,7 +67,7 @@ def originals(packed: dict[str, Path]) -> dict[str, Samples]:
 
 
 def read_map(folder: Path) -> Samples:
-    ds = PackedDataset(folder, decode="raw", with_keys=True, cache_bytes=0)
+    ds = PackedDataset(folder, decode="raw", with_keys=True, max_cache_bytes=0)
     out = []
     for start in range(0, len(ds), 7):
         batch = ds.__getitems__(list(range(start, min(start + 7, len(ds)))))
@@ -77,7 +78,7 @@ def read_map(folder: Path) -> Samples:
 
 def read_iterable(folder: Path) -> Samples:
     it = PackedIterableDataset(folder, shuffle=False, decode="raw", with_keys=True,
-                               drop_last=False, chunk_size=4)
+                               split=SplitOptions(drop_last=False, chunk_size=4))
     out = [(bytes(data), int(label), str(key)) for data, label, key in it]
     it.close()
     return out

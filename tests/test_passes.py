@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 import readers.world
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset, loop_state
+from readers.options import SplitOptions
 from readers.resume import samples_per_worker
 from readers.sharding import ShardPlan, expand, worker_bounds
 from tests.helpers import pack_every_format
@@ -49,9 +50,10 @@ def make_loader(data: Any, workers: int, context: str | None, persistent: bool,
     return DataLoader(data, batch_size=batch_size, num_workers=workers, **extra, **kwargs)
 
 
-def iterable(path: Path, **kwargs: Any) -> PackedIterableDataset:
-    return PackedIterableDataset(path, decode="raw", with_keys=True, chunk_size=4,
-                                 buffer_size=6, **kwargs)
+def iterable(path: Path, batch_size: int | None = None, **split: Any) -> PackedIterableDataset:
+    options = SplitOptions(**{"chunk_size": 4, "buffer_size": 6, **split})
+    return PackedIterableDataset(path, decode="raw", with_keys=True, batch_size=batch_size,
+                                 split=options)
 
 
 @pytest.mark.parametrize(("workers", "context", "persistent"), LOADERS)
@@ -83,7 +85,7 @@ def test_a_pass_stopped_early_still_counts(path: Path) -> None:
 
 def test_sampler_passes_are_new_epochs(path: Path) -> None:
     ds = PackedDataset(path, decode="raw", with_keys=True, chunk_size=4)
-    sampler = ChunkSampler(ds, buffer_size=6)
+    sampler = ChunkSampler(ds, split=SplitOptions(buffer_size=6))
     assert isinstance(sampler, DistributedSampler), "Lightning leaves DistributedSamplers alone"
     first, second = list(sampler), list(sampler)
     assert sorted(first) == sorted(second) == list(range(NUM)) and first != second
@@ -107,13 +109,13 @@ def test_loading_a_state_sets_the_epoch(path: Path) -> None:
     assert fresh.epoch == 1
     assert seen + [key for *_, key in fresh] == full
     ds = PackedDataset(path, decode="raw", with_keys=True, chunk_size=4)
-    sampler = ChunkSampler(ds, buffer_size=6)
+    sampler = ChunkSampler(ds, split=SplitOptions(buffer_size=6))
     sampler.set_epoch(1)
     everything = list(sampler)
-    again = ChunkSampler(ds, buffer_size=6)
+    again = ChunkSampler(ds, split=SplitOptions(buffer_size=6))
     again.load_state_dict({"epoch": 1, "seed": 0, "samples_seen": 5})
     assert list(again) == everything[5:]
-    late = ChunkSampler(ds, buffer_size=6)
+    late = ChunkSampler(ds, split=SplitOptions(buffer_size=6))
     late.load_state_dict({"epoch": 1, "seed": 0, "samples_seen": 5})
     late.set_epoch(2)
     with pytest.raises(ValueError, match=r"mid-way through epoch 1.*set_epoch\(1\)"):
@@ -177,7 +179,7 @@ def test_rank_is_resolved_when_a_pass_starts(path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """Built before the process group (a script's top level, before trainer.fit)."""
     ds = PackedDataset(path, decode="raw", with_keys=True, chunk_size=4)
-    sampler = ChunkSampler(ds, drop_last=False)
+    sampler = ChunkSampler(ds, split=SplitOptions(drop_last=False))
     it = iterable(path, drop_last=False)
     fake_group(monkeypatch, (1, 2))
     assert (len(sampler), sampler.rank, sampler.num_replicas) == (NUM // 2, 1, 2)
@@ -193,12 +195,13 @@ def test_rank_is_resolved_when_a_pass_starts(path: Path,
 def test_arguments_a_later_group_contradicts_are_refused(
         path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ds = PackedDataset(path, decode="raw", with_keys=True, chunk_size=4)
-    guessed = ChunkSampler(ds, rank=0, world_size=1)
+    guessed = ChunkSampler(ds, split=SplitOptions(rank=0, world_size=1))
     fake_group(monkeypatch, (1, 2))
     with pytest.raises(ValueError, match="given rank 0 of 1 before the process group existed, "
                                          "and the group now says rank 1 of 2"):
         iter(guessed)
-    deliberate = ChunkSampler(ds, rank=0, world_size=1)  # given while a group exists
+    # given while a group exists
+    deliberate = ChunkSampler(ds, split=SplitOptions(rank=0, world_size=1))
     assert len(list(deliberate)) == NUM
     agreeing = iterable(path, world_size=2)
     fake_group(monkeypatch, (0, 2))

@@ -22,6 +22,7 @@ from packer.encode import EncodeOptions
 from packer.errors import DatasetExistsError, IncompleteDatasetError
 from packer.formats.base import ShardOptions
 from readers import PackedDataset, PackedIterableDataset
+from readers.options import RemoteOptions, SplitOptions
 from readers.remote import MAX_PINNED
 from tests.s3_server import BUCKET, RUN, SHARD_SAMPLES, listing, local_files
 
@@ -44,8 +45,9 @@ def test_upload_sends_shards_as_they_end_and_index_last(uploaded: dict[str, Any]
 def test_iterable_reads_each_sample_once_with_two_workers(uploaded: dict[str, Any],
                                                           tmp_path: Path) -> None:
     before = listing(uploaded["url"])
-    ds = PackedIterableDataset(uploaded["url"], decode="raw", with_keys=True, chunk_size=3,
-                               cache_dir=tmp_path / "cache", drop_last=False)
+    ds = PackedIterableDataset(uploaded["url"], decode="raw", with_keys=True,
+                               split=SplitOptions(chunk_size=3, drop_last=False),
+                               remote=RemoteOptions(cache_dir=tmp_path / "cache"))
     _, table = open_dataset(uploaded["local"])
     expected = {key: bytes(PackedDataset(uploaded["local"], decode="raw")[i][0])
                 for i, key in enumerate(table.keys())}
@@ -63,8 +65,9 @@ def test_iterable_reads_each_sample_once_with_two_workers(uploaded: dict[str, An
 def test_disk_cache_is_bounded_and_evicts_least_recently_used(uploaded: dict[str, Any],
                                                               tmp_path: Path) -> None:
     index = uploaded["index"]
-    ds = PackedIterableDataset(uploaded["url"], decode="raw", shuffle=False, chunk_size=2,
-                               cache_dir=tmp_path / "tiny", cache_bytes=1)
+    ds = PackedIterableDataset(uploaded["url"], decode="raw", shuffle=False,
+                               split=SplitOptions(chunk_size=2),
+                               remote=RemoteOptions(cache_dir=tmp_path / "tiny", max_cache_bytes=1))
     for epoch in range(2):
         ds.set_epoch(epoch)
         assert sum(1 for _ in ds) == len(ds)
@@ -73,15 +76,18 @@ def test_disk_cache_is_bounded_and_evicts_least_recently_used(uploaded: dict[str
     assert len(list(ds.path.glob("*.tar"))) <= MAX_PINNED
     # with room for the last three shards, those three (the most recently used) stay
     budget = sum(shard.num_bytes for shard in index.shards[-3:])
-    lru = PackedIterableDataset(uploaded["url"], decode="raw", shuffle=False, chunk_size=2,
-                                cache_dir=tmp_path / "lru", cache_bytes=budget)
+    lru = PackedIterableDataset(uploaded["url"], decode="raw", shuffle=False,
+                                split=SplitOptions(chunk_size=2),
+                                remote=RemoteOptions(cache_dir=tmp_path / "lru",
+                                                     max_cache_bytes=budget))
     assert sum(1 for _ in lru) == len(lru)
     names = sorted(path.name for path in lru.path.glob("*.tar"))
     assert names == [shard.name for shard in index.shards][-3:]
     # two workers share the cache and stay within it (pins on top)
     loader = DataLoader(PackedIterableDataset(uploaded["url"], decode="raw", with_keys=True,
-                                              cache_dir=tmp_path / "two", cache_bytes=1,
-                                              drop_last=False),
+                                              remote=RemoteOptions(cache_dir=tmp_path / "two",
+                                                                   max_cache_bytes=1),
+                                              split=SplitOptions(drop_last=False)),
                         batch_size=3, num_workers=2, multiprocessing_context="fork",
                         collate_fn=list)
     keys = [key for batch in loader for _, _, key in batch]
@@ -91,7 +97,7 @@ def test_disk_cache_is_bounded_and_evicts_least_recently_used(uploaded: dict[str
 
 def test_map_style_reads_a_url(uploaded: dict[str, Any], tmp_path: Path) -> None:
     remote = PackedDataset(uploaded["url"], decode="raw", with_keys=True,
-                           cache_dir=tmp_path / "cache", cache_dir_bytes=1)
+                           remote=RemoteOptions(cache_dir=tmp_path / "cache", max_cache_bytes=1))
     local = PackedDataset(uploaded["local"], decode="raw", with_keys=True)
     assert len(remote) == len(local)
     for i in (7, 0, len(local) - 1, 3, 12):
@@ -110,7 +116,8 @@ def test_file_url_round_trip(src: Path, tmp_path: Path, uploaded: dict[str, Any]
     index = convert(src, f"file://{target}", "wds", run=RUN)  # convert() takes a URL too
     assert local_files(target) == local_files(uploaded["local"])
     ds = PackedIterableDataset(f"file://{target}", decode="raw", with_keys=True,
-                               cache_dir=tmp_path / "cache", drop_last=False)
+                               remote=RemoteOptions(cache_dir=tmp_path / "cache"),
+                               split=SplitOptions(drop_last=False))
     assert sorted(key for _, _, key in ds) == sorted(open_dataset(target)[1].keys())
     assert index.num_samples == len(ds)
 
@@ -123,7 +130,8 @@ def test_single_file_formats(fmt: str, src: Path, tmp_path: Path, endpoint: str)
     local = tmp_path / fmt
     convert(src, local, fmt, options, RUN)
     assert listing(url) == local_files(local)
-    remote_ds = PackedDataset(url, decode="raw", cache_dir=tmp_path / "cache")
+    remote_ds = PackedDataset(url, decode="raw",
+                              remote=RemoteOptions(cache_dir=tmp_path / "cache"))
     local_ds = PackedDataset(local, decode="raw")
     for i in (0, 11, len(local_ds) - 1):
         assert bytes(remote_ds[i][0]) == bytes(local_ds[i][0])
@@ -141,12 +149,12 @@ def test_refusals(src: Path, tmp_path: Path, uploaded: dict[str, Any]) -> None:
     with pytest.raises(DatasetExistsError, match="unfinished upload"):
         convert_remote(src, f"s3://{BUCKET}/half.wds", "wds", run=RUN)
     with pytest.raises(IncompleteDatasetError, match="did not finish"):
-        PackedIterableDataset(f"s3://{BUCKET}/half.wds", cache_dir=tmp_path)
+        PackedIterableDataset(f"s3://{BUCKET}/half.wds", remote=RemoteOptions(cache_dir=tmp_path))
     fs.pipe(f"{BUCKET}/foreign/notes.txt", b"mine")
     with pytest.raises(DatasetExistsError, match="not empty"):
         convert_remote(src, f"s3://{BUCKET}/foreign", "wds", run=RUN)
     with pytest.raises(ValueError, match="apply to a URL"):
-        PackedIterableDataset(uploaded["local"], cache_dir=tmp_path)
+        PackedIterableDataset(uploaded["local"], remote=RemoteOptions(cache_dir=tmp_path))
     # --overwrite replaces it: index.json first, so no reader sees a mix
     convert_remote(src, f"s3://{BUCKET}/half.wds", "wds",
                    run=ConvertOptions(overwrite=True, workers=0))

@@ -20,6 +20,7 @@ from pack_cli import main
 from packer.conversion.upload import convert_remote
 from packer.errors import CorruptDatasetError
 from readers import PackedDataset, PackedIterableDataset
+from readers.options import RemoteOptions, SplitOptions
 from tests.s3_server import BUCKET, RUN, SHARD_SAMPLES
 
 s3fs = pytest.importorskip("s3fs")
@@ -61,7 +62,7 @@ def upload_with_a_damaged_shard(src: Path, name: str) -> str:
 def test_a_shard_damaged_in_storage_never_reaches_a_reader(src: Path, endpoint: str,
                                                            tmp_path: Path) -> None:
     url = upload_with_a_damaged_shard(src, "damaged.wds")
-    ds = PackedDataset(url, decode="raw", cache_dir=tmp_path / "cache")
+    ds = PackedDataset(url, decode="raw", remote=RemoteOptions(cache_dir=tmp_path / "cache"))
     assert bytes(ds[0][0])  # shard 0 is intact
     with pytest.raises(CorruptDatasetError, match=r"damaged-00001\.tar: sha256"):
         ds[SHARD_SAMPLES]
@@ -79,7 +80,8 @@ def test_the_next_shard_is_fetched_while_one_is_read(uploaded: dict[str, Any], t
 
     monkeypatch.setattr(remote_module, "fetch", spy)
     ds = PackedIterableDataset(uploaded["url"], decode="raw", with_keys=True, shuffle=False,
-                               chunk_size=SHARD_SAMPLES, cache_dir=tmp_path, drop_last=False)
+                               split=SplitOptions(chunk_size=SHARD_SAMPLES, drop_last=False),
+                               remote=RemoteOptions(cache_dir=tmp_path))
     seen = {key: bytes(data) for data, _, key in ds}
     local = PackedDataset(uploaded["local"], decode="raw", with_keys=True)
     assert seen == {key: bytes(data) for data, _, key in (local[i] for i in range(len(local)))}
@@ -92,8 +94,9 @@ def test_the_next_shard_is_fetched_while_one_is_read(uploaded: dict[str, Any], t
 def test_a_failed_prefetch_is_reported_by_the_read(src: Path, endpoint: str,
                                                    tmp_path: Path) -> None:
     url = upload_with_a_damaged_shard(src, "damaged-later.wds")
-    ds = PackedIterableDataset(url, decode="raw", shuffle=False, chunk_size=SHARD_SAMPLES,
-                               cache_dir=tmp_path)
+    ds = PackedIterableDataset(url, decode="raw", shuffle=False,
+                               split=SplitOptions(chunk_size=SHARD_SAMPLES),
+                               remote=RemoteOptions(cache_dir=tmp_path))
     with pytest.raises(CorruptDatasetError, match=r"damaged-later-00001\.tar: sha256"):
         for _ in ds:
             pass
@@ -142,7 +145,8 @@ def test_prefetch_threads_end_with_their_dataset(uploaded: dict[str, Any], tmp_p
     for attempt in range(3):  # a dataset made anew each time, as an epoch loop might
         before = prefetchers()
         ds = PackedIterableDataset(uploaded["url"], decode="raw", shuffle=False,
-                                   chunk_size=SHARD_SAMPLES, cache_dir=tmp_path / str(attempt))
+                                   split=SplitOptions(chunk_size=SHARD_SAMPLES),
+                                   remote=RemoteOptions(cache_dir=tmp_path / str(attempt)))
         assert sum(1 for _ in ds) == len(ds)
         mine = prefetchers() - before
         assert mine, "reading a URL starts prefetch threads"

@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader
 from packer.core.index import open_dataset
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset, loop_state
 from readers._stream import resumed_records, stream_order
+from readers.options import SplitOptions
 from readers.resume import samples_per_worker
 from readers.sharding import ShardPlan, epoch_rng, expand
 from tests.helpers import pack_wds
@@ -36,16 +37,15 @@ def path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return pack_wds(tmp_path_factory.mktemp("resume"), NUM, 8, min_side=16, max_side=24)
 
 
-def iterable(path: Path, **kwargs: Any) -> PackedIterableDataset:
-    options: dict[str, Any] = {"decode": "raw", "with_keys": True, "chunk_size": 4,
-                               "buffer_size": 6, **kwargs}
-    it = PackedIterableDataset(path, **options)
+def iterable(path: Path, shuffle: bool = True, **split: Any) -> PackedIterableDataset:
+    options = SplitOptions(**{"chunk_size": 4, "buffer_size": 6, **split})
+    it = PackedIterableDataset(path, decode="raw", with_keys=True, shuffle=shuffle, split=options)
     it.set_epoch(EPOCH)
     return it
 
 
-def sampler_for(ds: PackedDataset, **kwargs: Any) -> ChunkSampler:
-    sampler = ChunkSampler(ds, buffer_size=6, **kwargs)
+def sampler_for(ds: PackedDataset, shuffle: bool = True, **split: Any) -> ChunkSampler:
+    sampler = ChunkSampler(ds, shuffle=shuffle, split=SplitOptions(**{"buffer_size": 6, **split}))
     sampler.set_epoch(EPOCH)
     return sampler
 

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from readers.cache import RECORD_OVERHEAD, CachedReader
+from readers.options import SplitOptions
 from readers.sampler import ChunkSampler, PaddedIndex
 from readers.sharding import (
     ShardPlan,
@@ -180,9 +181,9 @@ def test_chunk_sampler_splits_ranks_exactly(case: Case, epoch: int, buffer: int)
 
     seen: list[int] = []
     for rank in range(case.world_size):
-        sampler = ChunkSampler(Sized(), shuffle=case.shuffle, seed=case.seed,
-                               drop_last=case.drop_last, rank=rank,
-                               world_size=case.world_size, buffer_size=buffer)
+        split = SplitOptions(drop_last=case.drop_last, rank=rank, world_size=case.world_size,
+                             buffer_size=buffer)
+        sampler = ChunkSampler(Sized(), shuffle=case.shuffle, seed=case.seed, split=split)
         sampler.set_epoch(epoch)
         indices = list(sampler)
         assert len(indices) == len(sampler)

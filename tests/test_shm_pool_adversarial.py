@@ -31,6 +31,7 @@ from torch.utils.data import ConcatDataset, DataLoader, Dataset, TensorDataset, 
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset, collate
 from readers.batching import _shm_pool as shm_pool
 from readers.batching._shm_pool import BUSY, FREE, SlotPool
+from readers.options import SplitOptions
 from tests import shm_pool_support as support
 
 
@@ -154,7 +155,8 @@ def test_short_last_batches_two_loaders_and_restarted_workers(
 def test_chunk_sampler_with_padding(packed: dict[str, Path],
                                     want: dict[str, torch.Tensor]) -> None:
     dataset = PackedDataset(packed["npy"], with_keys=True)
-    sampler = ChunkSampler(dataset, drop_last=False, rank=1, world_size=5, buffer_size=8)
+    sampler = ChunkSampler(dataset,
+                           split=SplitOptions(drop_last=False, rank=1, world_size=5, buffer_size=8))
     loader = DataLoader(dataset, batch_size=3, num_workers=2, sampler=sampler,
                         collate_fn=_slot_collate, persistent_workers=True,
                         multiprocessing_context="fork")

@@ -194,7 +194,7 @@ def our_cases(fmt: str, path: Path, size: tuple[int, int]) -> list[Case]:
            else "rgb8 (stored)", rgb_targets)
     raw = ("raw", None, "raw", ((None, 30_000),))
     readers = [("PackedDataset", PackedDataset, {}, True),
-               ("PackedDataset cache_bytes=0", PackedDataset, {"cache_bytes": 0}, True),
+               ("PackedDataset max_cache_bytes=0", PackedDataset, {"max_cache_bytes": 0}, True),
                ("PackedIterableDataset", PackedIterableDataset, {}, False)]
     cases = []
     for decode, decode_size, shown, targets in (rgb, raw):

@@ -21,7 +21,7 @@ from readers import ChunkSampler, PackedDataset, PackedIterableDataset
 
 path, kind, epochs, workers, batch, cache = sys.argv[1:7]
 if kind == "map":
-    dataset = PackedDataset(path, cache_bytes=int(cache))
+    dataset = PackedDataset(path, max_cache_bytes=int(cache))
     sampler = ChunkSampler(dataset)
     loader = DataLoader(dataset, batch_size=int(batch), sampler=sampler,
                         num_workers=int(workers), persistent_workers=True,

@@ -1,0 +1,63 @@
+"""The frozen option values (see readers.options)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+DEFAULT_CHUNK_SIZE = 64
+DEFAULT_BUFFER_SIZE = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class SplitOptions:
+    """How an epoch's samples are cut into chunks and dealt to ranks.
+
+    `drop_last`: drop the tail that would leave ranks uneven (True), or pad the short
+    ranks with repeats labelled PAD_LABEL (False). `rank`/`world_size`: None reads the
+    process group when a pass starts (readers.world). `chunk_size`: samples per chunk, the
+    unit of locality; None is PackedDataset's own chunk size for ChunkSampler, and 64 for
+    PackedIterableDataset. `buffer_size`: the shuffle window, in samples (0: chunk order).
+    """
+
+    drop_last: bool = True
+    rank: int | None = None
+    world_size: int | None = None
+    chunk_size: int | None = None
+    buffer_size: int = DEFAULT_BUFFER_SIZE
+
+    def __post_init__(self) -> None:
+        if self.chunk_size is not None and self.chunk_size < 1:
+            raise ValueError(f"chunk_size must be at least 1, not {self.chunk_size}")
+        if self.buffer_size < 0:
+            raise ValueError(f"buffer_size must be 0 (chunk order only) or more, "
+                             f"not {self.buffer_size}")
+
+    def chunk_size_or(self, default: int) -> int:
+        return default if self.chunk_size is None else self.chunk_size
+
+
+DEFAULT_SPLIT = SplitOptions()
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteOptions:
+    """Where a URL dataset (s3://, gs://, file://...) is cached, and how it is reached.
+
+    `cache_dir`: the shard cache folder (None: a folder under the user's cache dir).
+    `max_cache_bytes`: the disk budget of that folder, shared by the processes of the
+    machine; least recently used shards are evicted beyond it (None: 8 GiB).
+    `storage_options`: passed to fsspec (credentials, endpoint_url, ...).
+    """
+
+    cache_dir: str | Path | None = None
+    max_cache_bytes: int | None = None
+    storage_options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        if self.max_cache_bytes is not None and self.max_cache_bytes < 0:
+            raise ValueError(f"max_cache_bytes must be 0 (pinned shards only) or more, "
+                             f"not {self.max_cache_bytes}")
