@@ -15,12 +15,30 @@ import pytest
 
 from packer.testing import make_sample_folder
 from tests.helpers import (
+    FORMATS,
     ODD_NAMES,
     jpeg_bytes,
     png_bytes,
     random_image,
+    run_pack,
 )
 from tests.s3_server import endpoint, uploaded  # noqa: F401 - fixtures for the S3 tests
+
+
+@pytest.fixture(params=FORMATS)
+def fmt(request: pytest.FixtureRequest) -> str:
+    """Each format in turn: a test that takes `fmt` runs once per format. A test that
+    covers only some overrides it with `@pytest.mark.parametrize("fmt", [...])`."""
+    return str(request.param)
+
+
+@pytest.fixture(scope="session")
+def packed_wds(src: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A wds dataset of `src` in 4 shards; tests copy it before damaging it."""
+    dst = tmp_path_factory.mktemp("packed") / "out.wds"
+    result = run_pack("convert", src, dst, "--to", "wds", "--shard-samples", "6", "--workers", "0")
+    assert result.exit_code == 0, result.output
+    return dst
 
 
 @pytest.fixture(scope="session")

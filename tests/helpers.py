@@ -16,8 +16,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from click.testing import CliRunner, Result
 from PIL import Image
 
+from pack_cli import main
 from packer import ConvertOptions, convert, formats
 from packer.core.index import read_index
 from packer.core.layout import FORMAT_NAMES
@@ -148,6 +150,22 @@ class count_adds:
 
     def __exit__(self, *exc: object) -> None:
         self.monkeypatch.setattr(self.module, "open_writer", self.real_open)
+
+
+def run_pack(*args: str | Path) -> Result:
+    """`pack ARGS...` through click's CliRunner, in this process."""
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def assert_one_line_error(result: Result, code: int, *words: str) -> None:
+    assert result.exit_code == code, (result.exit_code, result.output)
+    assert result.stderr.startswith("error: "), result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "Traceback" not in result.output
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception,
+                                                                     SystemExit)
+    for word in words:
+        assert word in result.stderr, (word, result.stderr)
 
 
 def pack_wds(root: Path, count: int, shard_samples: int, min_side: int, max_side: int) -> Path:

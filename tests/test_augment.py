@@ -34,7 +34,7 @@ from readers import (
 )
 from readers.crop_decode import dct_factor
 from readers.options import SplitOptions
-from tests.helpers import FORMATS, pack_every_format
+from tests.helpers import pack_every_format
 
 NUM = 24
 OUT = 16
@@ -192,7 +192,6 @@ def pillow_reference(hwc: np.ndarray, augment: Any, epoch: int, index: int,
     return out.flip(-1) if flipped else out
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("augment", [CROP, RandomResizedCrop((12, 20), scale=(0.5, 1.0)),
                                      CenterCrop(OUT, resize=20), CenterCrop(24)])
 def test_each_output_is_the_full_decode_cropped_and_resized(paths: dict[str, Path], fmt: str,

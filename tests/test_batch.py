@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, default_collate
 from packer.core.index import open_dataset
 from readers import PackedDataset, PackedIterableDataset, collate
 from readers.cache import CachedReader
-from tests.helpers import FORMATS, pack_every_format
+from tests.helpers import pack_every_format
 
 NUM = 40
 SIZE = (20, 16)
@@ -135,14 +135,12 @@ def test_npy_raw_is_a_bytes_like_row_that_batches(packed: dict[str, Path]) -> No
     assert torch.equal(first, images)
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
 def test_raw_with_size_is_refused(packed: dict[str, Path], fmt: str) -> None:
     for cls in (PackedDataset, PackedIterableDataset):
         with pytest.raises(ValueError, match="cannot resize"):
             cls(packed[fmt], decode="raw", size=(8, 8))
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
 def test_only_tar_shards_use_the_chunk_cache(packed: dict[str, Path], fmt: str) -> None:
     ds = PackedDataset(packed[fmt], max_cache_bytes=1 << 20)
     ds[0]

@@ -20,7 +20,7 @@ from packer.errors import CorruptDatasetError, IncompleteDatasetError
 from readers import PAD_LABEL, ChunkSampler, PackedDataset, PackedIterableDataset
 from readers.decode import decode
 from readers.options import SplitOptions
-from tests.helpers import FORMATS, pack_every_format
+from tests.helpers import pack_every_format
 
 NUM = 48
 SIZE = (24, 24)
@@ -65,7 +65,6 @@ def test_a_rank_without_samples_is_refused(packed: dict[str, Path]) -> None:
         ChunkSampler(ds, split=SplitOptions(rank=2, world_size=2))
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
 def test_map_dataset_in_index_order(packed: dict[str, Path], fmt: str) -> None:
     index, table = open_dataset(packed[fmt])
     ds = PackedDataset(packed[fmt], size=SIZE, with_keys=True)
@@ -84,7 +83,6 @@ def test_map_dataset_in_index_order(packed: dict[str, Path], fmt: str) -> None:
         ds[NUM]
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
 def test_iterable_reads_each_sample_once(packed: dict[str, Path], fmt: str) -> None:
     it = PackedIterableDataset(packed[fmt], size=SIZE, with_keys=True,
                                split=SplitOptions(chunk_size=8, buffer_size=12))
@@ -187,7 +185,6 @@ def read_everything(path: Path) -> Iterator[object]:
     yield from loader(PackedDataset(path, size=SIZE), "fork", 2)
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
 def test_read_only_folder_stays_untouched(packed: dict[str, Path], tmp_path: Path,
                                           fmt: str) -> None:
     folder = shutil.copytree(packed[fmt], tmp_path / fmt)
@@ -215,7 +212,6 @@ def test_truncated_shard_raises(packed: dict[str, Path], tmp_path: Path) -> None
     gc.collect()  # torch takes seconds to join workers after an error: pay for it here
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
 def test_flipped_byte_raises(packed: dict[str, Path], tmp_path: Path, fmt: str) -> None:
     folder = shutil.copytree(packed[fmt], tmp_path / fmt)
     target = 11

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import FORMATS, pack_every_format
+from tests.helpers import pack_every_format
 
 SCRIPT = textwrap.dedent("""
     import sys
@@ -34,7 +34,6 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return pack_every_format(tmp_path_factory.mktemp("exit"), 24, (16, 16), 24, 48)
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
 def test_module_level_datasets_exit_silently(packed: dict[str, Path], fmt: str,
                                              tmp_path: Path) -> None:
     script = tmp_path / "train.py"

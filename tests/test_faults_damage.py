@@ -267,7 +267,6 @@ def apply(packed: dict[str, Path], fmt: str, tmp_path: Path, damage: Damage) -> 
 
 
 @pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("fmt", FORMATS)
 def test_damage_is_refused_by_both_readers(packed: dict[str, Path], originals: dict[str, Samples],
                                            tmp_path: Path, fmt: str, case: str) -> None:
     folder, name = apply(packed, fmt, tmp_path, CASES[case])
@@ -283,7 +282,6 @@ def test_wds_damage_is_refused(packed: dict[str, Path], originals: dict[str, Sam
     assert assert_refused_or_intact(folder, name, originals["wds"]) == "refused"
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
 def test_a_data_file_from_another_dataset_is_refused(packed: dict[str, Path],
                                                      other: dict[str, Path],
                                                      originals: dict[str, Samples],

@@ -171,7 +171,6 @@ def references(mixed_src: Path, tmp_path_factory: pytest.TempPathFactory) -> dic
 
 
 @pytest.mark.parametrize("free", [0, 9_000, 60_000, 10**9])
-@pytest.mark.parametrize("fmt", FORMATS)
 def test_disk_full_stops_clearly_and_resumes(mixed_src: Path, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch,
                                              references: dict[str, Path], fmt: str,
@@ -254,7 +253,6 @@ def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
 def test_a_real_full_disk(mixed_src: Path, small_tmpfs: Path, references: dict[str, Path],
                           fmt: str) -> None:
     dst = small_tmpfs / "out"

@@ -87,7 +87,6 @@ def readers_refuse(dst: Path) -> None:
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("signum", list(ROUNDS), ids=lambda s: signal.Signals(s).name)
-@pytest.mark.parametrize("fmt", FORMATS)
 def test_interrupted_conversions_resume_byte_identical(
         fmt: str, signum: int, server: ForkServer, mixed_src: Path, work: Path,
         references: dict[str, Reference]) -> None:
@@ -101,7 +100,6 @@ def test_interrupted_conversions_resume_byte_identical(
     assert figures.refused >= rounds // 4
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
 def test_a_successful_run_leaves_no_temporary_files(references: dict[str, Reference],
                                                     fmt: str) -> None:
     listing = references[fmt].tree
@@ -129,7 +127,6 @@ def first_complete_event(server: ForkServer, case: Case, dst: Path, events: int)
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("fmt", FORMATS)
 def test_resume_after_a_kill_that_came_after_the_index(
         fmt: str, server: ForkServer, mixed_src: Path, work: Path,
         references: dict[str, Reference]) -> None:

@@ -166,7 +166,6 @@ def chmod_tree(folder: Path, change: Callable[[int], int]) -> None:
         path.chmod(change(stat.S_IMODE(path.stat().st_mode)))
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
 def test_four_workers_change_nothing_in_a_read_only_folder(packed: dict[str, Path],
                                                            tmp_path: Path, fmt: str) -> None:
     folder = shutil.copytree(packed[fmt], tmp_path / fmt)

@@ -75,7 +75,7 @@ def test_sampler_keywords_move_into_split(path: Path) -> None:
 
 
 def test_iterable_disk_cache_budget_moves_into_remote(path: Path) -> None:
-    with pytest.raises(ValueError, match="remote options .* apply to a URL"):
+    with pytest.raises(ValueError, match=r"remote options .* apply to a URL"):
         old_call(PackedIterableDataset, path, cache_bytes=2**20)
 
 
