@@ -43,6 +43,7 @@ from readers.crop_decode import as_numpy, decode_augmented
 from readers.decode import Mode
 from readers.decode import decode as decode_record
 from readers.epochs import PassEpochs
+from readers.in_memory import in_memory_copy
 from readers.remote import RemoteSource, remote_source
 from readers.resume import PendingResume, pending_from_state
 from readers.sampler import (
@@ -170,6 +171,9 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
     persistent workers through shared memory as the iterable dataset's does, and
     ChunkSampler forwards the epoch of each of its passes here (Lightning calls
     set_epoch on the sampler only).
+
+    `in_memory=True` copies the dataset (a URL: downloads it) once per node into shared
+    RAM that every worker and rank reads (readers.in_memory); no chunk cache then.
     """
 
     def __init__(self, path: str | Path, decode: Mode = "rgb8",
@@ -178,14 +182,17 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
                  chunk_size: int = DEFAULT_CHUNK_SIZE, cache_dir: str | Path | None = None,
                  cache_dir_bytes: int | None = None,
                  storage_options: Mapping[str, Any] | None = None,
-                 seed: int = 0, augment: Augment | None = None) -> None:
+                 seed: int = 0, augment: Augment | None = None, in_memory: bool = False) -> None:
         if cache_bytes < 0:
             raise ValueError(f"cache_bytes must be 0 (off) or positive, not {cache_bytes}")
         if seed < 0:
             raise ValueError(f"seed must be a non-negative integer, not {seed}")
-        remote = remote_source(path, storage_options, cache_dir, cache_dir_bytes)
-        super().__init__(path, decode, size, transform, with_keys, chunk_size, cache_bytes,
-                         remote, augment)
+        self._ram = in_memory_copy(path, storage_options, cache_dir, cache_dir_bytes) \
+            if in_memory else None  # readers.in_memory: the RAM is the cache
+        remote = None if self._ram else remote_source(path, storage_options, cache_dir,
+                                                      cache_dir_bytes)
+        super().__init__(self._ram.folder if self._ram else path, decode, size, transform,
+                         with_keys, chunk_size, 0 if self._ram else cache_bytes, remote, augment)
         self.seed = seed
         self._epochs = PassEpochs()  # only its named epoch: map-style has no passes
 
@@ -254,6 +261,9 @@ class PackedIterableDataset(_PackedBase, IterableDataset[Sample]):
 
     `augment` (readers.RandomResizedCrop or CenterCrop) crops every sample at decode, the
     box a pure function of (seed, epoch of the pass, sample index).
+
+    `in_memory=True` copies the dataset (a URL: downloads it) once per node into shared
+    RAM that every worker and rank reads (readers.in_memory).
     """
 
     def __init__(self, path: str | Path, shuffle: bool = True, seed: int = 0,
@@ -264,10 +274,14 @@ class PackedIterableDataset(_PackedBase, IterableDataset[Sample]):
                  buffer_size: int = DEFAULT_BUFFER_SIZE, *, cache_dir: str | Path | None = None,
                  cache_bytes: int | None = None,
                  storage_options: Mapping[str, Any] | None = None,
-                 batch_size: int | None = None, augment: Augment | None = None) -> None:
-        remote = remote_source(path, storage_options, cache_dir, cache_bytes)
-        super().__init__(path, decode, size, transform, with_keys, chunk_size, cache_bytes=0,
-                         remote=remote, augment=augment)
+                 batch_size: int | None = None, augment: Augment | None = None,
+                 in_memory: bool = False) -> None:
+        self._ram = in_memory_copy(path, storage_options, cache_dir, cache_bytes) \
+            if in_memory else None  # readers.in_memory
+        remote = None if self._ram else remote_source(path, storage_options, cache_dir,
+                                                      cache_bytes)
+        super().__init__(self._ram.folder if self._ram else path, decode, size, transform,
+                         with_keys, chunk_size, cache_bytes=0, remote=remote, augment=augment)
         if buffer_size < 0:
             raise ValueError(f"buffer_size must be 0 (chunk order only) or more, "
                              f"not {buffer_size}")

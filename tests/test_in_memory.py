@@ -1,0 +1,232 @@
+"""in_memory=True: one copy per node in a tmpfs, shared by every worker and rank, removed
+when the last user ends (a SIGKILL included), refused when it would not fit."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from torch.utils.data import DataLoader, Dataset
+
+from readers import PackedDataset, PackedIterableDataset, memory_limit
+from readers.in_memory import remove_unused
+from tests.helpers import pack_every_format
+
+CONTEXTS = ("fork", "spawn")
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return pack_every_format(tmp_path_factory.mktemp("ram"), count=24, npy_size=(16, 16),
+                             min_side=32, max_side=64)
+
+
+@pytest.fixture
+def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private RAM folder for the test (inherited by spawned workers and children)."""
+    monkeypatch.setenv("PACKER_RAM_DIR", str(tmp_path / "ram"))
+    return tmp_path / "ram"
+
+
+def segments(root: Path) -> list[Path]:
+    """The published copies in `root` (not the lock files, not a copy being built)."""
+    return [p for p in root.glob("packer-ram-*") if p.is_dir() and ".tmp-" not in p.name]
+
+
+def wait_until_empty(root: Path) -> list[str]:
+    """What is left in `root` once the watcher has removed the copy (or after 60 s)."""
+    deadline = time.monotonic() + 60
+    while (left := sorted(p.name for p in root.glob("*"))) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+def raw(sample: Any) -> bytes:
+    return bytes(memoryview(sample).cast("B")) if not isinstance(sample, bytes) else sample
+
+
+@pytest.mark.parametrize("fmt", ["wds", "lmdb", "hdf5", "npy"])
+def test_every_format_reads_what_the_disk_holds(packed: dict[str, Path], root: Path,
+                                               fmt: str) -> None:
+    disk = PackedDataset(packed[fmt], decode="raw", with_keys=True)
+    ram = PackedDataset(packed[fmt], decode="raw", with_keys=True, in_memory=True)
+    assert ram.path.parent == root and segments(root) == [ram.path]
+    assert [(raw(d), label, key) for d, label, key in ram] == \
+        [(raw(d), label, key) for d, label, key in disk]
+    stream = PackedIterableDataset(packed[fmt], decode="raw", with_keys=True, in_memory=True,
+                                   shuffle=False, drop_last=False)
+    assert stream.path == ram.path  # the same copy
+    assert sorted((key, raw(d)) for d, _, key in stream) == \
+        sorted((key, raw(d)) for d, _, key in disk)
+    del ram, stream
+    assert wait_until_empty(root) == []  # the last user gone, the copy goes
+
+
+class Where(Dataset[tuple[bytes, str, int, int]]):
+    """Each sample with where this process read it from: the copy, its inode, the copies."""
+
+    def __init__(self, folder: Path, root: Path) -> None:
+        self.inner = PackedDataset(folder, decode="raw", in_memory=True)
+        self.root = root
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getitem__(self, i: int) -> tuple[bytes, str, int, int]:
+        data = raw(self.inner[i][0])
+        ino = (self.inner.path / "images.npy").stat().st_ino
+        return data, str(self.inner.path), ino, len(segments(self.root))
+
+
+def _rank(folder: Path, root: Path, context: str, barrier: Any, out: Any) -> None:
+    barrier.wait()  # both ranks build at once: one copy must come of it
+    loader = DataLoader(Where(folder, root), batch_size=None, num_workers=2,
+                        multiprocessing_context=context)
+    out.put([(data, path, ino, count) for data, path, ino, count in loader])
+
+
+@pytest.mark.parametrize("context", CONTEXTS)
+def test_two_ranks_with_two_workers_each_share_one_copy(packed: dict[str, Path], root: Path,
+                                                        context: str) -> None:
+    spawn = multiprocessing.get_context("spawn")
+    barrier, out = spawn.Barrier(2), spawn.Queue()
+    ranks = [spawn.Process(target=_rank, args=(packed["npy"], root, context, barrier, out))
+             for _ in range(2)]
+    for rank in ranks:
+        rank.start()
+    results = [out.get(timeout=120) for _ in ranks]
+    for rank in ranks:
+        rank.join(timeout=60)
+        assert rank.exitcode == 0
+    disk = PackedDataset(packed["npy"], decode="raw")
+    expected = [raw(disk[i][0]) for i in range(len(disk))]
+    for result in results:
+        assert [data for data, *_ in result] == expected
+    assert len({(path, ino) for result in results for _, path, ino, _ in result}) == 1
+    assert {count for result in results for *_, count in result} == {1}
+    assert wait_until_empty(root) == []
+
+
+@pytest.mark.parametrize(("num_workers", "context"), [(0, None), (2, "fork"), (2, "spawn")])
+def test_dataloader_reads_every_sample_once(packed: dict[str, Path], root: Path,
+                                            num_workers: int, context: str | None) -> None:
+    ds = PackedIterableDataset(packed["lmdb"], decode="raw", with_keys=True, in_memory=True,
+                               seed=3, chunk_size=4, drop_last=False)
+    loader = DataLoader(ds, batch_size=None, num_workers=num_workers,
+                        multiprocessing_context=context)
+    got = [(key, raw(data)) for data, _, key in loader]
+    disk = PackedIterableDataset(packed["lmdb"], decode="raw", with_keys=True, seed=3,
+                                 chunk_size=4, drop_last=False)
+    assert got == [(key, raw(data)) for data, _, key in
+                   DataLoader(disk, batch_size=None, num_workers=num_workers,
+                              multiprocessing_context=context)]  # same order, bit for bit
+    assert len(segments(root)) == 1
+
+
+OWNER = """
+import sys, time
+from readers import _shm_dir, PackedDataset
+if sys.argv[2] == "no-watcher":
+    _shm_dir._start_watcher = lambda paths: None
+if sys.argv[2] == "stuck":  # killed half way through the copy
+    real = _shm_dir.attach
+    _shm_dir.attach = lambda paths, build: real(paths, lambda f: (build(f), time.sleep(600)))
+ds = PackedDataset(sys.argv[1], in_memory=True)
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def _killed_owner(folder: Path, mode: str, root: Path) -> None:
+    """Run a process that makes the copy (its way), then SIGKILL it."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    owner = subprocess.Popen([sys.executable, "-c", textwrap.dedent(OWNER), str(folder), mode],
+                             stdout=subprocess.PIPE, env=env)
+    if mode == "stuck":
+        while not list(root.glob("*.tmp-*/index.json")):
+            time.sleep(0.05)
+    else:
+        assert owner.stdout is not None and owner.stdout.readline() == b"ready\n"
+    owner.send_signal(signal.SIGKILL)
+    owner.wait()
+    assert owner.stdout is not None
+    owner.stdout.close()
+
+
+def test_a_killed_owner_leaves_nothing(packed: dict[str, Path], root: Path) -> None:
+    _killed_owner(packed["hdf5"], "plain", root)
+    assert wait_until_empty(root) == []  # its watcher saw the last user go
+
+
+@pytest.mark.parametrize("mode", ["no-watcher", "stuck"])
+def test_what_a_dead_owner_left_is_swept(packed: dict[str, Path], root: Path,
+                                         mode: str) -> None:
+    _killed_owner(packed["hdf5"], mode, root)
+    assert list(root.glob("packer-ram-*"))  # left behind: no watcher, or half a copy
+    ds = PackedDataset(packed["npy"], in_memory=True)  # any later copy sweeps the node
+    assert [p.name for p in root.glob("packer-ram-*") if ds.path.name not in p.name] == []
+    again = PackedDataset(packed["hdf5"], decode="raw", in_memory=True)
+    assert raw(again[3][0]) == raw(PackedDataset(packed["hdf5"], decode="raw")[3][0])
+    del ds, again
+    assert wait_until_empty(root) == [] and remove_unused() == []
+
+
+def _fake_cgroup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: str,
+                 limit: int, usage: int) -> None:
+    fs = tmp_path / "cgroup"
+    if version == "v2":
+        (tmp_path / "self").write_text("0::/job/step\n")
+        (fs / "job" / "step").mkdir(parents=True)
+        (fs / "job" / "memory.max").write_text(f"{limit}\n")
+        (fs / "job" / "memory.current").write_text(f"{usage + 4096}\n")
+        (fs / "job" / "memory.stat").write_text("anon 1\nfile 8192\nshmem 4096\n")
+        (fs / "job" / "step" / "memory.max").write_text("max\n")
+    else:
+        (tmp_path / "self").write_text("4:memory:/docker/abc\n1:cpu:/\n")
+        (fs / "memory" / "docker" / "abc").mkdir(parents=True)
+        group = fs / "memory" / "docker" / "abc"
+        (group / "memory.limit_in_bytes").write_text(f"{limit}\n")
+        (group / "memory.usage_in_bytes").write_text(f"{usage}\n")
+        (group / "memory.stat").write_text("cache 0\nrss 1\n")
+    monkeypatch.setattr(memory_limit, "PROC_CGROUP", tmp_path / "self")
+    monkeypatch.setattr(memory_limit, "CGROUP_ROOT", fs)
+
+
+@pytest.mark.parametrize("version", ["v2", "v1"])
+def test_refuses_a_copy_over_the_cgroup_limit(packed: dict[str, Path], root: Path,
+                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              version: str) -> None:
+    limit = 300 * 2**20
+    usage = limit - memory_limit.MIN_HEADROOM - 1000  # room for the headroom, not the data
+    _fake_cgroup(tmp_path, monkeypatch, version, limit, usage)
+    assert memory_limit.memory_room().num_bytes == limit - usage
+    with pytest.raises(MemoryError) as refused:
+        PackedDataset(packed["wds"], in_memory=True)
+    message = str(refused.value)
+    need = sum(f.stat().st_size for f in packed["wds"].iterdir()
+               if f.name not in ("rejects.jsonl", "wds.wids.json"))
+    assert "\n" not in message and f"({need} bytes)" in message
+    assert f"({limit - usage} bytes)" in message and "in_memory=False" in message
+    assert segments(root) == []
+    monkeypatch.setattr(memory_limit, "MIN_HEADROOM", 0)  # now it fits
+    assert len(PackedDataset(packed["wds"], in_memory=True)) == 24
+
+
+def test_a_url_is_downloaded_into_ram(uploaded: dict[str, Any], root: Path) -> None:
+    pytest.importorskip("s3fs")
+    ds = PackedIterableDataset(uploaded["url"], decode="raw", with_keys=True, in_memory=True,
+                               drop_last=False)
+    assert ds.remote is None and ds.path.parent == root  # no disk cache
+    disk = PackedDataset(uploaded["local"], decode="raw", with_keys=True)
+    assert sorted((key, raw(d)) for d, _, key in ds) == \
+        sorted((key, raw(d)) for d, _, key in disk)
+    with pytest.raises(ValueError, match="do not apply with in_memory=True"):
+        PackedDataset(uploaded["url"], in_memory=True, cache_dir=root / "cache")
