@@ -44,19 +44,27 @@ class InMemory:
     (or, on another node, makes that node's). Dropped or closed, it lets go of the copy.
     """
 
-    def __init__(self, source: str, storage_options: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, source: str, storage_options: Mapping[str, Any] | None = None,
+                 name: str | None = None) -> None:
+        """`name`: the copy's, when known (a copy sent to a worker): no look at the
+        source unless the copy is missing here."""
         self.source = source
         self.storage_options = dict(storage_options or {})
-        name, need, build = (_url_plan if is_url(source) else _folder_plan)(
-            source, self.storage_options)
+        plan = _url_plan if is_url(source) else _folder_plan
+        planned = plan(source, self.storage_options) if name is None else None
+        self.name = name = planned[0] if planned is not None else str(name)
         paths = _shm_dir.Paths(_shm_dir.ram_root(), name)
         self.folder = paths.folder
 
-        def checked_build(folder: Path) -> None:
+        def build(folder: Path) -> None:
+            now, need, copy = planned or plan(source, self.storage_options)
+            if now != name:
+                raise RuntimeError(f"{source} changed since it was opened with "
+                                   "in_memory=True (reconverted?): open it again")
             check_fits(need, source, folder.parent)
-            build(folder)
+            copy(folder)
 
-        users = _shm_dir.attach(paths, checked_build)
+        users = _shm_dir.attach(paths, build)
         self._finalizer = weakref.finalize(self, _shm_dir.detach, users)
 
     def close(self) -> None:
@@ -64,7 +72,7 @@ class InMemory:
         self._finalizer()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return InMemory, (self.source, self.storage_options)
+        return InMemory, (self.source, self.storage_options, self.name)
 
 
 def in_memory_copy(path: str | Path, storage_options: Mapping[str, Any] | None,
@@ -76,7 +84,8 @@ def in_memory_copy(path: str | Path, storage_options: Mapping[str, Any] | None,
     if not is_url(str(path)) and storage_options is not None:
         raise ValueError(f"{path}: storage_options apply to a URL (s3://..., file://...), "
                          "not to a local folder")
-    return InMemory(str(path), storage_options)
+    return InMemory(str(path) if is_url(str(path)) else str(Path(path).resolve()),
+                    storage_options)
 
 
 def remove_unused() -> list[str]:

@@ -1,7 +1,8 @@
 """The logic of scripts/bench_in_memory.py: what in_memory=True costs in RAM, and its speed.
 
 RAM: each case runs in a fresh process (nothing else it holds is counted): a DataLoader
-with 2 persistent workers reads one epoch of the npy dataset, then the PSS (proportional
+with 2 persistent workers reads one epoch of the npy dataset in shuffled batches of 64
+(default_collate), then the PSS (proportional
 set size: a page shared by k processes counts 1/k in each) of the main process and its
 workers is summed. The figure is that sum less the same sum for a dataset that holds
 no data, divided by the size of the data:
@@ -70,29 +71,33 @@ class NaiveList(Dataset[tuple[np.ndarray, int]]):
         return self.samples[i]
 
 
-class Empty(Dataset[int]):
-    def __init__(self, num_samples: int) -> None:
+class Empty(Dataset[tuple[np.ndarray, int]]):
+    """The baseline: samples of the same shape, all one array, so the loader's own costs
+    (batches made, sent and freed) are the same as the others' and the data costs nothing."""
+
+    def __init__(self, num_samples: int, shape: tuple[int, ...]) -> None:
         self.num_samples = num_samples
+        self.image = np.zeros(shape, np.uint8)
 
     def __len__(self) -> int:
         return self.num_samples
 
-    def __getitem__(self, i: int) -> int:
-        return i
+    def __getitem__(self, i: int) -> tuple[np.ndarray, int]:
+        return self.image, 0
 
 
 def pss_case(case: str, folder: Path) -> dict[str, Any]:
     """One epoch with 2 persistent workers; the PSS of the main process plus the workers."""
-    num_samples = len(PackedDataset(folder))
+    disk = PackedDataset(folder, decode="raw")
     dataset: Dataset[Any] = (
-        Empty(num_samples) if case.startswith("empty")
+        Empty(len(disk), np.asarray(disk[0][0]).shape) if case.startswith("empty")
         else PackedDataset(folder, decode="raw", in_memory=True) if case == "ours"
         else NaiveList(folder))
     loader = DataLoader(dataset, batch_size=BATCH, num_workers=2, persistent_workers=True,
-                        collate_fn=len, shuffle=True,
+                        shuffle=True,  # default_collate: batches as a user gets them
                         multiprocessing_context="spawn" if case.endswith("spawn") else "fork")
     batches = iter(loader)
-    seen = sum(batches)
+    seen = sum(len(labels) for _, labels in batches)
     pids = [0, *(worker.pid for worker in batches._workers)]  # type: ignore[attr-defined]
     pss = sum(psutil.Process(pid or None).memory_full_info().pss for pid in pids)
     return {"case": case, "pss": pss, "samples": seen}
@@ -145,7 +150,8 @@ def markdown(size: int, pss: dict[str, int], speed: dict[str, tuple[float, float
     for case, base in BASE.items():
         extra = pss[case] - pss[base]
         lines.append(f"| {case} | {extra / 2**20:.0f} MiB | {extra / size:.2f}x |")
-    lines += ["", "| format | page cache | in RAM | RAM / page cache |", "| --- | --- | --- | --- |"]
+    lines += ["", "| format | page cache | in RAM | RAM / page cache |",
+              "| --- | --- | --- | --- |"]
     for fmt, (disk, ram) in speed.items():
         lines.append(f"| {fmt} | {disk:,.0f}/s | {ram:,.0f}/s | {ram / disk:.2f}x |")
     return "\n".join(lines)
