@@ -224,3 +224,11 @@ def test_a_url_is_downloaded_into_ram(uploaded: dict[str, Any], root: Path) -> N
         sorted((key, raw(d)) for d, _, key in disk)
     with pytest.raises(ValueError, match="do not apply with in_memory=True"):
         PackedDataset(uploaded["url"], in_memory=True, cache_dir=root / "cache")
+
+
+def test_refuses_a_copy_over_the_tmpfs_free_space(packed: dict[str, Path], root: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memory_limit, "tmpfs_free", lambda folder: 1000)
+    with pytest.raises(MemoryError, match=r"has only 1000 bytes \(1000 bytes\) free.*shm-size"):
+        PackedDataset(packed["npy"], in_memory=True)
+    assert segments(root) == []

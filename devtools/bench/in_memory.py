@@ -62,7 +62,8 @@ class NaiveList(Dataset[tuple[np.ndarray, int]]):
 
     def __init__(self, folder: Path) -> None:
         disk = PackedDataset(folder, decode="raw")
-        self.samples = [(np.array(image), label) for image, label in disk]
+        self.samples = [(np.array(image), label)
+                        for image, label in (disk[i] for i in range(len(disk)))]
 
     def __len__(self) -> int:
         return len(self.samples)
