@@ -118,12 +118,13 @@ def tmpfs_free(folder: Path) -> int:
     return info.f_bavail * info.f_frsize
 
 
-def _size(num_bytes: float) -> str:
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if num_bytes < 1024 or unit == "GiB":
-            return f"{num_bytes:.0f} {unit}" if unit == "bytes" else f"{num_bytes:.1f} {unit}"
-        num_bytes /= 1024
-    raise AssertionError("unreachable")
+def _size(num_bytes: int) -> str:
+    value, unit = float(num_bytes), "bytes"
+    for bigger in ("KiB", "MiB", "GiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{num_bytes} bytes" if unit == "bytes" else f"{value:.1f} {unit}"
 
 
 def check_fits(need: int, what: str, folder: Path) -> None:

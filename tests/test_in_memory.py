@@ -232,3 +232,14 @@ def test_refuses_a_copy_over_the_tmpfs_free_space(packed: dict[str, Path], root:
     with pytest.raises(MemoryError, match=r"has only 1000 bytes \(1000 bytes\) free.*shm-size"):
         PackedDataset(packed["npy"], in_memory=True)
     assert segments(root) == []
+
+
+def test_the_benchmark_measures_and_tabulates(packed: dict[str, Path], root: Path) -> None:
+    from devtools.bench.in_memory import markdown, pss_case, run_speed
+
+    ours = pss_case("ours", packed["npy"])
+    assert ours["samples"] == 24 and ours["pss"] > 0
+    speed = run_speed({"npy": packed["npy"]}, runs=1, passes=1)
+    table = markdown(10, {"empty fork": 1, "ours": 2, "naive fork": 3, "empty spawn": 4,
+                          "naive spawn": 5}, speed)
+    assert "| ours | 0 MiB | 0.10x |" in table and "| npy |" in table
