@@ -130,7 +130,7 @@ def attach(paths: Paths, build: Callable[[Path], None]) -> int:
                 shutil.rmtree(stale, ignore_errors=True)
             staging = paths.temporary()
             try:
-                staging.mkdir()
+                staging.mkdir(mode=0o700)  # the user's, as the name says
                 build(staging)
                 os.rename(staging, paths.folder)
             finally:
