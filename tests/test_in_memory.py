@@ -112,7 +112,8 @@ def test_two_ranks_with_two_workers_each_share_one_copy(packed: dict[str, Path],
     assert wait_until_empty(root) == []
 
 
-@pytest.mark.parametrize(("num_workers", "context"), [(0, None), (2, "fork"), (2, "spawn")])
+@pytest.mark.parametrize(("num_workers", "context"),
+                         [(0, None), (2, "fork"), (2, "spawn"), (2, "forkserver")])
 def test_dataloader_reads_every_sample_once(packed: dict[str, Path], root: Path,
                                             num_workers: int, context: str | None) -> None:
     ds = PackedIterableDataset(packed["lmdb"], decode="raw", with_keys=True, in_memory=True,
