@@ -43,6 +43,7 @@ from readers.crop_decode import as_numpy, decode_augmented
 from readers.decode import Mode
 from readers.decode import decode as decode_record
 from readers.epochs import PassEpochs
+from readers.in_memory import in_memory_copy
 from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_SPLIT, RemoteOptions, SplitOptions
 from readers.options.legacy import REMOTE_MOVES, SPLIT_MOVES, accepts_legacy
 from readers.remote import RemoteSource, remote_source
@@ -167,6 +168,9 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
     persistent workers through shared memory as the iterable dataset's does, and
     ChunkSampler forwards the epoch of each of its passes here (Lightning calls
     set_epoch on the sampler only).
+
+    `in_memory=True` copies the dataset (a URL: downloads it) once per node into shared
+    RAM that every worker and rank reads (readers.in_memory); no chunk cache then.
     """
 
     @accepts_legacy(("decode", "size", "transform", "with_keys", "cache_bytes"),
@@ -177,15 +181,17 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
                  seed: int = 0, transform: Transform | None = None, with_keys: bool = False,
                  max_cache_bytes: int = DEFAULT_CACHE_BYTES,
                  chunk_size: int = DEFAULT_CHUNK_SIZE,
-                 remote: RemoteOptions | None = None) -> None:
+                 remote: RemoteOptions | None = None, in_memory: bool = False) -> None:
         if max_cache_bytes < 0:
             raise ValueError(f"max_cache_bytes must be 0 (off) or positive, "
                              f"not {max_cache_bytes}")
         if seed < 0:
             raise ValueError(f"seed must be a non-negative integer, not {seed}")
-        source = remote_source(path, remote)
-        super().__init__(path, decode, size, transform, with_keys, chunk_size, max_cache_bytes,
-                         source, augment)
+        self._ram = in_memory_copy(path, remote) if in_memory else None  # the RAM is the cache
+        source = None if self._ram else remote_source(path, remote)
+        super().__init__(self._ram.folder if self._ram else path, decode, size, transform,
+                         with_keys, chunk_size, 0 if self._ram else max_cache_bytes, source,
+                         augment)
         self.seed = seed
         self._epochs = PassEpochs()  # only its named epoch: map-style has no passes
 
@@ -254,6 +260,9 @@ class PackedIterableDataset(_PackedBase, IterableDataset[Sample]):
 
     `augment` (readers.RandomResizedCrop or CenterCrop) crops every sample at decode, the
     box a pure function of (seed, epoch of the pass, sample index).
+
+    `in_memory=True` copies the dataset (a URL: downloads it) once per node into shared
+    RAM that every worker and rank reads (readers.in_memory).
     """
 
     @accepts_legacy(("shuffle", "seed", "decode", "size", "transform", "with_keys",
@@ -264,9 +273,11 @@ class PackedIterableDataset(_PackedBase, IterableDataset[Sample]):
                  augment: Augment | None = None, transform: Transform | None = None,
                  with_keys: bool = False, batch_size: int | None = None,
                  split: SplitOptions = DEFAULT_SPLIT,
-                 remote: RemoteOptions | None = None) -> None:
-        source = remote_source(path, remote)
-        super().__init__(path, decode, size, transform, with_keys,
+                 remote: RemoteOptions | None = None, in_memory: bool = False) -> None:
+        self._ram = in_memory_copy(path, remote) if in_memory else None  # readers.in_memory
+        source = None if self._ram else remote_source(path, remote)
+        super().__init__(self._ram.folder if self._ram else path, decode, size, transform,
+                         with_keys,
                          split.chunk_size_or(DEFAULT_CHUNK_SIZE), cache_bytes=0,
                          remote=source, augment=augment)
         if batch_size is not None and batch_size < 1:
