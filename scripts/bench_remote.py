@@ -26,7 +26,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
-import readers.remote as remote_module
+import readers.remote._cache as remote_cache
 from pack_cli._params import parse_bytes
 from packer import ConvertOptions, convert
 from packer.formats.base import ShardOptions
@@ -58,9 +58,10 @@ def start_moto() -> subprocess.Popen[bytes]:
 
 
 def read_all(path: str | Path, decode: Any, size: tuple[int, int] | None, workers: int,
-             cache_dir: Path | None) -> float:
+             cache_dir: Path | None, prefetch_shards: int = 2) -> float:
     """Images per second over one full pass (worker start-up included)."""
-    remote = RemoteOptions(cache_dir=cache_dir) if cache_dir is not None else None
+    remote = None if cache_dir is None else RemoteOptions(cache_dir=cache_dir,
+                                                          prefetch_shards=prefetch_shards)
     ds = PackedIterableDataset(path, shuffle=True, decode=decode, size=size,
                                split=SplitOptions(drop_last=False), remote=remote)
     loader = DataLoader(ds, batch_size=64, num_workers=workers, collate_fn=len)
@@ -71,13 +72,13 @@ def read_all(path: str | Path, decode: Any, size: tuple[int, int] | None, worker
 
 def add_latency(seconds: float) -> None:
     """Make every shard download wait `seconds` first (DataLoader workers fork: inherited)."""
-    real = remote_module.fetch
+    real = remote_cache.fetch
 
     def slow(*args: Any, **kwargs: Any) -> None:
         time.sleep(seconds)
         real(*args, **kwargs)
 
-    remote_module.fetch = slow  # type: ignore[assignment]
+    remote_cache.fetch = slow  # type: ignore[assignment]
 
 
 def main() -> None:
@@ -119,10 +120,9 @@ def main() -> None:
                 cache = args.work / f"cache-{decode}-{attempt}"
                 rates["local"].append(read_all(local, decode, size, args.workers, None))
                 rates["cold"].append(read_all(url, decode, size, args.workers, cache))
-                remote_module.PREFETCH = False  # forked workers inherit it
                 rates["cold, no prefetch"].append(read_all(
-                    url, decode, size, args.workers, args.work / f"cold-{decode}-{attempt}"))
-                remote_module.PREFETCH = True
+                    url, decode, size, args.workers, args.work / f"cold-{decode}-{attempt}",
+                    prefetch_shards=0))
                 rates["warm"].append(read_all(url, decode, size, args.workers, cache))
             print(f"runs ({decode}): " + "; ".join(
                 f"{k} " + ", ".join(f"{r:.0f}" for r in v) for k, v in rates.items()),

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-import readers.remote as remote_module
+import readers.remote._cache as remote_cache
+import readers.remote._locks as remote_locks
 from pack_cli import main
 from packer.conversion.upload import convert_remote
 from packer.errors import CorruptDatasetError
@@ -72,13 +73,13 @@ def test_a_shard_damaged_in_storage_never_reaches_a_reader(src: Path, endpoint: 
 def test_the_next_shard_is_fetched_while_one_is_read(uploaded: dict[str, Any], tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     fetched_by: dict[str, str] = {}
-    real = remote_module.fetch
+    real = remote_cache.fetch
 
     def spy(fs: Any, remote: str, local: Path, *args: Any, **kwargs: Any) -> None:
         fetched_by[local.name] = threading.current_thread().name
         real(fs, remote, local, *args, **kwargs)
 
-    monkeypatch.setattr(remote_module, "fetch", spy)
+    monkeypatch.setattr(remote_cache, "fetch", spy)
     ds = PackedIterableDataset(uploaded["url"], decode="raw", with_keys=True, shuffle=False,
                                split=SplitOptions(chunk_size=SHARD_SAMPLES, drop_last=False),
                                remote=RemoteOptions(cache_dir=tmp_path))
@@ -108,8 +109,8 @@ def test_a_fork_during_a_fetch_leaves_no_lock_in_the_child(tmp_path: Path) -> No
     lock_path = tmp_path / "00003.get"
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     fcntl.flock(fd, fcntl.LOCK_EX)
-    with remote_module._FETCH_LOCKS_GUARD:
-        remote_module._FETCH_LOCKS.add(fd)  # as ShardCache._fetch does
+    with remote_locks._FETCH_LOCKS_GUARD:
+        remote_locks._FETCH_LOCKS.add(fd)  # as ShardLocks.fetching does
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: wait until the parent's fetch is over, then take the lock
@@ -122,8 +123,8 @@ def test_a_fork_during_a_fetch_leaves_no_lock_in_the_child(tmp_path: Path) -> No
         except BlockingIOError:
             os._exit(1)
     os.close(read)
-    with remote_module._FETCH_LOCKS_GUARD:
-        remote_module._FETCH_LOCKS.discard(fd)
+    with remote_locks._FETCH_LOCKS_GUARD:
+        remote_locks._FETCH_LOCKS.discard(fd)
     os.close(fd)  # the parent's fetch ends
     os.write(write, b"x")
     os.close(write)
@@ -135,7 +136,7 @@ def test_prefetch_threads_end_with_their_dataset(uploaded: dict[str, Any], tmp_p
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Only the threads each dataset started count: threads of datasets that earlier tests
     dropped end within PREFETCH_IDLE_S too, but may do so at any moment of this test."""
-    monkeypatch.setattr(remote_module, "PREFETCH_IDLE_S", 0.1)
+    monkeypatch.setattr(remote_cache, "PREFETCH_IDLE_S", 0.1)
 
     def prefetchers() -> set[threading.Thread]:
         return {thread for thread in threading.enumerate()

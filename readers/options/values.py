@@ -51,13 +51,19 @@ class RemoteOptions:
     `max_cache_bytes`: the disk budget of that folder, shared by the processes of the
     machine; least recently used shards are evicted beyond it (None: 8 GiB).
     `storage_options`: passed to fsspec (credentials, endpoint_url, ...).
+    `prefetch_shards`: shards fetched ahead of the reader, each by its own thread, within
+    the budget (0: fetch only what a read needs, when it needs it).
     """
 
     cache_dir: str | Path | None = None
     max_cache_bytes: int | None = None
     storage_options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    prefetch_shards: int = 2
 
     def __post_init__(self) -> None:
         if self.max_cache_bytes is not None and self.max_cache_bytes < 0:
             raise ValueError(f"max_cache_bytes must be 0 (pinned shards only) or more, "
                              f"not {self.max_cache_bytes}")
+        if self.prefetch_shards < 0:
+            raise ValueError(f"prefetch_shards must be 0 (off) or more, "
+                             f"not {self.prefetch_shards}")

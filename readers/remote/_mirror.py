@@ -1,0 +1,77 @@
+"""The mirror of a URL dataset on this machine: its folder, index.json and tables."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packer.core.index import INDEX_NAME, KEYS_NAME, SAMPLES_NAME
+from packer.dataset.remote import fetch_metadata, is_url
+from readers.options import RemoteOptions
+from readers.remote._locks import LOCKS
+
+DEFAULT_DISK_CACHE_BYTES = 8 * 2**30
+def default_cache_dir() -> Path:
+    user = os.getuid() if hasattr(os, "getuid") else "user"
+    return Path(tempfile.gettempdir()) / f"packer-cache-{user}"
+
+
+@dataclass(frozen=True)
+class RemoteSource:
+    """Where a remote dataset lives and where this machine mirrors it (picklable)."""
+
+    url: str
+    folder: Path
+    cache_bytes: int = DEFAULT_DISK_CACHE_BYTES
+    storage_options: Mapping[str, Any] = field(default_factory=dict)
+    prefetch_shards: int = 2  # fetched ahead of the reader, each by its own thread; 0: off
+
+
+def open_remote(url: str, storage_options: Mapping[str, Any] | None = None,
+                cache_dir: str | Path | None = None,
+                cache_bytes: int | None = None, prefetch_shards: int = 2) -> RemoteSource:
+    """Mirror index.json and the per-sample table of `url` into the cache; no shard yet.
+
+    The mirror folder is named after the URL and the index's content, so a dataset
+    reconverted at the same URL gets a fresh mirror. index.json is written last.
+    """
+    budget = DEFAULT_DISK_CACHE_BYTES if cache_bytes is None else cache_bytes
+    if budget < 0:
+        raise ValueError(f"cache_bytes must be 0 or positive, not {budget}")
+    options = dict(storage_options or {})
+    staging = Path(cache_dir if cache_dir is not None else default_cache_dir()) / \
+        f".incoming-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        raw = fetch_metadata(url, options, staging)
+        name = hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:16] + "-" \
+            + hashlib.sha256(raw).hexdigest()[:16]
+        folder = staging.parent / name
+        if not (folder / INDEX_NAME).is_file():
+            (folder / LOCKS).mkdir(parents=True, exist_ok=True)
+            for table in (SAMPLES_NAME, KEYS_NAME):
+                os.replace(staging / table, folder / table)
+            (staging / INDEX_NAME).write_bytes(raw)
+            os.replace(staging / INDEX_NAME, folder / INDEX_NAME)  # last: the mirror is usable
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return RemoteSource(url.rstrip("/"), folder, budget, options, prefetch_shards)
+
+
+def remote_source(path: str | Path, options: RemoteOptions | None) -> RemoteSource | None:
+    """A RemoteSource when `path` is a URL; None (and no remote options given) for a folder."""
+    if isinstance(path, str) and is_url(path):
+        given = RemoteOptions() if options is None else options
+        return open_remote(path, dict(given.storage_options), given.cache_dir,
+                           given.max_cache_bytes, given.prefetch_shards)
+    if options is not None:
+        raise ValueError(f"{path}: remote options (cache_dir, max_cache_bytes, "
+                         "storage_options) apply to a URL (s3://..., file://...), not to a "
+                         "local folder: drop remote=")
+    return None

@@ -1,0 +1,93 @@
+"""RemoteReader: the format's RecordReader over a mirror, pinning what each read needs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+
+from packer.core.index import Index
+from packer.formats.base import RecordReader
+from readers.remote._cache import ShardCache
+from readers.remote._mirror import RemoteSource
+
+
+class RemoteReader:
+    """A RecordReader over a mirror: pins the shards a read needs, then reads locally.
+
+    When a shard is unpinned the format reader is closed (it reopens lazily), so it never
+    holds a descriptor of a shard that eviction may delete.
+    """
+
+    def __init__(self, inner: RecordReader, cache: ShardCache) -> None:
+        self.inner = inner
+        self.cache = cache
+        self.index = cache.index
+
+    def _trim(self) -> None:
+        if self.cache.trim():
+            self.inner.close()
+
+    def read(self, i: int) -> bytes:
+        self.cache.pin(self.index.shard_of(i))
+        data = self.inner.read(i)
+        self._trim()
+        return data
+
+    def read_many(self, indices: Sequence[int]) -> list[bytes]:
+        if not len(indices):
+            return []
+        shards = np.searchsorted(self.index.shard_starts, np.asarray(indices), side="right") - 1
+        for shard in sorted({int(s) for s in shards}):
+            self.cache.pin(shard)
+        data = self.inner.read_many(indices)
+        self._trim()
+        return data
+
+    def prefetch(self, ranges: Sequence[Sequence[int]]) -> None:
+        """Fetch in the background the shards of the coming (start, stop, ...) ranges:
+        the first `prefetch_shards` of them that are not on disk yet."""
+        wanted: list[int] = []
+        for start, stop, *_ in ranges:
+            if start >= stop:
+                continue
+            for shard in (self.index.shard_of(start), self.index.shard_of(stop - 1)):
+                if shard not in wanted and shard not in self.cache.pinned:
+                    wanted.append(shard)
+            if len(wanted) >= self.cache.source.prefetch_shards:
+                break
+        for shard in wanted[:self.cache.source.prefetch_shards]:
+            self.cache.prefetch(shard)
+
+    def read_range(self, start: int, stop: int) -> Iterator[bytes]:
+        i = start
+        while i < stop:
+            shard = self.index.shard_of(i)
+            end = min(stop, int(self.index.shard_starts[shard + 1]))
+            if end < stop:  # the span goes on into the next shard(s)
+                self.prefetch([(end, stop)])
+            self.cache.pin(shard)
+            yield from self.inner.read_range(i, end)
+            self._trim()
+            i = end
+
+    def close(self) -> None:
+        self.inner.close()
+        self.cache.close()
+
+
+def remote_reader(open_reader: Callable[[], RecordReader], source: RemoteSource,
+                  index: Index) -> RemoteReader:
+    """Wrap the format's reader of the mirror, opened by `open_reader`.
+
+    A one-file format (lmdb, hdf5, npy) opens its file right away, so its only shard is
+    fetched and pinned first, for as long as the reader lives.
+    """
+    cache = ShardCache(source, index)
+    if len(index.shards) == 1:
+        cache.pin(0)
+    try:
+        return RemoteReader(open_reader(), cache)
+    except BaseException:
+        cache.close()
+        raise
