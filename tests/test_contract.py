@@ -4,6 +4,7 @@ Every format must round-trip keys, labels and bytes; be readable by its stock to
 without our code; give identical files for any number of workers; resume to the same
 bytes as an uninterrupted run; survive SIGKILL at any moment as either a complete
 dataset or one that is refused until resumed; and refuse to clobber a complete DST.
+The readers' wrappers (the chunk cache, a URL mirror's reader) read every format alike.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ from packer.errors import DatasetExistsError, IncompleteDatasetError
 from packer.formats import _lmdb, _npy
 from packer.formats.base import ShardOptions
 from packer.source.scan import scan
+from readers.cache import CachedReader
+from readers.options import RemoteOptions
+from readers.remote import remote_reader, remote_source
 from tests.helpers import count_adds, pack_command, tree_hashes, wait_for_state
 
 # Kill rounds per format; raise it to hunt for rare crash windows, e.g.
@@ -121,6 +125,36 @@ class FormatContract:
         report = verify(dst, source)
         assert report.ok, report.problem
         assert tree_hashes(source) == before, "verify modified the source"
+
+    def test_wrapped_readers_read_what_the_reader_reads(self, src: Path,
+                                                         tmp_path: Path) -> None:
+        """The readers' chunk cache, and the reader of a URL's mirror, over this format."""
+        dst = tmp_path / "out"
+        convert(src, dst, self.fmt, run=self.run())
+        index, table = open_dataset(dst)
+        module = formats.load(self.fmt)
+        n = index.num_samples
+        order = [5, 0, 1, 2, 3, n - 1, 4, 5, 6, 7, 5]
+        plain = module.open_reader(dst, index, table)
+        try:
+            expected = list(plain.read_range(0, n))
+            cached = CachedReader(plain, n, chunk_size=4, cache_bytes=1 << 20)
+            for _ in range(2):  # cold, then served from promoted chunks
+                assert cached.read_many(order) == [expected[i] for i in order]
+            assert cached.read_many(list(range(n))) == expected
+        finally:
+            plain.close()
+        source = remote_source(dst.as_uri(), RemoteOptions(cache_dir=tmp_path / "cache"))
+        assert source is not None
+        mirror, mirror_table = open_dataset(source.folder)
+        remote = remote_reader(lambda: module.open_reader(source.folder, mirror, mirror_table),
+                               source, mirror)
+        try:
+            assert list(remote.read_range(0, n)) == expected
+            assert [remote.read(i) for i in order] == [expected[i] for i in order]
+            assert remote.read_many(order) == [expected[i] for i in order]
+        finally:
+            remote.close()
 
     def test_stock_tool_reads_every_sample(self, source: Path, tmp_path: Path) -> None:
         dst = tmp_path / "out"
