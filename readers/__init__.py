@@ -2,6 +2,7 @@
 
     from readers import PackedDataset, PackedIterableDataset, ChunkSampler, collate
     from readers import RandomResizedCrop, CenterCrop   # train-time crops, fused into decode
+    from readers import Mix   # several packed datasets as one, in chosen proportions
     from readers import LoaderMonitor   # times how long a training loop waits for data
 
 `readers` depends on `packer`, never the reverse.
@@ -10,6 +11,7 @@
 from readers.augment import Box, CenterCrop, RandomResizedCrop
 from readers.batching.collate import collate
 from readers.datasets import PackedDataset, PackedIterableDataset, Sample
+from readers.mix import Mix
 from readers.monitor import LoaderMonitor  # numpy and logging only: adds nothing heavy
 from readers.resume import loop_state
 from readers.sampler import PAD_LABEL, ChunkSampler, PaddedIndex
@@ -20,6 +22,7 @@ __all__ = [
     "CenterCrop",
     "ChunkSampler",
     "LoaderMonitor",
+    "Mix",
     "PackedDataset",
     "PackedIterableDataset",
     "PaddedIndex",

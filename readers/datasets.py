@@ -52,6 +52,7 @@ from readers.sampler import (
     PaddedIndex,
 )
 from readers.sharding import ShardPlan, Spans, epoch_rng, num_in
+from readers.weighted import ClassWeights, weighted_split
 from readers.world import LateWorld, RankWorld
 
 Sample = tuple[Any, ...]
@@ -264,7 +265,8 @@ class PackedIterableDataset(_PackedBase, IterableDataset[Sample]):
                  buffer_size: int = DEFAULT_BUFFER_SIZE, *, cache_dir: str | Path | None = None,
                  cache_bytes: int | None = None,
                  storage_options: Mapping[str, Any] | None = None,
-                 batch_size: int | None = None, augment: Augment | None = None) -> None:
+                 batch_size: int | None = None, augment: Augment | None = None,
+                 class_weights: ClassWeights | None = None) -> None:
         remote = remote_source(path, storage_options, cache_dir, cache_bytes)
         super().__init__(path, decode, size, transform, with_keys, chunk_size, cache_bytes=0,
                          remote=remote, augment=augment)
@@ -276,6 +278,7 @@ class PackedIterableDataset(_PackedBase, IterableDataset[Sample]):
         self._world = LateWorld.of(rank, world_size)
         self._sent: RankWorld | None = None  # the world when sent to a spawned worker
         self._split = (shuffle, drop_last, seed)
+        self._weights = weighted_split(self, class_weights, None, chunk_size)
         self._plan_for(self._world.now()[1])  # bad arguments fail here
         self.buffer_size = buffer_size
         self.batch_size = batch_size
@@ -286,6 +289,9 @@ class PackedIterableDataset(_PackedBase, IterableDataset[Sample]):
 
     def _plan_for(self, world_size: int) -> ShardPlan:
         shuffle, drop_last, seed = self._split
+        if self._weights is not None:  # readers.weighted: a per-class chunk schedule
+            return self._weights.plan(self.index.num_samples, self.chunk_size, world_size,
+                                      shuffle, drop_last, seed)
         return ShardPlan(self.index.num_samples, self.chunk_size, world_size, shuffle,
                          drop_last, seed)
 

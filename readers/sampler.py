@@ -26,10 +26,12 @@ from collections.abc import Iterator, Mapping, Sized
 from itertools import islice
 from typing import Any
 
+import numpy.typing as npt
 from torch.utils.data import DistributedSampler
 
 from readers.resume import PendingResume, pending_from_state
 from readers.sharding import ShardPlan, buffered_shuffle, check_epoch, epoch_rng, expand
+from readers.weighted import ClassWeights, weighted_split
 from readers.world import LateWorld
 
 PAD_LABEL = -1
@@ -59,12 +61,15 @@ class ChunkSampler(DistributedSampler[int]):
     def __init__(self, dataset: Sized, shuffle: bool = True, seed: int = 0,
                  drop_last: bool = True, rank: int | None = None,
                  world_size: int | None = None, *,
-                 buffer_size: int = DEFAULT_BUFFER_SIZE) -> None:
+                 buffer_size: int = DEFAULT_BUFFER_SIZE,
+                 class_weights: ClassWeights | None = None,
+                 sample_weights: npt.ArrayLike | None = None) -> None:
         # DistributedSampler.__init__ would ask the process group now: it may not exist yet
         self.dataset = dataset  # type: ignore[assignment]  # any Sized, as Sampler takes
         self._world = LateWorld.of(rank, world_size)
         self._chunk_size = getattr(dataset, "chunk_size", DEFAULT_CHUNK_SIZE)
         self._args = (len(dataset), shuffle, drop_last, seed)
+        self._weights = weighted_split(dataset, class_weights, sample_weights, self._chunk_size)
         self.shuffle, self.drop_last, self.seed = shuffle, drop_last, seed
         self._plan_for(self._world.now()[1])  # bad arguments fail here
         if buffer_size < 0:
@@ -78,6 +83,9 @@ class ChunkSampler(DistributedSampler[int]):
 
     def _plan_for(self, world_size: int) -> ShardPlan:
         num_samples, shuffle, drop_last, seed = self._args
+        if self._weights is not None:  # readers.weighted: what each epoch draws
+            return self._weights.plan(num_samples, self._chunk_size, world_size, shuffle,
+                                      drop_last, seed)
         return ShardPlan(num_samples, self._chunk_size, world_size, shuffle, drop_last, seed)
 
     @property

@@ -1,0 +1,189 @@
+"""Mix: several packed datasets read as one, in chosen proportions, exactly once and resumable.
+
+    mix = Mix([PackedIterableDataset(a), PackedIterableDataset(b)], weights=[0.8, 0.2])
+    DataLoader(mix, batch_size=64, num_workers=4)
+
+The plan (`readers.mixing.GroupPlan`) lives in one index space, the sources' indices laid
+end to end: source s holds indices offsets[s] .. offsets[s + 1] - 1. Each epoch draws
+`epoch_size` samples, exactly `counts[s]` from source s (largest-remainder rounding of the
+weights), through each source's successive permutations, so over consecutive epochs every
+sample of a source comes before any repeats. The draws split across ranks and workers as
+a PackedIterableDataset's chunks do (exactly once, equal counts), and a pass reads them
+through `_MixedReader`, which sends every span to its source's own reader: sources may
+differ in format and location, and reads stay chunk-sequential in each.
+
+Each source decodes with its own settings (decode, size, augment, transform, with_keys);
+the mix's seed, epoch and split settings replace the sources' own. Epochs, ranks and
+resume work as in PackedIterableDataset (readers.epochs, readers.world, readers.resume).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from torch.utils.data import IterableDataset, get_worker_info
+
+from packer.formats.base import RecordReader
+from readers._stream import pass_records
+from readers.datasets import Sample, _PackedBase
+from readers.epochs import PassEpochs
+from readers.mixing import GroupPlan, largest_remainder
+from readers.resume import PendingResume, pending_from_state
+from readers.sampler import DEFAULT_BUFFER_SIZE, DEFAULT_CHUNK_SIZE
+from readers.sharding import Spans, chunk_spans, epoch_rng, num_in
+from readers.world import LateWorld, RankWorld
+
+
+class _MixedReader:
+    """Reads indices of the concatenated space from the sources' own readers."""
+
+    def __init__(self, readers: Sequence[RecordReader], offsets: np.ndarray) -> None:
+        self.readers, self.offsets = readers, offsets
+
+    def source_of(self, index: int) -> int:
+        return int(np.searchsorted(self.offsets, index, side="right")) - 1
+
+    def read_range(self, start: int, stop: int) -> Iterator[bytes]:
+        """A plan's span never crosses sources: one source's sequential read."""
+        s = self.source_of(start)
+        base = int(self.offsets[s])
+        return self.readers[s].read_range(start - base, stop - base)
+
+    def read_many(self, indices: Sequence[int]) -> list[bytes]:
+        sources = np.searchsorted(self.offsets, np.asarray(indices, np.int64), side="right") - 1
+        out: list[bytes] = [b""] * len(indices)
+        for s in np.unique(sources).tolist():
+            where = np.flatnonzero(sources == s)
+            local = (np.asarray(indices, np.int64)[where] - self.offsets[s]).tolist()
+            for k, data in zip(where.tolist(), self.readers[s].read_many(local), strict=True):
+                out[k] = data
+        return out
+
+
+class Mix(IterableDataset[Sample]):
+    """Reads `sources` as one dataset, `weights` deciding how many samples come from each.
+
+    `epoch_size` (default: the sum of the sources' sizes) samples per epoch over all ranks,
+    less fewer than world_size with drop_last (see PackedIterableDataset); `weights`
+    default to the sources' sizes (a plain concatenation). `with_source=True` appends the
+    source's number to every sample (a "source" entry when samples are dicts).
+    `batch_size`: deal whole batches to workers, as PackedIterableDataset does.
+    """
+
+    def __init__(self, sources: Sequence[_PackedBase], weights: Sequence[float] | None = None,
+                 epoch_size: int | None = None, seed: int = 0, *, with_source: bool = False,
+                 drop_last: bool = True, buffer_size: int = DEFAULT_BUFFER_SIZE,
+                 batch_size: int | None = None, rank: int | None = None,
+                 world_size: int | None = None) -> None:
+        if not sources:
+            raise ValueError("Mix needs at least one source dataset")
+        self.sources = list(sources)
+        sizes = [source.index.num_samples for source in self.sources]
+        weights = sizes if weights is None else weights
+        if len(weights) != len(sizes):
+            raise ValueError(f"{len(weights)} weights for {len(sizes)} sources: give one each")
+        self.epoch_size = sum(sizes) if epoch_size is None else epoch_size
+        self.counts = tuple(largest_remainder(weights, self.epoch_size).tolist())
+        self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self._groups = tuple(_shifted(chunk_spans(n, source.chunk_size), int(base))
+                             for n, source, base in zip(sizes, self.sources, self.offsets[:-1],
+                                                        strict=True))
+        self.seed, self.drop_last, self.with_source = seed, drop_last, with_source
+        if buffer_size < 0:
+            raise ValueError(f"buffer_size must be 0 (piece order only) or more, "
+                             f"not {buffer_size}")
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1 (or None), not {batch_size}")
+        self.buffer_size, self.batch_size = buffer_size, batch_size
+        self._world = LateWorld.of(rank, world_size)
+        self._sent: RankWorld | None = None
+        self._plan_for(self._world.now()[1])  # bad arguments fail here
+        self._epochs = PassEpochs()
+        self._resume: PendingResume | None = None
+        self._pass: tuple[int, int, int] | None = None
+        self._seen = 0
+
+    def _plan_for(self, world_size: int) -> GroupPlan:
+        return GroupPlan(self.epoch_size, DEFAULT_CHUNK_SIZE, world_size, True, self.drop_last,
+                         self.seed, groups=self._groups, counts=self.counts)
+
+    @property
+    def plan(self) -> GroupPlan:
+        return self._plan_for(self._world.now(self._sent_here())[1])
+
+    def _sent_here(self) -> RankWorld | None:
+        return self._sent if get_worker_info() is not None else None
+
+    @property
+    def epoch(self) -> int:
+        return self._epochs.next
+
+    def set_epoch(self, epoch: int) -> None:
+        """Name the coming epoch; without it each pass takes the next (readers.epochs)."""
+        self._epochs.set_next(epoch)
+
+    def __len__(self) -> int:
+        return self.plan.num_per_rank
+
+    def __iter__(self) -> Iterator[Sample]:
+        info = get_worker_info()
+        worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        rank, world_size = self._world.for_pass(self._sent_here())
+        plan = self._plan_for(world_size)
+        epoch, resume, skip = self._epochs.start_pass(), self._resume, 0
+        if resume is not None:
+            worker = resume.worker_for(epoch, worker, num_workers)
+        spans = plan.worker_spans(epoch, rank, worker, num_workers, self.batch_size)
+        if resume is not None:
+            skip = resume.take(epoch, worker, num_in(spans))
+        self._pass, self._seen = (epoch, worker, num_workers), skip
+        return self._stream(spans, (epoch, rank, worker), skip)
+
+    def _stream(self, spans: Spans, where: tuple[int, int, int], skip: int) -> Iterator[Sample]:
+        handles = [source._local() for source in self.sources]
+        reader = _MixedReader([h.reader for h in handles], self.offsets)
+        rng = epoch_rng(self.seed, *where, 2)
+        crop = (self.seed, where[0])
+        for i, padded, data in pass_records(reader, spans, self.buffer_size, rng, skip):  # type: ignore[arg-type]
+            s = reader.source_of(i)
+            source = self.sources[s]
+            sample = source._sample(handles[s].table, i - int(self.offsets[s]), data, padded,
+                                    crop)
+            self._seen += 1
+            yield _tagged(sample, s) if self.with_source else sample
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Spawned workers cannot ask the process group: send them the world as of now."""
+        state = self.__dict__.copy()
+        state["_sent"] = self._world.now(self._sent_here())
+        return state
+
+    def state_dict(self) -> dict[str, int]:
+        """As PackedIterableDataset.state_dict: this process's position in its pass."""
+        info = get_worker_info()
+        here = (self.epoch, *((info.id, info.num_workers) if info is not None else (0, 1)))
+        epoch, worker, num_workers = self._pass if self._pass is not None else here
+        return {"epoch": epoch, "seed": self.seed, "samples_seen": self._seen,
+                "worker": worker, "num_workers": num_workers}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """As PackedIterableDataset.load_state_dict: a worker's state_dict or loop_state."""
+        info = get_worker_info()
+        here = (info.id, info.num_workers) if info is not None else None
+        self._resume = pending_from_state(state, self.seed, len(self), here,
+                                          dealt=self.batch_size)
+        self._epochs.set_next(self._resume.epoch)
+
+
+def _shifted(spans: Spans, base: int) -> Spans:
+    out = spans.copy()
+    out[:, :2] += base
+    return out
+
+
+def _tagged(sample: Any, source: int) -> Any:
+    if isinstance(sample, Mapping):
+        return {**sample, "source": source}
+    return (*sample, source)
