@@ -30,7 +30,7 @@ from typing import Any, get_args
 
 import numpy as np
 from PIL import Image
-from torch.utils.data import Dataset, IterableDataset, get_worker_info
+from torch.utils.data import Dataset, IterableDataset
 
 from packer import formats
 from packer.core.index import SampleTable, open_dataset
@@ -43,15 +43,16 @@ from readers.crop_decode import as_numpy, decode_augmented
 from readers.decode import Mode
 from readers.decode import decode as decode_record
 from readers.epochs import PassEpochs
+from readers.passes import SplitPasses
 from readers.remote import RemoteSource, remote_source
-from readers.resume import PendingResume, pending_from_state
+from readers.resume import PendingResume
 from readers.sampler import (
     DEFAULT_BUFFER_SIZE,
     DEFAULT_CHUNK_SIZE,
     PAD_LABEL,
     PaddedIndex,
 )
-from readers.sharding import ShardPlan, Spans, epoch_rng, num_in
+from readers.sharding import ShardPlan, Spans, epoch_rng
 from readers.weighted import ClassWeights, weighted_split
 from readers.world import LateWorld, RankWorld
 
@@ -240,7 +241,7 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
         return int(i) % n
 
 
-class PackedIterableDataset(_PackedBase, IterableDataset[Sample]):
+class PackedIterableDataset(_PackedBase, SplitPasses, IterableDataset[Sample]):
     """Streams this rank's share of chunks, split among DataLoader workers.
 
     Chunks are read in order with `read_range` (tar shards sequentially) and shuffled
@@ -295,55 +296,6 @@ class PackedIterableDataset(_PackedBase, IterableDataset[Sample]):
         return ShardPlan(self.index.num_samples, self.chunk_size, world_size, shuffle,
                          drop_last, seed)
 
-    @property
-    def plan(self) -> ShardPlan:
-        """The split for the world as of now."""
-        return self._plan_for(self.world_size)
-
-    @property
-    def rank(self) -> int:
-        return self._world.now(self._sent_here())[0]
-
-    @property
-    def world_size(self) -> int:
-        return self._world.now(self._sent_here())[1]
-
-    def _sent_here(self) -> RankWorld | None:
-        """The world the main process sent, in a DataLoader worker (readers.world)."""
-        return self._sent if get_worker_info() is not None else None
-
-    @property
-    def epoch(self) -> int:
-        """The epoch of the coming pass."""
-        return self._epochs.next
-
-    def set_epoch(self, epoch: int) -> None:
-        """Name the coming epoch; reaches running (persistent) workers too. Without it,
-        each pass takes the epoch after the previous pass's (see readers.epochs)."""
-        self._epochs.set_next(epoch)
-
-    def __len__(self) -> int:
-        return self.plan.num_per_rank
-
-    def __iter__(self) -> Iterator[Sample]:
-        """This process's share of the epoch, less what a loaded state says it has seen.
-
-        Not a generator itself: the count restarts when the pass is created, so a
-        state_dict() taken before its first sample (StatefulDataLoader does) is right.
-        """
-        info = get_worker_info()
-        worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        rank, world_size = self._world.for_pass(self._sent_here())
-        plan = self._plan_for(world_size)
-        epoch, resume, skip = self._epochs.start_pass(), self._resume, 0
-        if resume is not None:
-            worker = resume.worker_for(epoch, worker, num_workers)
-        spans = plan.worker_spans(epoch, rank, worker, num_workers, self.batch_size)
-        if resume is not None:
-            skip = resume.take(epoch, worker, num_in(spans))
-        self._pass, self._seen = (epoch, worker, num_workers), skip
-        return self._stream(spans, plan, (epoch, rank, worker), skip)
-
     def _stream(self, spans: Spans, plan: ShardPlan, where: tuple[int, int, int],
                 skip: int) -> Iterator[Sample]:
         """`where`: (epoch, rank, worker) of the pass, which seed its shuffle buffer."""
@@ -361,30 +313,3 @@ class PackedIterableDataset(_PackedBase, IterableDataset[Sample]):
         state = super().__getstate__()
         state["_sent"] = self._world.now(self._sent_here())
         return state
-
-    def state_dict(self) -> dict[str, int]:
-        """{"epoch", "seed", "samples_seen", "worker", "num_workers"} of this process's pass.
-
-        In a DataLoader worker, that worker's share (StatefulDataLoader collects it from each
-        worker with every batch); the main process of a loader with workers knows nothing
-        of theirs: save `readers.resume.loop_state` there.
-        """
-        info = get_worker_info()
-        here = (self.epoch, *((info.id, info.num_workers) if info is not None else (0, 1)))
-        epoch, worker, num_workers = self._pass if self._pass is not None else here
-        return {"epoch": epoch, "seed": self._split[2], "samples_seen": self._seen,
-                "worker": worker, "num_workers": num_workers}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Make the next pass over state["epoch"] skip what was seen, worker by worker.
-
-        Takes one worker's `state_dict()` inside that worker (StatefulDataLoader does
-        this), or `loop_state(...)` in the main process before the DataLoader starts its
-        workers. The next pass is then the state's epoch; a `set_epoch` to another epoch
-        raises if the state stops mid-epoch. See `readers.resume`.
-        """
-        info = get_worker_info()
-        here = (info.id, info.num_workers) if info is not None else None
-        self._resume = pending_from_state(state, self._split[2], len(self), here,
-                                          dealt=self.batch_size)
-        self._epochs.set_next(self._resume.epoch)

@@ -23,16 +23,17 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset
 
 from packer.formats.base import RecordReader
 from readers._stream import pass_records
 from readers.datasets import Sample, _PackedBase
 from readers.epochs import PassEpochs
 from readers.mixing import GroupPlan, largest_remainder
-from readers.resume import PendingResume, pending_from_state
+from readers.passes import SplitPasses
+from readers.resume import PendingResume
 from readers.sampler import DEFAULT_BUFFER_SIZE, DEFAULT_CHUNK_SIZE
-from readers.sharding import Spans, chunk_spans, epoch_rng, num_in
+from readers.sharding import ShardPlan, Spans, chunk_spans, epoch_rng
 from readers.world import LateWorld, RankWorld
 
 
@@ -62,7 +63,7 @@ class _MixedReader:
         return out
 
 
-class Mix(IterableDataset[Sample]):
+class Mix(SplitPasses, IterableDataset[Sample]):
     """Reads `sources` as one dataset, `weights` deciding how many samples come from each.
 
     `epoch_size` (default: the sum of the sources' sizes) samples per epoch over all ranks,
@@ -91,6 +92,7 @@ class Mix(IterableDataset[Sample]):
                              for n, source, base in zip(sizes, self.sources, self.offsets[:-1],
                                                         strict=True))
         self.seed, self.drop_last, self.with_source = seed, drop_last, with_source
+        self._split = (True, drop_last, seed)
         if buffer_size < 0:
             raise ValueError(f"buffer_size must be 0 (piece order only) or more, "
                              f"not {buffer_size}")
@@ -105,43 +107,12 @@ class Mix(IterableDataset[Sample]):
         self._pass: tuple[int, int, int] | None = None
         self._seen = 0
 
-    def _plan_for(self, world_size: int) -> GroupPlan:
+    def _plan_for(self, world_size: int) -> ShardPlan:
         return GroupPlan(self.epoch_size, DEFAULT_CHUNK_SIZE, world_size, True, self.drop_last,
                          self.seed, groups=self._groups, counts=self.counts)
 
-    @property
-    def plan(self) -> GroupPlan:
-        return self._plan_for(self._world.now(self._sent_here())[1])
-
-    def _sent_here(self) -> RankWorld | None:
-        return self._sent if get_worker_info() is not None else None
-
-    @property
-    def epoch(self) -> int:
-        return self._epochs.next
-
-    def set_epoch(self, epoch: int) -> None:
-        """Name the coming epoch; without it each pass takes the next (readers.epochs)."""
-        self._epochs.set_next(epoch)
-
-    def __len__(self) -> int:
-        return self.plan.num_per_rank
-
-    def __iter__(self) -> Iterator[Sample]:
-        info = get_worker_info()
-        worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        rank, world_size = self._world.for_pass(self._sent_here())
-        plan = self._plan_for(world_size)
-        epoch, resume, skip = self._epochs.start_pass(), self._resume, 0
-        if resume is not None:
-            worker = resume.worker_for(epoch, worker, num_workers)
-        spans = plan.worker_spans(epoch, rank, worker, num_workers, self.batch_size)
-        if resume is not None:
-            skip = resume.take(epoch, worker, num_in(spans))
-        self._pass, self._seen = (epoch, worker, num_workers), skip
-        return self._stream(spans, (epoch, rank, worker), skip)
-
-    def _stream(self, spans: Spans, where: tuple[int, int, int], skip: int) -> Iterator[Sample]:
+    def _stream(self, spans: Spans, plan: ShardPlan, where: tuple[int, int, int],
+                skip: int) -> Iterator[Sample]:
         handles = [source._local() for source in self.sources]
         reader = _MixedReader([h.reader for h in handles], self.offsets)
         rng = epoch_rng(self.seed, *where, 2)
@@ -159,22 +130,6 @@ class Mix(IterableDataset[Sample]):
         state = self.__dict__.copy()
         state["_sent"] = self._world.now(self._sent_here())
         return state
-
-    def state_dict(self) -> dict[str, int]:
-        """As PackedIterableDataset.state_dict: this process's position in its pass."""
-        info = get_worker_info()
-        here = (self.epoch, *((info.id, info.num_workers) if info is not None else (0, 1)))
-        epoch, worker, num_workers = self._pass if self._pass is not None else here
-        return {"epoch": epoch, "seed": self.seed, "samples_seen": self._seen,
-                "worker": worker, "num_workers": num_workers}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """As PackedIterableDataset.load_state_dict: a worker's state_dict or loop_state."""
-        info = get_worker_info()
-        here = (info.id, info.num_workers) if info is not None else None
-        self._resume = pending_from_state(state, self.seed, len(self), here,
-                                          dealt=self.batch_size)
-        self._epochs.set_next(self._resume.epoch)
 
 
 def _shifted(spans: Spans, base: int) -> Spans:
