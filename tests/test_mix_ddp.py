@@ -4,7 +4,6 @@ together the ranks read the epoch's draws exactly once, in equal counts per rank
 from __future__ import annotations
 
 import json
-import multiprocessing
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from packer import ConvertOptions, convert
 from packer.formats.base import ShardOptions
 from packer.testing import make_sample_folder
 from readers import Mix, PackedIterableDataset
-from tests.test_ddp import free_port
+from tests.helpers import run_ranks
 
 WORLD = 2
 EPOCH_SIZE = 33  # odd: drop_last drops one; 22 + 11 draws, each within a source's size
@@ -63,17 +62,7 @@ def rank_main(rank: int, port: int, paths: list[str], out: Path) -> None:
 
 def test_two_ranks_mix_every_draw_once(sources: list[str], tmp_path: Path) -> None:
     out = tmp_path / "gathered.json"
-    port = free_port()
-    context = multiprocessing.get_context("spawn")
-    procs = [context.Process(target=rank_main, args=(rank, port, sources, out))
-             for rank in range(WORLD)]
-    for proc in procs:
-        proc.start()
-    for proc in procs:
-        proc.join(timeout=150)
-        if proc.is_alive():
-            proc.kill()
-    assert [proc.exitcode for proc in procs] == [0] * WORLD
+    assert run_ranks(rank_main, (sources, out), WORLD) == [0] * WORLD
     ranks = json.loads(out.read_text())
     per_rank = EPOCH_SIZE // WORLD
     assert [r["len"] for r in ranks] == [len(r["samples"]) for r in ranks] == [per_rank] * 2
