@@ -10,6 +10,7 @@
 
 from readers.augment import Box, CenterCrop, RandomResizedCrop
 from readers.batching.collate import collate
+from readers.concat import ConcatDataset
 from readers.datasets import PackedDataset, PackedIterableDataset, Sample
 from readers.mix import Mix
 from readers.monitor import LoaderMonitor  # numpy and logging only: adds nothing heavy
@@ -21,6 +22,7 @@ __all__ = [
     "Box",
     "CenterCrop",
     "ChunkSampler",
+    "ConcatDataset",
     "LoaderMonitor",
     "Mix",
     "PackedDataset",

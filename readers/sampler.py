@@ -22,7 +22,7 @@ new order every epoch.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sized
+from collections.abc import Iterator, Mapping, Sequence, Sized
 from itertools import islice
 from typing import Any
 
@@ -63,13 +63,15 @@ class ChunkSampler(DistributedSampler[int]):
                  world_size: int | None = None, *,
                  buffer_size: int = DEFAULT_BUFFER_SIZE,
                  class_weights: ClassWeights | None = None,
-                 sample_weights: npt.ArrayLike | None = None) -> None:
+                 sample_weights: npt.ArrayLike | None = None,
+                 source_weights: Sequence[float] | None = None) -> None:
         # DistributedSampler.__init__ would ask the process group now: it may not exist yet
         self.dataset = dataset  # type: ignore[assignment]  # any Sized, as Sampler takes
         self._world = LateWorld.of(rank, world_size)
         self._chunk_size = getattr(dataset, "chunk_size", DEFAULT_CHUNK_SIZE)
         self._args = (len(dataset), shuffle, drop_last, seed)
-        self._weights = weighted_split(dataset, class_weights, sample_weights, self._chunk_size)
+        self._weights = weighted_split(dataset, class_weights, sample_weights, self._chunk_size,
+                                       source_weights)
         self.shuffle, self.drop_last, self.seed = shuffle, drop_last, seed
         self._plan_for(self._world.now()[1])  # bad arguments fail here
         if buffer_size < 0:
