@@ -52,6 +52,16 @@ class _MixedReader:
         base = int(self.offsets[s])
         return self.readers[s].read_range(start - base, stop - base)
 
+    def prefetch(self, rows: Sequence[Sequence[int]]) -> None:
+        """Show each source that can prefetch (a URL's shards) its coming spans."""
+        for s, reader in enumerate(self.readers):
+            prefetch = getattr(reader, "prefetch", None)
+            base = int(self.offsets[s])
+            mine = [[start - base, stop - base, padded] for start, stop, padded in rows
+                    if self.source_of(start) == s]
+            if prefetch is not None and mine:
+                prefetch(mine)
+
     def read_many(self, indices: Sequence[int]) -> list[bytes]:
         sources = np.searchsorted(self.offsets, np.asarray(indices, np.int64), side="right") - 1
         out: list[bytes] = [b""] * len(indices)

@@ -8,6 +8,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from torch.utils.data import DataLoader
 
@@ -22,6 +23,7 @@ from readers import (
     PackedIterableDataset,
     loop_state,
 )
+from readers.mix import _MixedReader
 
 BATCH = 3
 WEIGHTS = (0.7, 0.3)
@@ -84,6 +86,7 @@ def test_two_workers_read_what_one_process_reads(sources: tuple[Path, Path],
                                                  context: str) -> None:
     alone = read(loader(make_mix(sources), 0))
     workers = read(loader(make_mix(sources), 2, context))
+    assert workers == read(loader(make_mix(sources), 2, "fork"))  # fork and spawn alike
     assert len(alone) == len(workers) == len(make_mix(sources)) == EPOCH_SIZE
     assert sorted(workers) == sorted(alone)
     assert alone != read(loader(make_mix(sources, epoch=2), 0))  # another epoch, another order
@@ -166,3 +169,25 @@ def test_map_style_mix_splits_ranks_and_resumes(sources: tuple[Path, Path]) -> N
     _, again = view_and_sampler(sources)
     again.load_state_dict(sampler.state_dict())
     assert head + list(again) == whole
+
+
+def test_the_mixed_reader_routes_reads_and_prefetches_to_each_source() -> None:
+    class Source:
+        def __init__(self, name: str) -> None:
+            self.name, self.prefetched = name, []
+
+        def read_range(self, start: int, stop: int) -> Any:
+            return iter([f"{self.name}{i}".encode() for i in range(start, stop)])
+
+        def read_many(self, indices: Any) -> list[bytes]:
+            return [f"{self.name}{i}".encode() for i in indices]
+
+        def prefetch(self, rows: Any) -> None:
+            self.prefetched.append(rows)
+
+    a, b = Source("a"), Source("b")
+    reader = _MixedReader([a, b], np.array([0, 5, 9]))  # type: ignore[list-item]
+    assert list(reader.read_range(6, 8)) == [b"b1", b"b2"]
+    assert reader.read_many([7, 1, 5, 4]) == [b"b2", b"a1", b"b0", b"a4"]
+    reader.prefetch([[2, 4, 0], [5, 9, 1]])
+    assert a.prefetched == [[[2, 4, 0]]] and b.prefetched == [[[0, 4, 1]]]
