@@ -89,7 +89,7 @@ def class_groups(labels: npt.NDArray[np.int64], num_classes: int,
     return tuple(runs[run_labels == c] for c in range(num_classes))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ClassSplit:
     """Class weights for a dataset, ready to plan an epoch for any world size."""
 
