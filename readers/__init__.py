@@ -2,6 +2,7 @@
 
     from readers import PackedDataset, PackedIterableDataset, ChunkSampler, collate
     from readers import RandomResizedCrop, CenterCrop   # train-time crops, fused into decode
+    from readers import Mix   # several packed datasets as one, in chosen proportions
     from readers import LoaderMonitor   # times how long a training loop waits for data
     from readers import SplitOptions, RemoteOptions   # sharding and URL-cache settings
 
@@ -10,7 +11,9 @@
 
 from readers.augment import Box, CenterCrop, RandomResizedCrop
 from readers.batching.collate import collate
+from readers.concat import ConcatDataset
 from readers.datasets import PackedDataset, PackedIterableDataset, Sample
+from readers.mix import Mix
 from readers.monitor import LoaderMonitor  # numpy and logging only: adds nothing heavy
 from readers.options import RemoteOptions, SplitOptions
 from readers.resume import loop_state
@@ -21,7 +24,9 @@ __all__ = [
     "Box",
     "CenterCrop",
     "ChunkSampler",
+    "ConcatDataset",
     "LoaderMonitor",
+    "Mix",
     "PackedDataset",
     "PackedIterableDataset",
     "PaddedIndex",

@@ -24,13 +24,13 @@ added to even out the ranks (drop_last=False) has label `PAD_LABEL` (-1): mask i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, get_args
 
 import numpy as np
 from PIL import Image
-from torch.utils.data import Dataset, IterableDataset, get_worker_info
+from torch.utils.data import Dataset, IterableDataset
 
 from packer import formats
 from packer.core.index import SampleTable, open_dataset
@@ -46,10 +46,12 @@ from readers.epochs import PassEpochs
 from readers.in_memory import in_memory_copy
 from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_SPLIT, RemoteOptions, SplitOptions
 from readers.options.legacy import REMOTE_MOVES, SPLIT_MOVES, accepts_legacy
+from readers.passes import SplitPasses
 from readers.remote import RemoteSource, remote_source
-from readers.resume import PendingResume, pending_from_state
+from readers.resume import PendingResume
 from readers.sampler import PAD_LABEL, PaddedIndex
-from readers.sharding import ShardPlan, Spans, epoch_rng, num_in
+from readers.sharding import ShardPlan, Spans, epoch_rng
+from readers.weighted import ClassWeights, weighted_split
 from readers.world import LateWorld, RankWorld
 
 Sample = tuple[Any, ...]
@@ -245,7 +247,7 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
         return int(i) % n
 
 
-class PackedIterableDataset(_PackedBase, IterableDataset[Sample]):
+class PackedIterableDataset(_PackedBase, SplitPasses, IterableDataset[Sample]):
     """Streams this rank's share of chunks, split among DataLoader workers.
 
     Chunks are read in order with `read_range` (tar shards sequentially) and shuffled
@@ -273,12 +275,12 @@ class PackedIterableDataset(_PackedBase, IterableDataset[Sample]):
                  augment: Augment | None = None, transform: Transform | None = None,
                  with_keys: bool = False, batch_size: int | None = None,
                  split: SplitOptions = DEFAULT_SPLIT,
-                 remote: RemoteOptions | None = None, in_memory: bool = False) -> None:
+                 remote: RemoteOptions | None = None, in_memory: bool = False,
+                 class_weights: ClassWeights | None = None) -> None:
         self._ram = in_memory_copy(path, remote) if in_memory else None  # readers.in_memory
         source = None if self._ram else remote_source(path, remote)
         super().__init__(self._ram.folder if self._ram else path, decode, size, transform,
-                         with_keys,
-                         split.chunk_size_or(DEFAULT_CHUNK_SIZE), cache_bytes=0,
+                         with_keys, split.chunk_size_or(DEFAULT_CHUNK_SIZE), cache_bytes=0,
                          remote=source, augment=augment)
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be at least 1 (or None), not {batch_size}")
@@ -286,6 +288,7 @@ class PackedIterableDataset(_PackedBase, IterableDataset[Sample]):
         self._world = LateWorld.of(split.rank, split.world_size)
         self._sent: RankWorld | None = None  # the world when sent to a spawned worker
         self._split = (shuffle, split.drop_last, seed)
+        self._weights = weighted_split(self, class_weights, None, self.chunk_size)
         self._plan_for(self._world.now()[1])  # bad arguments fail here
         self.buffer_size = split.buffer_size
         self.batch_size = batch_size
@@ -296,57 +299,11 @@ class PackedIterableDataset(_PackedBase, IterableDataset[Sample]):
 
     def _plan_for(self, world_size: int) -> ShardPlan:
         shuffle, drop_last, seed = self._split
+        if self._weights is not None:  # readers.weighted: a per-class chunk schedule
+            return self._weights.plan(self.index.num_samples, self.chunk_size, world_size,
+                                      shuffle, drop_last, seed)
         return ShardPlan(self.index.num_samples, self.chunk_size, world_size, shuffle,
                          drop_last, seed)
-
-    @property
-    def plan(self) -> ShardPlan:
-        """The split for the world as of now."""
-        return self._plan_for(self.world_size)
-
-    @property
-    def rank(self) -> int:
-        return self._world.now(self._sent_here())[0]
-
-    @property
-    def world_size(self) -> int:
-        return self._world.now(self._sent_here())[1]
-
-    def _sent_here(self) -> RankWorld | None:
-        """The world the main process sent, in a DataLoader worker (readers.world)."""
-        return self._sent if get_worker_info() is not None else None
-
-    @property
-    def epoch(self) -> int:
-        """The epoch of the coming pass."""
-        return self._epochs.next
-
-    def set_epoch(self, epoch: int) -> None:
-        """Name the coming epoch; reaches running (persistent) workers too. Without it,
-        each pass takes the epoch after the previous pass's (see readers.epochs)."""
-        self._epochs.set_next(epoch)
-
-    def __len__(self) -> int:
-        return self.plan.num_per_rank
-
-    def __iter__(self) -> Iterator[Sample]:
-        """This process's share of the epoch, less what a loaded state says it has seen.
-
-        Not a generator itself: the count restarts when the pass is created, so a
-        state_dict() taken before its first sample (StatefulDataLoader does) is right.
-        """
-        info = get_worker_info()
-        worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        rank, world_size = self._world.for_pass(self._sent_here())
-        plan = self._plan_for(world_size)
-        epoch, resume, skip = self._epochs.start_pass(), self._resume, 0
-        if resume is not None:
-            worker = resume.worker_for(epoch, worker, num_workers)
-        spans = plan.worker_spans(epoch, rank, worker, num_workers, self.batch_size)
-        if resume is not None:
-            skip = resume.take(epoch, worker, num_in(spans))
-        self._pass, self._seen = (epoch, worker, num_workers), skip
-        return self._stream(spans, plan, (epoch, rank, worker), skip)
 
     def _stream(self, spans: Spans, plan: ShardPlan, where: tuple[int, int, int],
                 skip: int) -> Iterator[Sample]:
@@ -365,30 +322,3 @@ class PackedIterableDataset(_PackedBase, IterableDataset[Sample]):
         state = super().__getstate__()
         state["_sent"] = self._world.now(self._sent_here())
         return state
-
-    def state_dict(self) -> dict[str, int]:
-        """{"epoch", "seed", "samples_seen", "worker", "num_workers"} of this process's pass.
-
-        In a DataLoader worker, that worker's share (StatefulDataLoader collects it from each
-        worker with every batch); the main process of a loader with workers knows nothing
-        of theirs: save `readers.resume.loop_state` there.
-        """
-        info = get_worker_info()
-        here = (self.epoch, *((info.id, info.num_workers) if info is not None else (0, 1)))
-        epoch, worker, num_workers = self._pass if self._pass is not None else here
-        return {"epoch": epoch, "seed": self._split[2], "samples_seen": self._seen,
-                "worker": worker, "num_workers": num_workers}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Make the next pass over state["epoch"] skip what was seen, worker by worker.
-
-        Takes one worker's `state_dict()` inside that worker (StatefulDataLoader does
-        this), or `loop_state(...)` in the main process before the DataLoader starts its
-        workers. The next pass is then the state's epoch; a `set_epoch` to another epoch
-        raises if the state stops mid-epoch. See `readers.resume`.
-        """
-        info = get_worker_info()
-        here = (info.id, info.num_workers) if info is not None else None
-        self._resume = pending_from_state(state, self._split[2], len(self), here,
-                                          dealt=self.batch_size)
-        self._epochs.set_next(self._resume.epoch)

@@ -22,16 +22,18 @@ new order every epoch.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sized
+from collections.abc import Iterator, Mapping, Sequence, Sized
 from itertools import islice
 from typing import Any
 
+import numpy.typing as npt
 from torch.utils.data import DistributedSampler
 
 from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_SPLIT, SplitOptions
 from readers.options.legacy import SPLIT_MOVES, accepts_legacy
 from readers.resume import PendingResume, pending_from_state
 from readers.sharding import ShardPlan, buffered_shuffle, check_epoch, epoch_rng, expand
+from readers.weighted import ClassWeights, weighted_split
 from readers.world import LateWorld
 
 PAD_LABEL = -1
@@ -59,13 +61,18 @@ class ChunkSampler(DistributedSampler[int]):
     @accepts_legacy(("shuffle", "seed", "drop_last", "rank", "world_size"),
                     {k: v for k, v in SPLIT_MOVES.items() if k != "chunk_size"})
     def __init__(self, dataset: Sized, *, shuffle: bool = True, seed: int = 0,
-                 split: SplitOptions = DEFAULT_SPLIT) -> None:
+                 split: SplitOptions = DEFAULT_SPLIT,
+                 class_weights: ClassWeights | None = None,
+                 sample_weights: npt.ArrayLike | None = None,
+                 source_weights: Sequence[float] | None = None) -> None:
         # DistributedSampler.__init__ would ask the process group now: it may not exist yet
         self.dataset = dataset  # type: ignore[assignment]  # any Sized, as Sampler takes
         self.split = split
         self._world = LateWorld.of(split.rank, split.world_size)
         self._chunk_size = split.chunk_size_or(getattr(dataset, "chunk_size", DEFAULT_CHUNK_SIZE))
         self._args = (len(dataset), shuffle, split.drop_last, seed)
+        self._weights = weighted_split(dataset, class_weights, sample_weights, self._chunk_size,
+                                       source_weights)
         self.shuffle, self.drop_last, self.seed = shuffle, split.drop_last, seed
         self._plan_for(self._world.now()[1])  # bad arguments fail here
         self.buffer_size = split.buffer_size
@@ -76,6 +83,9 @@ class ChunkSampler(DistributedSampler[int]):
 
     def _plan_for(self, world_size: int) -> ShardPlan:
         num_samples, shuffle, drop_last, seed = self._args
+        if self._weights is not None:  # readers.weighted: what each epoch draws
+            return self._weights.plan(num_samples, self._chunk_size, world_size, shuffle,
+                                      drop_last, seed)
         return ShardPlan(num_samples, self._chunk_size, world_size, shuffle, drop_last, seed)
 
     @property

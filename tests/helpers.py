@@ -188,3 +188,31 @@ def pack_every_format(root: Path, count: int, npy_size: tuple[int, int], min_sid
         options = EncodeOptions(size=npy_size) if fmt == "npy" else None
         convert(src, root / fmt, fmt, options=options, run=run)
     return {fmt: root / fmt for fmt in formats.FORMATS}
+
+
+def free_port() -> int:
+    """A loopback TCP port nobody listens on now (for a test's process group)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def run_ranks(target: Callable[..., None], args: tuple[Any, ...], world: int,
+              timeout: float = 150) -> list[int | None]:
+    """Exit codes of `world` spawned processes running target(rank, port, *args), the port
+    free for their gloo group; one still running after `timeout` seconds is killed."""
+    import multiprocessing
+
+    port = free_port()
+    context = multiprocessing.get_context("spawn")
+    procs = [context.Process(target=target, args=(rank, port, *args)) for rank in range(world)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=timeout)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+    return [proc.exitcode for proc in procs]

@@ -8,8 +8,6 @@ and batches per rank.
 from __future__ import annotations
 
 import json
-import multiprocessing
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ from packer.formats.base import ShardOptions
 from packer.testing import make_sample_folder
 from readers import PAD_LABEL, ChunkSampler, PackedDataset, PackedIterableDataset
 from readers.options import SplitOptions
+from tests.helpers import run_ranks
 
 NUM = 45  # odd: two ranks must drop or pad one sample
 WORLD = 2
@@ -36,12 +35,6 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = ConvertOptions(workers=0, shards=ShardOptions(max_samples=8))
     convert(src, root / "wds", "wds", run=run)
     return root / "wds"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def read_rank(path: Path, style: str, drop_last: bool) -> dict[str, Any]:
@@ -88,17 +81,7 @@ def rank_main(rank: int, port: int, path: Path, out: Path) -> None:
 
 def test_two_ranks_read_every_sample_once(dataset: Path, tmp_path: Path) -> None:
     out = tmp_path / "gathered.json"
-    port = free_port()
-    context = multiprocessing.get_context("spawn")
-    procs = [context.Process(target=rank_main, args=(rank, port, dataset, out))
-             for rank in range(WORLD)]
-    for proc in procs:
-        proc.start()
-    for proc in procs:
-        proc.join(timeout=150)
-        if proc.is_alive():
-            proc.kill()
-    assert [proc.exitcode for proc in procs] == [0] * WORLD
+    assert run_ranks(rank_main, (dataset, out), WORLD) == [0] * WORLD
     gathered = json.loads(out.read_text())
     keys = open_dataset(dataset)[1].keys()
     for name in gathered[0]:

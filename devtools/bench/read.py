@@ -28,6 +28,7 @@ from torch.utils.data import DataLoader
 
 from devtools.bench import baselines as base
 from devtools.bench.augment import augment_cases
+from devtools.bench.mix import mix_cases
 from packer.core.index import INDEX_NAME, read_index
 from packer.source.scan import scan
 from readers.decode import decode as decode_sample
@@ -73,6 +74,7 @@ class Case:
     targets: tuple[Target, ...] = ()
     collate: Callable[[Any], Any] | None = None  # the DataLoader's collate_fn; None: default
     workers: int | None = None  # num_workers, if not the settings' one
+    sampler: Callable[[Any], Any] | None = None  # the DataLoader's sampler, built from the dataset
     rates: list[float] = field(default_factory=list)
     cpu_rates: list[float] = field(default_factory=list)
 
@@ -159,7 +161,7 @@ def build_cases(settings: Settings, src: Path, packed: dict[str, Path]) -> list[
     for fmt, path in packed.items():
         cases += our_cases(fmt, path, size)
     return cases + augment_cases(Case, src, packed, size, sample_bytes(src),
-                                 base.one_thread_rate)
+                                 base.one_thread_rate) + mix_cases(Case, settings, packed)
 
 
 def sample_bytes(src: Path, count: int = 1000) -> list[bytes]:
@@ -223,18 +225,19 @@ def _factory(cls: Any, path: Path, **kwargs: Any) -> Callable[[], Any]:
 
 def loader_rate(dataset: Any, settings: Settings, shuffle: bool,
                 collate: Callable[[Any], Any] | None = None,
-                workers: int | None = None) -> tuple[float, float]:
+                workers: int | None = None, sampler: Any = None) -> tuple[float, float]:
     """(samples per second, per CPU-second) over `epochs` epochs, first batch to last."""
     workers = settings.num_workers if workers is None else workers
     loader = DataLoader(dataset, batch_size=settings.batch_size, shuffle=shuffle,
                         num_workers=workers, collate_fn=collate,
-                        persistent_workers=workers > 0)
+                        persistent_workers=workers > 0, sampler=sampler)
     start: float | None = None
     cpu_start = 0.0
     samples = 0
     for epoch in range(settings.epochs):
-        if hasattr(dataset, "set_epoch"):
-            dataset.set_epoch(epoch)
+        for each in (dataset, sampler):
+            if hasattr(each, "set_epoch"):
+                each.set_epoch(epoch)
         for batch in loader:
             if start is None:
                 start, cpu_start = time.perf_counter(), tree_cpu_seconds()
@@ -266,10 +269,12 @@ def run_cases(cases: Sequence[Case], settings: Settings, progress: Progress) -> 
     for run in range(settings.runs):
         for case in cases:
             made = case.make()
+            sampler = case.sampler(made) if case.sampler is not None else None
             wall, cpu = made if isinstance(made, tuple) else loader_rate(made, settings,
                                                                          case.shuffle,
                                                                          case.collate,
-                                                                         case.workers)
+                                                                         case.workers,
+                                                                         sampler)
             case.rates.append(wall)
             case.cpu_rates.append(cpu)
             progress(f"run {run + 1}/{settings.runs}  {case.reader:28} {case.fmt:6} "

@@ -1,0 +1,117 @@
+"""SplitPasses: the passes of a reader that streams a split plan (PackedIterableDataset, Mix).
+
+What both iterable readers share once they have a plan: the world of a pass
+(readers.world), its epoch (readers.epochs), this worker's spans, and the count that
+state_dict()/load_state_dict() resume from (readers.resume). A reader provides
+`_plan_for(world_size)` (a ShardPlan or subclass), `_stream(spans, plan, where, skip)`
+(the samples) and the attributes declared below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from torch.utils.data import get_worker_info
+
+from readers.epochs import PassEpochs
+from readers.resume import PendingResume, pending_from_state
+from readers.sharding import ShardPlan, Spans, num_in
+from readers.world import LateWorld, RankWorld
+
+
+class SplitPasses:
+    """Passes over a split plan; see the module docstring."""
+
+    _world: LateWorld
+    _sent: RankWorld | None  # the world when sent to a spawned worker
+    _split: tuple[bool, bool, int]  # (shuffle, drop_last, seed)
+    _epochs: PassEpochs
+    _resume: PendingResume | None
+    _pass: tuple[int, int, int] | None  # (epoch, worker, num_workers) ...
+    _seen: int  # ... of this process's latest pass, and the samples it yielded
+    batch_size: int | None
+
+    def _plan_for(self, world_size: int) -> ShardPlan:
+        raise NotImplementedError
+
+    def _stream(self, spans: Spans, plan: ShardPlan, where: tuple[int, int, int],
+                skip: int) -> Iterator[Any]:
+        raise NotImplementedError
+
+    @property
+    def plan(self) -> ShardPlan:
+        """The split for the world as of now."""
+        return self._plan_for(self.world_size)
+
+    @property
+    def rank(self) -> int:
+        return self._world.now(self._sent_here())[0]
+
+    @property
+    def world_size(self) -> int:
+        return self._world.now(self._sent_here())[1]
+
+    def _sent_here(self) -> RankWorld | None:
+        """The world the main process sent, in a DataLoader worker (readers.world)."""
+        return self._sent if get_worker_info() is not None else None
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the coming pass."""
+        return self._epochs.next
+
+    def set_epoch(self, epoch: int) -> None:
+        """Name the coming epoch; reaches running (persistent) workers too. Without it,
+        each pass takes the epoch after the previous pass's (see readers.epochs)."""
+        self._epochs.set_next(epoch)
+
+    def __len__(self) -> int:
+        return self.plan.num_per_rank
+
+    def __iter__(self) -> Iterator[Any]:
+        """This process's share of the epoch, less what a loaded state says it has seen.
+
+        Not a generator itself: the count restarts when the pass is created, so a
+        state_dict() taken before its first sample (StatefulDataLoader does) is right.
+        """
+        info = get_worker_info()
+        worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        rank, world_size = self._world.for_pass(self._sent_here())
+        plan = self._plan_for(world_size)
+        epoch, resume, skip = self._epochs.start_pass(), self._resume, 0
+        if resume is not None:
+            worker = resume.worker_for(epoch, worker, num_workers)
+        spans = plan.worker_spans(epoch, rank, worker, num_workers, self.batch_size)
+        if resume is not None:
+            skip = resume.take(epoch, worker, num_in(spans))
+        self._pass, self._seen = (epoch, worker, num_workers), skip
+        return self._stream(spans, plan, (epoch, rank, worker), skip)
+
+
+    def state_dict(self) -> dict[str, int]:
+        """{"epoch", "seed", "samples_seen", "worker", "num_workers"} of this process's pass.
+
+        In a DataLoader worker, that worker's share (StatefulDataLoader collects it from each
+        worker with every batch); the main process of a loader with workers knows nothing
+        of theirs: save `readers.resume.loop_state` there.
+        """
+        info = get_worker_info()
+        here = (self.epoch, *((info.id, info.num_workers) if info is not None else (0, 1)))
+        epoch, worker, num_workers = self._pass if self._pass is not None else here
+        return {"epoch": epoch, "seed": self._split[2], "samples_seen": self._seen,
+                "worker": worker, "num_workers": num_workers}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Make the next pass over state["epoch"] skip what was seen, worker by worker.
+
+        Takes one worker's `state_dict()` inside that worker (StatefulDataLoader does
+        this), or `loop_state(...)` in the main process before the DataLoader starts its
+        workers. The next pass is then the state's epoch; a `set_epoch` to another epoch
+        raises if the state stops mid-epoch. See `readers.resume`.
+        """
+        info = get_worker_info()
+        here = (info.id, info.num_workers) if info is not None else None
+        self._resume = pending_from_state(state, self._split[2], len(self), here,
+                                          dealt=self.batch_size)
+        self._epochs.set_next(self._resume.epoch)
