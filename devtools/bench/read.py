@@ -159,7 +159,7 @@ def build_cases(settings: Settings, src: Path, packed: dict[str, Path]) -> list[
     for fmt, path in packed.items():
         cases += our_cases(fmt, path, size)
     return cases + augment_cases(Case, src, packed, size, sample_bytes(src),
-                                 base.one_thread_rate)
+                                 base.one_thread_rate, settings.num_workers)
 
 
 def sample_bytes(src: Path, count: int = 1000) -> list[bytes]:
