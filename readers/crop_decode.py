@@ -3,10 +3,10 @@
 Why fused: the box is chosen from the JPEG header's size before decoding, so
 libjpeg-turbo decodes at the coarsest DCT scale (1/2, 1/4, 1/8) that still keeps the box
 at least OVERSAMPLE (2) times the output (readers.decode.dct_factor, shared with size=);
-then one antialiased bilinear resize of the box
-straight to the output (torch's uint8 kernel on a view at full scale, Pillow's, which
-takes a fractional box, on a DCT-scaled image), and a flip of the small result. A full decode plus a
-Python transform pipeline does all of that work at full resolution.
+then one antialiased bilinear resize of the box straight to the output (torch's uint8
+kernel on a view at full scale, or of the whole image for CenterCrop; Pillow's, which
+takes a fractional box, on a DCT-scaled image), and a flip of the small result. A full
+decode plus a Python transform pipeline does all of that work at full resolution.
 
 Why OVERSAMPLE is 2 and not 1: a DCT-scaled image exactly at the output size loses
 detail that a bilinear resize keeps (issue 12; devtools/bench/quality.py measures the

@@ -3,10 +3,9 @@
 Why not just Pillow: at train time decode is the whole cost. JPEGs go through
 libjpeg-turbo (simplejpeg), which scales in the DCT domain (down to 1/8) while the
 scaled image stays at least OVERSAMPLE (2) times the target, so a large photo is never
-fully decoded; the
-rest of the resize is torch's antialiased bilinear uint8 kernel on channels-last
-memory, about twice as fast as the same kernel on planar memory and close to
-Pillow's BILINEAR result (same filter; tests bound the difference).
+fully decoded; the rest of the resize is torch's antialiased bilinear uint8 kernel on
+channels-last memory, about twice as fast as the same kernel on planar memory and close
+to Pillow's BILINEAR result (same filter; tests bound the difference).
 
 Slower paths, chosen per image: Pillow for every other codec, for JPEGs that carry
 an EXIF orientation (simplejpeg ignores it) or CMYK/YCCK colour, and for JPEGs that
@@ -45,9 +44,11 @@ PILLOW_COLORSPACES = frozenset({"CMYK", "YCCK"})
 # than the full image), coarsest first.
 DCT_FACTORS = (8, 4, 2)
 # The DCT-scaled image stays at least this many times the target: scaling right down to
-# the target loses the detail a bilinear resize keeps (issue 12: at 64x64 on photos, mean
-# distance to a Lanczos reference 1.67x Pillow bilinear's, 1.80x at 112, 1.28x at 160;
-# at twice the target within 1.25x at 64-224; devtools/bench/quality.py measures it).
+# it loses the detail a bilinear resize keeps. Issue 12's bound (mean distance to a
+# Lanczos reference at most 1.25x Pillow bilinear's) measured by devtools/bench/quality.py
+# on 48 photos: the former rule (down to the target, 3/8 allowed, rounded-up edges
+# stretched) 1.67x at 64, 1.80x at 112; this one at most 1.03x at 64-224. 1.5 also holds
+# (at most 1.17x on tests/test_decode_quality.py's images), 1 does not.
 OVERSAMPLE = 2
 
 
