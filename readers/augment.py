@@ -130,6 +130,20 @@ class CenterCrop:
         left, box_w = _central(new_w, self.output_size[1], width / new_w)
         return Box(top, left, box_h, box_w, False)
 
+    def resize_then_crop(self, image_size: tuple[int, int]
+                         ) -> tuple[tuple[int, int], int, int] | None:
+        """torchvision's two steps in whole pixels: ((H, W) to resize the image to, top,
+        left of the crop in the resized image); None where the crop is clamped to it.
+
+        The same pixels as params' fractional box, but a resize of the whole image is
+        torch's fast uint8 kernel, where a fractional box needs Pillow's slower one.
+        """
+        new_h, new_w = self._resized(*_check_image_size(image_size))
+        out_h, out_w = self.output_size
+        if out_h >= new_h or out_w >= new_w:
+            return None
+        return (new_h, new_w), round((new_h - out_h) / 2.0), round((new_w - out_w) / 2.0)
+
     def _resized(self, height: int, width: int) -> tuple[int, int]:
         """torchvision's Resize(resize): the shorter side to `resize`, the other truncated."""
         short = self.resize

@@ -2,15 +2,15 @@
 
 Why fused: the box is chosen from the JPEG header's size before decoding, so
 libjpeg-turbo decodes at the coarsest DCT scale (1/2, 1/4, 1/8) that still keeps the box
-at least `OVERSAMPLE` times the output; then one antialiased bilinear resize of the box
-straight to the output (torch's uint8 kernel on a view at full scale, Pillow's, which
-takes a fractional box, on a DCT-scaled image), and a flip of the small result. A full decode plus a
-Python transform pipeline does all of that work at full resolution.
+at least OVERSAMPLE (2) times the output (readers.decode.dct_factor, shared with size=);
+then one antialiased bilinear resize of the box straight to the output (torch's uint8
+kernel on a view at full scale, or of the whole image for CenterCrop; Pillow's, which
+takes a fractional box, on a DCT-scaled image), and a flip of the small result. A full
+decode plus a Python transform pipeline does all of that work at full resolution.
 
-Why `OVERSAMPLE` is 2 and not 1: a DCT-scaled image exactly at the output size loses
-detail that a bilinear resize keeps (issue 12, measured for `size=` at 64x64 on the bench
-photos: mean distance to a Lanczos reference 1.89 levels, against 1.15 for Pillow's
-bilinear; at twice the target 1.39, and equal to Pillow at 112 and 160).
+Why OVERSAMPLE is 2 and not 1: a DCT-scaled image exactly at the output size loses
+detail that a bilinear resize keeps (issue 12; devtools/bench/quality.py measures the
+bound on photos: within 1.03x Pillow bilinear's distance to Lanczos at 64-224).
 
 Other codecs, and JPEGs that simplejpeg declines (EXIF rotation, CMYK), decode in full
 through Pillow and take the box from the upright image; npy crops its stored pixels.
@@ -19,22 +19,20 @@ through Pillow and take the box from the upright image; npy crops its stored pix
 from __future__ import annotations
 
 import numpy as np
-import simplejpeg
 import torch
-from PIL import Image
 
-from readers.augment import Augment, Box
+from readers.augment import Augment, Box, CenterCrop
 from readers.decode import (
     JPEG_SOI,
     Buffer,
     _decode_pillow,
     _pixels,
+    dct_factor,
+    decode_scaled,
     fast_jpeg_size,
+    resize_box_pillow,
     resize_hwc,
 )
-
-OVERSAMPLE = 2  # the DCT-scaled box is at least this many times the output
-DCT_FACTORS = (8, 4, 2)  # the fast power-of-two scales, coarsest first
 
 
 def decode_augmented(data: Buffer, augment: Augment, where: tuple[int, int, int],
@@ -57,45 +55,41 @@ def _from_jpeg(data: Buffer, augment: Augment,
         return None
     height, width = size
     box = augment.params(*where, (height, width))
-    factor = dct_factor(box, augment.output_size)
-    try:
-        pixels = simplejpeg.decode_jpeg(
-            data, colorspace="RGB", min_height=-(-height // factor),
-            min_width=-(-width // factor), min_factor=float(factor),
-        )
-    except ValueError:
+    factor = dct_factor((box.height, box.width), augment.output_size)
+    pixels = decode_scaled(data, size, factor)
+    if pixels is None:
         return None
-    return _resize_box(torch.from_numpy(pixels), box, augment.output_size, factor)
-
-
-def dct_factor(box: Box, output_size: tuple[int, int]) -> int:
-    """The coarsest DCT scale that keeps the box at least OVERSAMPLE x the output."""
-    out_h, out_w = output_size
-    for factor in DCT_FACTORS:
-        if box.height >= OVERSAMPLE * out_h * factor and box.width >= OVERSAMPLE * out_w * factor:
-            return factor
-    return 1
+    return _resize_box(torch.from_numpy(pixels), box, augment, factor)
 
 
 def _finish(hwc: torch.Tensor, augment: Augment, where: tuple[int, int, int],
             factor: int) -> torch.Tensor:
     """Box chosen on the decoded (full-size) image, then crop, resize and flip."""
     box = augment.params(*where, (int(hwc.shape[0]), int(hwc.shape[1])))
-    return _resize_box(hwc, box, augment.output_size, factor)
+    return _resize_box(hwc, box, augment, factor)
 
 
-def _resize_box(hwc: torch.Tensor, box: Box, output_size: tuple[int, int],
+def _resize_box(hwc: torch.Tensor, box: Box, augment: Augment,
                 factor: int) -> torch.Tensor:
     """Crop `box` (full-size pixels) out of an image decoded at 1/factor, resize, flip.
 
-    A box of whole pixels at full size is a view, resized by torch's fast uint8 kernel.
-    A DCT-scaled box has edges between pixels, and rounding them shifts and stretches the
-    crop by up to a pixel (measured on the test images: mean distance to a Lanczos
-    reference 1.38x Pillow bilinear's, against 1.0x exact); Pillow's resize takes a
-    fractional box exactly, so it resizes those, and CenterCrop's fractional boxes.
+    A box of whole pixels at full size is a view, resized by torch's fast uint8 kernel;
+    so is a full-size CenterCrop, resized whole then cut in whole pixels, as torchvision
+    does. A DCT-scaled box has edges between pixels, and rounding them shifts and
+    stretches the crop by up to a pixel (measured on the test images: mean distance to a
+    Lanczos reference 1.38x Pillow bilinear's, against 1.0x exact); Pillow's resize takes
+    a fractional box exactly, so it resizes those.
     """
+    output_size = augment.output_size
     edges = (box.top, box.left, box.height, box.width)
-    if factor == 1 and all(float(v).is_integer() for v in edges):
+    image_size = (int(hwc.shape[0]), int(hwc.shape[1]))
+    plan = augment.resize_then_crop(image_size) if (
+        factor == 1 and isinstance(augment, CenterCrop)) else None
+    if plan is not None:
+        resized, top, left = plan
+        whole = resize_hwc(hwc, resized) if resized != image_size else hwc
+        chw = whole[top:top + output_size[0], left:left + output_size[1]].permute(2, 0, 1)
+    elif factor == 1 and all(float(v).is_integer() for v in edges):
         top, left, height, width = (int(v) for v in edges)
         crop = hwc[top:top + height, left:left + width]
         if tuple(crop.shape[:2]) != output_size:
@@ -109,12 +103,9 @@ def _resize_box(hwc: torch.Tensor, box: Box, output_size: tuple[int, int],
 def _resize_fractional(hwc: torch.Tensor, box: Box, output_size: tuple[int, int],
                        factor: int) -> torch.Tensor:
     """Pillow's antialiased bilinear resize of a box given in 1/factor pixels."""
-    image = Image.fromarray(hwc.numpy(), "RGB")
     edges = (box.left / factor, box.top / factor, (box.left + box.width) / factor,
              (box.top + box.height) / factor)
-    out = image.resize((output_size[1], output_size[0]), Image.Resampling.BILINEAR,
-                       box=edges)
-    return torch.from_numpy(np.array(out)).permute(2, 0, 1)
+    return resize_box_pillow(hwc, edges, output_size).permute(2, 0, 1)
 
 
 def as_numpy(tensor: torch.Tensor) -> np.ndarray:

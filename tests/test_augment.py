@@ -32,7 +32,7 @@ from readers import (
     collate,
     loop_state,
 )
-from readers.crop_decode import dct_factor
+from readers.decode import dct_factor
 from readers.options import SplitOptions
 from tests.helpers import pack_every_format
 
@@ -40,7 +40,7 @@ NUM = 24
 OUT = 16
 SEED = 5
 CROP = RandomResizedCrop(OUT)
-LOADERS = [(0, None), (2, "fork"), (2, "spawn")]
+LOADERS = [(0, None), (1, "fork"), (2, "fork"), (2, "spawn")]
 DRAWS = 20_000
 KS_LIMIT = 0.02  # two-sample KS critical value at alpha ~0.001 for 20,000 draws each
 
@@ -172,10 +172,10 @@ def test_bad_arguments_are_refused(bad: dict[str, Any]) -> None:
 
 
 def test_dct_scale_keeps_the_box_at_least_twice_the_output() -> None:
-    box = CROP.params(SEED, 0, 0, (1000, 1000))._replace(height=257, width=700)
-    assert dct_factor(box, (64, 64)) == 2  # 257 / 4 < 2 * 64
-    assert dct_factor(box._replace(height=1024, width=1024), (64, 64)) == 8
-    assert dct_factor(box, (200, 200)) == 1
+    assert dct_factor((257, 700), (64, 64)) == 2  # 257 / 4 < 2 * 64
+    assert dct_factor((1024, 1024), (64, 64)) == 8
+    assert dct_factor((257, 700), (200, 200)) == 1
+    assert dct_factor((438, 378), (64, 64)) == 2  # never 3/8, as min_height alone picks
 
 
 # --- decode: faithful to the box, every format --------------------------------------

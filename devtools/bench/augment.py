@@ -8,6 +8,11 @@
 
 Targets (the issue's): ours at least 2.5x the Pillow baseline and 0.8x (one-thread
 ceiling x workers).
+
+Only these cases, and the cost of the stored resolution (an lmdb copy per --resize):
+
+    python -m devtools.bench.augment PHOTOS --work /tmp/bench-read --count 2000 \
+        [--runs 3] [--epochs 2] [--formats wds,lmdb,hdf5] [--resize 256]
 """
 
 from __future__ import annotations
@@ -72,7 +77,7 @@ def crop_decoder(augment: Augment) -> Callable[[bytes], object]:
 
 def augment_cases(case: Callable[..., Any], src: Path, packed: dict[str, Path],
                   size: tuple[int, int], samples: Sequence[bytes],
-                  one_thread: Callable[..., Any]) -> list[Any]:
+                  one_thread: Callable[..., Any], workers: int = 2) -> list[Any]:
     """`case` builds a read.Case; `one_thread` is baselines.one_thread_rate."""
     cases = []
     for name, augment in augments(size).items():
@@ -86,6 +91,74 @@ def augment_cases(case: Callable[..., Any], src: Path, packed: dict[str, Path],
                 cases.append(case(
                     f"{fmt}-{cls.__name__}-{name}", f"{cls.__name__} + readers.collate",
                     fmt, shown, lambda c=cls, p=packed[fmt], a=augment: c(p, augment=a),
-                    shuffle=cls is PackedDataset, targets=((f"pil-{name}", 2.5),),
+                    shuffle=cls is PackedDataset,
+                    targets=((f"pil-{name}", 2.5), (f"crop-1t-{name}", 0.8 * workers)),
                     collate=collate))
     return cases
+
+
+def stored_cases(case: Callable[..., Any], packed: dict[int, Path], size: tuple[int, int],
+                 one_thread: Callable[..., Any]) -> list[Any]:
+    """RandomResizedCrop on lmdb copies stored at a smaller resolution (pack --resize N)."""
+    augment = RandomResizedCrop(size)
+    cases = []
+    for side, path in packed.items():
+        shown = f"RandomResizedCrop {size[0]}x{size[1]}"
+        raw = PackedDataset(path, decode="raw")
+        samples = [bytes(raw[i][0]) for i in range(len(raw))]
+        cases.append(case(f"crop-1t-resize{side}", f"crop decode, 1 thread, --resize {side}",
+                          "bytes", shown, lambda s=samples: one_thread(s, crop_decoder(augment))))
+        cases.append(case(f"lmdb-resize{side}", f"PackedDataset + collate, --resize {side}",
+                          "lmdb", shown, lambda p=path: PackedDataset(p, augment=augment),
+                          shuffle=True, collate=collate))
+    return cases
+
+
+def pack_resized(src: Path, dst: Path, side: int) -> Path:
+    """An lmdb copy with the shorter side scaled to `side`, packed once."""
+    import subprocess
+    import sys
+
+    if (dst / "index.json").exists():
+        return dst
+    command = [sys.executable, "-c", "from pack_cli import main; main()", "convert",
+               str(src), str(dst), "--to", "lmdb", "-q", "--resize", str(side)]
+    subprocess.run(command, check=True, capture_output=True)
+    return dst
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+    import sys
+
+    from devtools.bench import baselines
+    from devtools.bench.read import Case, Settings, markdown, pack_all, run_cases, sample_bytes
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("src", type=Path)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/bench-read"))
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--count", type=int, default=None)
+    parser.add_argument("--formats", default=",".join(JPEG_FORMATS))
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--resize", type=int, action="append", default=[])
+    args = parser.parse_args(argv)
+    settings = Settings(src=args.src, work=args.work, runs=args.runs, count=args.count,
+                        epochs=args.epochs, formats=tuple(f for f in args.formats.split(",") if f))
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    src, packed = pack_all(settings, progress)
+    tag = f"{args.src.name}-{args.count or 'all'}"
+    resized = {side: pack_resized(src, settings.work / f"{tag}-lmdb-resize{side}", side)
+               for side in args.resize}
+    cases = augment_cases(Case, src, packed, settings.size, sample_bytes(src),
+                          baselines.one_thread_rate, settings.num_workers)
+    cases += stored_cases(Case, resized, settings.size, baselines.one_thread_rate)
+    run_cases(cases, settings, progress)
+    print(markdown(cases, settings))
+
+
+if __name__ == "__main__":
+    main()

@@ -161,7 +161,8 @@ def build_cases(settings: Settings, src: Path, packed: dict[str, Path]) -> list[
     for fmt, path in packed.items():
         cases += our_cases(fmt, path, size)
     return cases + augment_cases(Case, src, packed, size, sample_bytes(src),
-                                 base.one_thread_rate) + mix_cases(Case, settings, packed)
+                                 base.one_thread_rate, settings.num_workers) \
+        + mix_cases(Case, settings, packed)
 
 
 def sample_bytes(src: Path, count: int = 1000) -> list[bytes]:
