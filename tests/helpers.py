@@ -198,6 +198,7 @@ def field_rows(count: int = FIELD_SAMPLES) -> list[dict[str, Any]]:
             del row["meta"]  # missing key: no value
         rows.append(row)
     rows[0]["boxes"] = []  # an image with no boxes
+    rows[-1]["boxes"] = [[k, k + 0.5, 1e-7 * k, 3.0] for k in range(50)]  # and one with 50
     return rows
 
 
