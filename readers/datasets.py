@@ -17,7 +17,8 @@ resolved when a pass starts (readers.world).
 
 `state_dict()` / `load_state_dict()` resume an epoch mid-way (see readers.resume).
 
-Samples are `(image, label)` or, with `with_keys=True`, `(image, label, key)`. A repeat
+Samples are `(image, label)` or, with `with_keys=True`, `(image, label, key)`; with
+`fields=` a dict with the sample's fields too (readers.fields). A repeat
 added to even out the ranks (drop_last=False) has label `PAD_LABEL` (-1): mask it with
 `labels >= 0`, or train with `CrossEntropyLoss(ignore_index=PAD_LABEL)`.
 """
@@ -43,6 +44,7 @@ from readers.crop_decode import as_numpy, decode_augmented
 from readers.decode import Mode
 from readers.decode import decode as decode_record
 from readers.epochs import PassEpochs
+from readers.fields import FieldNames, chosen_fields, with_fields
 from readers.remote import RemoteSource, remote_source
 from readers.resume import PendingResume, pending_from_state
 from readers.sampler import (
@@ -54,12 +56,14 @@ from readers.sampler import (
 from readers.sharding import ShardPlan, Spans, epoch_rng, num_in
 from readers.world import LateWorld, RankWorld
 
-Sample = tuple[Any, ...]
+Sample = Any  # (image, label[, key]), or a dict with fields= (readers.fields)
 Transform = Callable[[Any], Any]
 
 
 class _PackedBase:
     """Opening, per-process handles and sample building, shared by both datasets."""
+
+    fields: tuple[str, ...] | None = None  # the field names samples carry (readers.fields)
 
     def __init__(self, path: str | Path, decode: Mode, size: tuple[int, int] | None,
                  transform: Transform | None, with_keys: bool, chunk_size: int,
@@ -124,7 +128,10 @@ class _PackedBase:
             label = PAD_LABEL
         elif label is None:
             label = int(table.labels[i])
-        return (image, label, table.key(i)) if self.with_keys else (image, label)
+        sample = (image, label, table.key(i)) if self.with_keys else (image, label)
+        if self.fields is None:
+            return sample
+        return with_fields(sample, self._local().reader, i, self.fields)
 
     def close(self) -> None:
         """Release this process's handles of the folder, for every dataset on it.
@@ -178,7 +185,8 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
                  chunk_size: int = DEFAULT_CHUNK_SIZE, cache_dir: str | Path | None = None,
                  cache_dir_bytes: int | None = None,
                  storage_options: Mapping[str, Any] | None = None,
-                 seed: int = 0, augment: Augment | None = None) -> None:
+                 seed: int = 0, augment: Augment | None = None,
+                 fields: FieldNames = None) -> None:
         if cache_bytes < 0:
             raise ValueError(f"cache_bytes must be 0 (off) or positive, not {cache_bytes}")
         if seed < 0:
@@ -188,6 +196,7 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
                          remote, augment)
         self.seed = seed
         self._epochs = PassEpochs()  # only its named epoch: map-style has no passes
+        self.fields = chosen_fields(self.index, fields, self.path)
 
     @property
     def epoch(self) -> int:
@@ -264,7 +273,8 @@ class PackedIterableDataset(_PackedBase, IterableDataset[Sample]):
                  buffer_size: int = DEFAULT_BUFFER_SIZE, *, cache_dir: str | Path | None = None,
                  cache_bytes: int | None = None,
                  storage_options: Mapping[str, Any] | None = None,
-                 batch_size: int | None = None, augment: Augment | None = None) -> None:
+                 batch_size: int | None = None, augment: Augment | None = None,
+                 fields: FieldNames = None) -> None:
         remote = remote_source(path, storage_options, cache_dir, cache_bytes)
         super().__init__(path, decode, size, transform, with_keys, chunk_size, cache_bytes=0,
                          remote=remote, augment=augment)
@@ -283,6 +293,7 @@ class PackedIterableDataset(_PackedBase, IterableDataset[Sample]):
         self._resume: PendingResume | None = None
         self._pass: tuple[int, int, int] | None = None  # (epoch, worker, num_workers) ...
         self._seen = 0  # ... of this process's latest pass, and the samples it yielded
+        self.fields = chosen_fields(self.index, fields, self.path)
 
     def _plan_for(self, world_size: int) -> ShardPlan:
         shuffle, drop_last, seed = self._split

@@ -49,6 +49,7 @@ import numpy as np
 from packer.core.index import INDEX_NAME, KEYS_NAME, SAMPLES_NAME, Index
 from packer.dataset.remote import fetch, fetch_metadata, is_url, open_fs
 from packer.formats.base import RecordReader
+from readers.remote_fields import fetch_field_files
 
 DEFAULT_DISK_CACHE_BYTES = 8 * 2**30
 MAX_PINNED = 2  # shards a process keeps pinned (a span can cross one shard boundary)
@@ -108,12 +109,14 @@ def open_remote(url: str, storage_options: Mapping[str, Any] | None = None,
         f".incoming-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         raw = fetch_metadata(url, options, staging)
+        extra = fetch_field_files(url, options, raw, staging)  # readers.remote_fields
         name = hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:16] + "-" \
             + hashlib.sha256(raw).hexdigest()[:16]
         folder = staging.parent / name
         if not (folder / INDEX_NAME).is_file():
             (folder / LOCKS).mkdir(parents=True, exist_ok=True)
-            for table in (SAMPLES_NAME, KEYS_NAME):
+            for table in (SAMPLES_NAME, KEYS_NAME, *extra):
+                (folder / table).parent.mkdir(exist_ok=True)
                 os.replace(staging / table, folder / table)
             (staging / INDEX_NAME).write_bytes(raw)
             os.replace(staging / INDEX_NAME, folder / INDEX_NAME)  # last: the mirror is usable
@@ -331,6 +334,13 @@ class RemoteReader:
         data = self.inner.read_many(indices)
         self._trim()
         return data
+
+    def fields(self, i: int, names: Sequence[str] | None = None) -> dict[str, object]:
+        """Sample i's fields (readers.fields), read as its bytes are: its shard pinned."""
+        self.cache.pin(self.index.shard_of(i))
+        values = self.inner.fields(i, names)
+        self._trim()
+        return values
 
     def prefetch(self, ranges: Sequence[Sequence[int]]) -> None:
         """Fetch in the background the shards of the coming (start, stop, ...) ranges:
