@@ -232,3 +232,16 @@ def pack_with_fields(root: Path, fmt: str, count: int = FIELD_SAMPLES,
     dst = root / fmt
     convert(manifest, dst, fmt, encode, ConvertOptions(workers=0, **options))
     return dst, expected
+
+
+def csv_manifest(root: Path, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> Path:
+    """root/list.csv: a `path` column (root/<i>.png, small images written here) and
+    `columns` (label first, then fields) holding `rows`."""
+    root.mkdir(parents=True, exist_ok=True)
+    lines = [",".join(("path", *columns))]
+    for i, cells in enumerate(rows):
+        (root / f"{i}.png").write_bytes(png_bytes(random_image(8, 8, seed=i)))
+        lines.append(",".join((f"{i}.png", *cells)))
+    manifest = root / "list.csv"
+    manifest.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return manifest

@@ -18,7 +18,14 @@ from packer import ConvertOptions, EncodeOptions, FieldChoice, FieldSpec, conver
 from packer.core.fields import decode_value, encode_value, pack_record, parse_text, unpack_record
 from packer.core.index import open_dataset
 from packer.errors import BadInputError, SourceError
-from tests.helpers import FIELD_NAMES, FORMATS, pack_with_fields, png_bytes, random_image
+from tests.helpers import (
+    FIELD_NAMES,
+    FORMATS,
+    csv_manifest,
+    pack_with_fields,
+    png_bytes,
+    random_image,
+)
 
 
 def fields_by_key(folder: Path, names: list[str] | None = None) -> dict[str, dict[str, Any]]:
@@ -121,14 +128,7 @@ def test_stock_tools_read_the_fields(tmp_path: Path) -> None:
 
 
 def write_csv(root: Path, rows: list[tuple[str, str, str]]) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    lines = ["path,label,caption,score"]
-    for i, (label, caption, score) in enumerate(rows):
-        (root / f"{i}.png").write_bytes(png_bytes(random_image(8, 8, seed=i)))
-        lines.append(f"{i}.png,{label},{caption},{score}")
-    manifest = root / "list.csv"
-    manifest.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return manifest
+    return csv_manifest(root, ("label", "caption", "score"), rows)
 
 
 def test_csv_columns_are_fields_typed_by_field_option(tmp_path: Path) -> None:
@@ -253,3 +253,14 @@ def test_parts_resume_with_their_fields(tmp_path: Path, monkeypatch: pytest.Monk
     assert bits(fields_by_key(dst)) == bits(expected)
     for name in ("caption.data.npy", "score.npy", "count.present.npy"):
         assert (dst / "fields" / name).read_bytes() == (whole / "fields" / name).read_bytes()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_bytes_column_stores_the_file_it_names(fmt: str, tmp_path: Path) -> None:
+    manifest = csv_manifest(tmp_path / "src", ("label", "mask"), [("0", "m0.bin"), ("0", "")])
+    (tmp_path / "src" / "m0.bin").write_bytes(b"\0\xff" * 300)
+    encode = EncodeOptions(size=(8, 8)) if fmt == "npy" else None
+    run = ConvertOptions(workers=0, fields=FieldChoice(types=(FieldSpec("mask", "bytes"),)))
+    convert(manifest, tmp_path / "out", fmt, encode, run)
+    assert fields_by_key(tmp_path / "out") == {"0": {"mask": b"\0\xff" * 300},
+                                              "1": {"mask": None}}

@@ -11,7 +11,7 @@ from click.testing import CliRunner, Result
 from pack_cli import main
 from packer.core.fields import FieldSpec
 from packer.core.index import open_dataset
-from tests.helpers import png_bytes, random_image
+from tests.helpers import csv_manifest
 
 
 def pack(*args: str | Path) -> Result:
@@ -19,14 +19,9 @@ def pack(*args: str | Path) -> Result:
 
 
 def manifest(root: Path) -> Path:
-    root.mkdir(parents=True)
-    lines = ["path,label,caption,score,extra"]
-    for i, (caption, score) in enumerate((("a dog", "0.25"), ("", "1e-3"), ("é", "abc"))):
-        (root / f"{i}.png").write_bytes(png_bytes(random_image(8, 8, seed=i)))
-        lines.append(f"{i}.png,{i % 2},{caption},{score},x{i}")
-    path = root / "list.csv"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
+    return csv_manifest(root, ("label", "caption", "score", "extra"),
+                        [("0", "a dog", "0.25", "x0"), ("1", "", "1e-3", "x1"),
+                         ("0", "é", "abc", "x2")])
 
 
 def test_field_options_info_and_verify(tmp_path: Path) -> None:
