@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from array import array
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from packer.core import checks
-from packer.core.fields import FieldSpec, unpack_record
+from packer.core.fields import FieldSpec, specs_from_json, unpack_record
 from packer.core.layout import FIELDS_NAME
 from packer.errors import CorruptDatasetError
 from packer.storage.atomic import atomic_writer
@@ -163,3 +164,18 @@ def present_counts(specs: tuple[FieldSpec, ...], table: object) -> tuple[int, ..
         for number, value in enumerate(unpack_record(rows.record(i), len(specs))):
             counts[number] += value is not None
     return tuple(counts)
+
+
+def fields_from_json(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """Index's `fields` and `field_counts` from index.json's `fields` (absent: none)."""
+    entries = data.get("fields")
+    try:
+        if entries is not None and not all(isinstance(e, dict) for e in entries):
+            raise ValueError("each field must be an object")
+        plain = None if entries is None else [
+            {k: v for k, v in e.items() if k != "num_present"} for e in entries]
+        specs = specs_from_json(plain)
+    except (ValueError, TypeError) as exc:
+        raise checks.bad_field(path, f"fields: {exc}") from exc
+    counts = tuple(checks.count(e, "num_present", path, default=0) for e in entries or ())
+    return {"fields": specs, "field_counts": counts}

@@ -26,8 +26,14 @@ import numpy as np
 import numpy.typing as npt
 
 from packer.core import checks
-from packer.core.field_table import FieldRows, FieldRowsBuilder, load_field_rows, save_field_rows
-from packer.core.fields import FieldSpec, specs_from_json
+from packer.core.field_table import (
+    FieldRows,
+    FieldRowsBuilder,
+    fields_from_json,
+    load_field_rows,
+    save_field_rows,
+)
+from packer.core.fields import FieldSpec
 from packer.core.layout import FIELDS_NAME as FIELDS_NAME
 from packer.core.layout import INDEX_NAME as INDEX_NAME
 from packer.core.layout import KEYS_NAME as KEYS_NAME
@@ -318,7 +324,7 @@ def index_from_json(data: Any, path: Path) -> Index:
         image_size=checks.image_size(data, path),
         sample_hash=checks.text(data, "sample_hash", path),
         extra=checks.mapping(data, "extra", path),
-        **_fields_of(data, path),
+        **fields_from_json(data, path),
     )
     if index.sample_hash != SAMPLE_HASH:
         raise CorruptDatasetError(
@@ -331,21 +337,6 @@ def index_from_json(data: Any, path: Path) -> Index:
             "the index is damaged, reconvert the dataset"
         )
     return index
-
-
-def _fields_of(data: dict[str, Any], path: Path) -> dict[str, Any]:
-    """Index's `fields` and `field_counts` from index.json (absent: none)."""
-    entries = data.get("fields")
-    try:
-        if entries is not None and not all(isinstance(e, dict) for e in entries):
-            raise ValueError("each field must be an object")
-        plain = None if entries is None else [
-            {k: v for k, v in e.items() if k != "num_present"} for e in entries]
-        specs = specs_from_json(plain)
-    except (ValueError, TypeError) as exc:
-        raise checks.bad_field(path, f"fields: {exc}") from exc
-    counts = tuple(checks.count(e, "num_present", path, default=0) for e in entries or ())
-    return {"fields": specs, "field_counts": counts}
 
 
 def open_dataset(folder: str | Path) -> tuple[Index, SampleTable]:

@@ -32,6 +32,7 @@ from packer.source.names import image_name
 from packer.source.packed import PackedSource, is_packed, read_rejects
 
 MANIFEST_SUFFIXES = (".csv", ".jsonl")
+NO_SIDECARS = sidecar_record("", set())  # the fields record of an image without sidecars
 
 
 @dataclass(frozen=True)
@@ -220,8 +221,9 @@ def _add_image(prefix: str, rel: str, label: int, found: ItemsBuilder,
     record = b""
     if sidecars:
         base = rel[rel.rfind(os.sep) + 1 :]
+        beside = sidecars.get(base[: base.rfind(".")])
         try:
-            record = sidecar_record(prefix + rel, sidecars.get(base[: base.rfind(".")], set()))
+            record = sidecar_record(prefix + rel, beside) if beside else NO_SIDECARS
         except FieldValueError as exc:
             rejects.append(Reject(-1, prefix + rel, f"bad field: {exc}"))
             return
