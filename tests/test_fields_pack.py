@@ -13,9 +13,18 @@ import h5py
 import lmdb
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from packer import ConvertOptions, EncodeOptions, FieldChoice, FieldSpec, convert, formats, verify
-from packer.core.fields import decode_value, encode_value, pack_record, parse_text, unpack_record
+from packer.core.fields import (
+    decode_record,
+    decode_value,
+    encode_value,
+    pack_record,
+    parse_text,
+    unpack_record,
+)
 from packer.core.index import open_dataset
 from packer.errors import BadInputError, SourceError
 from tests.helpers import (
@@ -264,3 +273,26 @@ def test_a_bytes_column_stores_the_file_it_names(fmt: str, tmp_path: Path) -> No
     convert(manifest, tmp_path / "out", fmt, encode, run)
     assert fields_by_key(tmp_path / "out") == {"0": {"mask": b"\0\xff" * 300},
                                               "1": {"mask": None}}
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats() | st.text(),
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.text(max_size=5), children, max_size=4),
+    max_leaves=12)
+VALUES = {"str": st.text(), "int": st.integers(-(2**63), 2**63 - 1),
+          "float": st.floats(), "json": JSON_VALUES, "bytes": st.binary()}
+
+
+@given(st.lists(st.sampled_from(sorted(VALUES)).flatmap(
+    lambda kind: st.tuples(st.just(kind), st.none() | VALUES[kind])), max_size=6))
+def test_records_round_trip_any_values(cells: list[tuple[str, Any]]) -> None:
+    specs = [FieldSpec(f"f{n}", kind) for n, (kind, _) in enumerate(cells)]  # type: ignore[arg-type]
+    raw = [None if value is None else encode_value(kind, value)  # type: ignore[arg-type]
+           for kind, value in cells]
+    decoded = decode_record(specs, pack_record(raw))
+    for (kind, value), got in zip(cells, decoded.values(), strict=True):
+        if value is None or kind != "json":
+            assert repr(bits(got)) == repr(bits(value)) or (value != value and got != got)
+        else:  # JSON: one canonical text, whatever the value
+            assert encode_value("json", got) == encode_value("json", value)
