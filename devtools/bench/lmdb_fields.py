@@ -49,7 +49,7 @@ def time_reads(path: Path, keys: list[bytes], order: list[int], per_field: bool)
                 if per_field:
                     txn.get(keys[i] + b"\0caption"), txn.get(keys[i] + b"\0boxes")
                 else:
-                    unpack_record(txn.get(keys[i] + b"\0fields"), 2)
+                    unpack_record(txn.get(keys[i] + b"\0fields") or b"", 2)
         best = min(best, (time.perf_counter() - start) / len(order))
     env.close()
     return best
