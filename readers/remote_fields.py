@@ -24,18 +24,20 @@ __all__ = ["fetch_field_files"]
 
 def fetch_field_files(url: str, options: Mapping[str, Any], raw_index: bytes,
                       staging: Path) -> list[str]:
-    """Download the field files of the dataset at `url` into `staging`; their relative
-    names (none for a dataset without fields)."""
+    """The relative names of the field files of the dataset at `url` in `staging` (none
+    without fields): fields.npy, which `fetch_metadata` fetched with the table, and
+    npy's `fields/` folder, downloaded here."""
     index = json.loads(raw_index)
     if not index.get("fields"):
         return []
-    fs, root = open_fs(url, options)
     names = [FIELDS_NAME]
     if index.get("format") == "npy":
+        fs, root = open_fs(url, options)
         with remote_errors(url, f"list {NPY_FIELDS_FOLDER}/"):
-            found = fs.find(f"{root}/{NPY_FIELDS_FOLDER}")
-        names += sorted(f"{NPY_FIELDS_FOLDER}/{Path(str(path)).name}" for path in found)
-    for name in names:
-        (staging / name).parent.mkdir(parents=True, exist_ok=True)
-        fetch(fs, f"{root}/{name}", staging / name, url)
+            found = sorted(f"{NPY_FIELDS_FOLDER}/{Path(str(path)).name}"
+                           for path in fs.find(f"{root}/{NPY_FIELDS_FOLDER}"))
+        (staging / NPY_FIELDS_FOLDER).mkdir(parents=True, exist_ok=True)
+        for name in found:
+            fetch(fs, f"{root}/{name}", staging / name, url)
+        names += found
     return names
