@@ -296,3 +296,16 @@ def test_records_round_trip_any_values(cells: list[tuple[str, Any]]) -> None:
             assert repr(bits(got)) == repr(bits(value)) or (value != value and got != got)
         else:  # JSON: one canonical text, whatever the value
             assert encode_value("json", got) == encode_value("json", value)
+
+
+@pytest.mark.parametrize("fmt", ["wds", "npy"])
+def test_a_url_destination_keeps_the_fields(fmt: str, tmp_path: Path) -> None:
+    from packer.api import verify_remote
+    from tests.helpers import field_manifest
+
+    manifest, expected = field_manifest(tmp_path / "src")
+    url = (tmp_path / "up").as_uri()
+    convert(manifest, url, fmt, EncodeOptions(size=(8, 8)) if fmt == "npy" else None,
+            ConvertOptions(workers=0))
+    assert bits(fields_by_key(tmp_path / "up")) == bits(expected)
+    assert verify_remote(url, None, manifest).problem is None

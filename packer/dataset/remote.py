@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from packer import formats
 from packer.core.index import (
     FIELDS_NAME,
     INDEX_NAME,
@@ -182,6 +183,10 @@ def download_dataset(url: str, storage_options: Mapping[str, Any] | None,
         local = folder / shard.name
         local.parent.mkdir(parents=True, exist_ok=True)
         fetch(fs, f"{root}/{shard.name}", local, url, shard.num_bytes, shard.sha256)
+    side_files = getattr(formats.load(index.format), "side_files", None)  # npy: labels, fields
+    for name in side_files(index) if side_files is not None else ():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        fetch(fs, f"{root}/{name}", folder / name, url)
     wids = indexed_name(index) if index.format == "wds" else None
     if wids is not None:  # beside the shards, for wids; verify checks it
         fetch(fs, f"{root}/{wids}", folder / wids, url)

@@ -27,7 +27,7 @@ from packer.core.record import Record
 from packer.errors import CorruptDatasetError
 from packer.formats._field_columns import columns
 from packer.formats._npy_fields import FOLDER as FIELDS_FOLDER
-from packer.formats._npy_fields import FieldArrays, write_fields
+from packer.formats._npy_fields import FieldArrays, field_files, write_fields
 from packer.formats.base import Location, WriterPlan, checked, checked_fields, no_fields
 from packer.storage.atomic import atomic_writer, commit, partial_path
 from packer.storage.filestream import StreamHash, hash_while
@@ -216,6 +216,11 @@ class NpyReader:
 
 def open_reader(folder: Path, index: Index, table: SampleTable) -> NpyReader:
     return NpyReader(folder, index, table)
+
+
+def side_files(index: Index) -> tuple[str, ...]:
+    """Files beside the shards that a copy of the dataset needs: labels, fields."""
+    return (LABELS, *field_files(index.fields))
 
 
 def read_labels(folder: Path, index: Index) -> np.ndarray:

@@ -28,6 +28,16 @@ from packer.storage.atomic import atomic_writer
 FOLDER = "fields"
 
 
+def field_files(specs: Sequence[FieldSpec]) -> tuple[str, ...]:
+    """The files of these fields, relative to the dataset folder."""
+    names: list[str] = []
+    for spec in specs:
+        ends = (".present.npy", ".npy") if spec.type in ("int", "float") else \
+            (".present.npy", ".offsets.npy", ".data.npy")
+        names += [f"{FOLDER}/{spec.name}{end}" for end in ends]
+    return tuple(names)
+
+
 def write_fields(folder: Path, built: Sequence[Column]) -> None:
     """Write every field's files under folder/fields (nothing without fields)."""
     if not built:
@@ -63,13 +73,10 @@ class FieldArrays:
     def _open(self) -> dict[str, tuple[np.ndarray, ...]]:
         arrays = {}
         for spec in self.specs:
-            base = self.folder / spec.name
-            names = (".present.npy", ".npy") if spec.type in ("int", "float") else \
-                (".present.npy", ".offsets.npy", ".data.npy")
-            arrays[spec.name] = tuple(load_array(Path(f"{base}{n}")) for n in names)
+            paths = [self.folder.parent / name for name in field_files([spec])]
+            arrays[spec.name] = tuple(load_array(path) for path in paths)
             if len(arrays[spec.name][0]) != self.count:
-                raise CorruptDatasetError(f"{base}.present.npy: not one row per sample; "
-                                          "reconvert")
+                raise CorruptDatasetError(f"{paths[0]}: not one row per sample; reconvert")
         return arrays
 
     def values(self, i: int) -> list[bytes | None]:
