@@ -309,3 +309,15 @@ def test_a_url_destination_keeps_the_fields(fmt: str, tmp_path: Path) -> None:
             ConvertOptions(workers=0))
     assert bits(fields_by_key(tmp_path / "up")) == bits(expected)
     assert verify_remote(url, None, manifest).problem is None
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_fields_of_a_dataset_whose_inputs_were_all_rejected(fmt: str, tmp_path: Path) -> None:
+    manifest = tmp_path / "list.jsonl"
+    manifest.write_text('{"path": "missing.png", "label": 0, "caption": "x"}\n')
+    index = convert(manifest, tmp_path / "out", fmt,
+                    EncodeOptions(size=(8, 8)) if fmt == "npy" else None,
+                    ConvertOptions(workers=0))
+    assert (index.num_samples, index.fields, index.field_counts) == \
+        (0, (FieldSpec("caption", "str"),), (0,))
+    assert verify(tmp_path / "out").problem is None

@@ -28,7 +28,7 @@ from packer.conversion.parallel import (
     use_parallel_writers,
     written_groups,
 )
-from packer.core.field_table import present_counts
+from packer.core.field_table import FieldRowsBuilder, present_counts
 from packer.core.index import (
     REJECTS_NAME,
     Index,
@@ -368,6 +368,8 @@ def finalize(folder: Path, fmt: str, source: Source, options: EncodeOptions, job
     rejects = sorted(source.rejects + source.inherited + job.done.rejects + job.part_rejects,
                      key=lambda r: (r.position, r.path))
     table = job.build_table()
+    if source.fields and table.fields is None:  # every input rejected: an empty field table
+        table = SampleTable(table.rows, table.keys_blob, FieldRowsBuilder().build())
     save_table(folder, table)
     lines = "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in rejects)
     write_atomic(folder / REJECTS_NAME, lines.encode("utf-8"))
