@@ -29,7 +29,7 @@ import numpy as np
 
 from packer.core.index import Index, SampleTable
 from packer.errors import CorruptDatasetError
-from packer.formats._hdf5_fields import read_values
+from packer.formats._hdf5_fields import FieldDatasets
 from packer.formats._hdf5_writer import Hdf5Writer
 from packer.formats.base import WriterPlan, checked, checked_fields, no_fields
 
@@ -58,7 +58,7 @@ class Hdf5Reader:
         self.path = folder / FILE
         self.index = index
         self.table = table
-        self._h5: tuple[int, Any] | None = None  # (pid, h5py.File), opened by `fields`
+        self._h5: tuple[int, Any, FieldDatasets] | None = None  # (pid, file, its fields)
         try:
             with h5py.File(self.path, "r", locking=False) as h5:
                 blob = h5["images"]
@@ -103,10 +103,11 @@ class Hdf5Reader:
         """Read through h5py, opened on first use in this process."""
         if self.table.fields is None:
             return no_fields(self.index, names)
-        if self._h5 is None or self._h5[0] != os.getpid():
-            self._h5 = (os.getpid(), h5py.File(self.path, "r", locking=False))
         try:
-            values = read_values(self._h5[1], self.index.fields, i)
+            if self._h5 is None or self._h5[0] != os.getpid():
+                h5 = h5py.File(self.path, "r", locking=False)
+                self._h5 = (os.getpid(), h5, FieldDatasets(h5, self.index.fields))
+            values = self._h5[2].values(i)
         except (OSError, KeyError, ValueError, TypeError, RuntimeError) as exc:
             raise CorruptDatasetError(f"{self.path}: cannot read the fields of sample {i} "
                                       f"({exc}); reconvert") from exc

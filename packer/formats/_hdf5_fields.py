@@ -46,12 +46,23 @@ def write_fields(h5: Any, built: Sequence[Column]) -> None:
                                  dtype=h5py.string_dtype("utf-8"), track_times=False)
 
 
-def read_values(h5: Any, specs: Sequence[FieldSpec], i: int) -> list[bytes | None]:
-    """Sample i's field values in byte form (None: no value)."""
-    values: list[bytes | None] = []
-    for spec in specs:
-        if not bool(h5[PRESENT][spec.name][i]):
-            values.append(None)
-        else:
-            values.append(value_bytes(spec.type, h5[GROUP][spec.name][i]))
-    return values
+class FieldDatasets:
+    """The field datasets of an open file: presence flags and numbers read once into
+    numpy (a byte or 8 a sample), variable-length values read a row at a time.
+
+    Looking datasets up by name and reading one element cost h5py tens of microseconds
+    each: five fields took 9 ms a sample read that way, 0.8 ms with this cache (most of
+    it the variable-length rows; wds, lmdb and npy take ~0.3 ms, mostly JSON parsing).
+    """
+
+    def __init__(self, h5: Any, specs: Sequence[FieldSpec]) -> None:
+        self.specs = specs
+        self.present = [np.asarray(h5[PRESENT][spec.name][:], dtype=np.bool_) for spec in specs]
+        self.columns = [h5[GROUP][spec.name] if spec.type not in ("int", "float")
+                        else np.asarray(h5[GROUP][spec.name][:]) for spec in specs]
+
+    def values(self, i: int) -> list[bytes | None]:
+        """Sample i's field values in byte form (None: no value)."""
+        return [value_bytes(spec.type, column[i]) if present[i] else None
+                for spec, present, column in zip(self.specs, self.present, self.columns,
+                                                 strict=True)]
