@@ -35,6 +35,7 @@ NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 RESERVED = frozenset({"image", "label", "key", "path", "cls"})  # names a sample already has
 INT64 = (-(1 << 63), (1 << 63) - 1)
 _LENGTH = struct.Struct("<q")
+_MISSING = _LENGTH.pack(-1)
 
 
 class FieldValueError(ValueError):
@@ -146,10 +147,9 @@ def pack_record(values: Sequence[bytes | None]) -> bytes:
     parts: list[bytes] = []
     for value in values:
         if value is None:
-            parts.append(_LENGTH.pack(-1))
+            parts.append(_MISSING)
         else:
-            parts.append(_LENGTH.pack(len(value)))
-            parts.append(value)
+            parts += (_LENGTH.pack(len(value)), value)
     return b"".join(parts)
 
 
