@@ -9,7 +9,7 @@ import click
 from tqdm import tqdm
 
 from pack_cli._errors import ctrl_c, user_errors
-from pack_cli._params import parse_bytes, parse_size
+from pack_cli._params import parse_bytes, parse_fields, parse_size
 from packer.api import convert, holds_complete
 from packer.conversion.executors import EXECUTORS
 from packer.conversion.job import ConvertOptions
@@ -64,12 +64,21 @@ from packer.formats.base import ShardOptions
 @click.option("--staging", type=click.Path(path_type=Path), default=None,
               help="URL DST: convert in this folder before uploading, and keep it so "
                    "--resume works (default: a temporary folder, shards dropped once sent).")
+@click.option("--field", "field_types", multiple=True, metavar="NAME:TYPE",
+              help="The type of a CSV column kept as a per-sample field: str (default), int, "
+                   "float, json (the cell is JSON text) or bytes (the cell names a file); "
+                   "repeatable.")
+@click.option("--fields", "keep_fields", default=None, metavar="A,B",
+              help="Keep only these per-sample fields (manifest columns or keys, sidecars "
+                   "txt/json, a packed source's fields); default: all.")
+@click.option("--no-fields", is_flag=True, help="Keep no per-sample fields, only image + label.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def convert_command(src: Path, dst: str, fmt: str, shard_size: str, shard_samples: int | None,
                     resize: int | None, size: str | None, fit: str, codec: str | None,
                     quality: int, upscale: bool, check: str, on_error: str, workers: int | None,
                     executor: str, ray_address: str | None, resume: bool, overwrite: bool,
                     storage_options: tuple[str, ...], staging: Path | None,
+                    field_types: tuple[str, ...], keep_fields: str | None, no_fields: bool,
                     quiet: bool) -> None:
     """Convert SRC (an image folder, a .csv/.jsonl manifest, a .tar/.zip archive or a
     packed dataset) into DST.
@@ -82,6 +91,7 @@ def convert_command(src: Path, dst: str, fmt: str, shard_size: str, shard_sample
     pack convert photos/ out.npy --to npy --size 224x224 --fit crop
     pack convert photos/ out.wds --to wds --resume
     pack convert out.wds out.lmdb --to lmdb
+    pack convert captions.csv out.wds --to wds --field score:float --fields caption,score
     pack convert photos/ s3://bucket/photos.wds --to wds --storage-option endpoint_url=URL
     pack convert /shared/photos /shared/out.wds --to wds --executor ray --ray-address auto
     """
@@ -90,7 +100,8 @@ def convert_command(src: Path, dst: str, fmt: str, shard_size: str, shard_sample
                                 fit=fit, codec=codec, quality=quality, upscale=upscale)  # type: ignore[arg-type]
         run = ConvertOptions(ShardOptions(parse_bytes(shard_size), shard_samples), workers,
                              on_error, resume, overwrite,  # type: ignore[arg-type]
-                             executor=executor, ray_address=ray_address)  # type: ignore[arg-type]
+                             executor=executor, ray_address=ray_address,  # type: ignore[arg-type]
+                             fields=parse_fields(field_types, keep_fields, no_fields))
         bar = tqdm(unit="img", disable=quiet or not sys.stderr.isatty(), desc=f"pack {fmt}")
         def on_total(total: int) -> None:
             bar.total = total

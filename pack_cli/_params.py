@@ -1,4 +1,4 @@
-"""Option values the commands parse: byte sizes (256MB, 1GiB) and image sizes (HxW)."""
+"""Option values the commands parse: byte sizes (256MB, 1GiB), image sizes (HxW), fields."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, TypeVar
 
 import click
+
+from packer.core.fields import parse_spec
+from packer.source.fields import FieldChoice
 
 F = TypeVar("F", bound=Callable[..., Any])
 UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20,
@@ -21,6 +24,17 @@ def parse_bytes(text: str) -> int:
     if match is None or unit not in UNITS:
         raise click.BadParameter(f"{text!r} is not a size like 256MB, 1GiB or 1000000")
     return int((Decimal(match.group(1)) * UNITS[unit]).to_integral_value(ROUND_HALF_UP))
+
+
+def parse_fields(types: tuple[str, ...], keep: str | None, none: bool) -> FieldChoice:
+    """--field NAME:TYPE (repeatable), --fields a,b and --no-fields as a FieldChoice."""
+    try:
+        names = tuple(n.strip() for n in keep.split(",") if n.strip()) if keep is not None \
+            else None
+        return FieldChoice(keep=names, enabled=not none,
+                           types=tuple(parse_spec(text) for text in types))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
 
 
 def parse_size(text: str | None) -> tuple[int, int] | None:

@@ -37,15 +37,19 @@ from packer.errors import (
 if TYPE_CHECKING:
     from packer.api import convert, verify
     from packer.conversion.job import ConvertOptions
+    from packer.core.fields import FieldSpec
     from packer.core.index import Index, SampleTable, open_dataset, read_index
     from packer.dataset.describe import describe
     from packer.encode import EncodeOptions
     from packer.formats.base import ShardOptions
+    from packer.source.fields import FieldChoice
 
 _LAZY = {
     "ConvertOptions": "packer.conversion.job",
     "convert": "packer.api",
     "EncodeOptions": "packer.encode",
+    "FieldChoice": "packer.source.fields",
+    "FieldSpec": "packer.core.fields",
     "ShardOptions": "packer.formats.base",
     "Index": "packer.core.index",
     "SampleTable": "packer.core.index",
@@ -63,6 +67,8 @@ __all__ = [
     "DestinationError",
     "DiskFullError",
     "EncodeOptions",
+    "FieldChoice",
+    "FieldSpec",
     "IncompleteDatasetError",
     "Index",
     "MissingDependencyError",

@@ -97,7 +97,11 @@ class EncodeOptions:
 def encode_item(item: SourceItem, options: EncodeOptions) -> Record | Reject:
     """Read, check and encode one input; any problem becomes a Reject."""
     origin = item.origin
+    fields = item.fields
     try:
+        if origin is not None and not fields:
+            read_fields = getattr(origin, "read_fields", None)  # a packed dataset's fields
+            fields = read_fields(item) if read_fields is not None else b""
         if origin is None or origin.whole_files:  # a file, or an archive member
             data = read_input(item.path) if origin is None else origin.read(item)
             if not data:
@@ -111,7 +115,7 @@ def encode_item(item: SourceItem, options: EncodeOptions) -> Record | Reject:
         if interrupted(exc):  # Ctrl-C wrapped by the code it landed in: still Ctrl-C
             raise KeyboardInterrupt from exc
         return Reject(item.position, item.path, describe_failure(exc))
-    return Record(item.position, item.key, item.label, stored, ext, digest_of(stored))
+    return Record(item.position, item.key, item.label, stored, ext, digest_of(stored), fields)
 
 
 def encode_batch(items: Iterable[SourceItem], options: EncodeOptions) -> list[Record | Reject]:

@@ -17,7 +17,8 @@ resolved when a pass starts (readers.world).
 
 `state_dict()` / `load_state_dict()` resume an epoch mid-way (see readers.resume).
 
-Samples are `(image, label)` or, with `with_keys=True`, `(image, label, key)`. A repeat
+Samples are `(image, label)` or, with `with_keys=True`, `(image, label, key)`; with
+`fields=` a dict with the sample's fields too (readers.fields). A repeat
 added to even out the ranks (drop_last=False) has label `PAD_LABEL` (-1): mask it with
 `labels >= 0`, or train with `CrossEntropyLoss(ignore_index=PAD_LABEL)`.
 """
@@ -43,6 +44,7 @@ from readers.crop_decode import as_numpy, decode_augmented
 from readers.decode import Mode
 from readers.decode import decode as decode_record
 from readers.epochs import PassEpochs
+from readers.fields import FieldNames, chosen_fields, with_fields
 from readers.in_memory import in_memory_copy
 from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_SPLIT, RemoteOptions, SplitOptions
 from readers.options.legacy import REMOTE_MOVES, SPLIT_MOVES, accepts_legacy
@@ -54,12 +56,14 @@ from readers.sharding import ShardPlan, Spans, epoch_rng
 from readers.weighted import ClassWeights, weighted_split
 from readers.world import LateWorld, RankWorld
 
-Sample = tuple[Any, ...]
+Sample = Any  # (image, label[, key]), or a dict with fields= (readers.fields)
 Transform = Callable[[Any], Any]
 
 
 class _PackedBase:
     """Opening, per-process handles and sample building, shared by both datasets."""
+
+    fields: tuple[str, ...] | None = None  # the field names samples carry (readers.fields)
 
     def __init__(self, path: str | Path, decode: Mode, size: tuple[int, int] | None,
                  transform: Transform | None, with_keys: bool, chunk_size: int,
@@ -124,7 +128,10 @@ class _PackedBase:
             label = PAD_LABEL
         elif label is None:
             label = int(table.labels[i])
-        return (image, label, table.key(i)) if self.with_keys else (image, label)
+        sample = (image, label, table.key(i)) if self.with_keys else (image, label)
+        if self.fields is None:
+            return sample
+        return with_fields(sample, self._local().reader, i, self.fields)
 
     def close(self) -> None:
         """Release this process's handles of the folder, for every dataset on it.
@@ -183,7 +190,8 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
                  seed: int = 0, transform: Transform | None = None, with_keys: bool = False,
                  max_cache_bytes: int = DEFAULT_CACHE_BYTES,
                  chunk_size: int = DEFAULT_CHUNK_SIZE,
-                 remote: RemoteOptions | None = None, in_memory: bool = False) -> None:
+                 remote: RemoteOptions | None = None, in_memory: bool = False,
+                 fields: FieldNames = None) -> None:
         if max_cache_bytes < 0:
             raise ValueError(f"max_cache_bytes must be 0 (off) or positive, "
                              f"not {max_cache_bytes}")
@@ -196,6 +204,7 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
                          augment)
         self.seed = seed
         self._epochs = PassEpochs()  # only its named epoch: map-style has no passes
+        self.fields = chosen_fields(self.index, fields, self.path)
 
     @property
     def epoch(self) -> int:
@@ -276,7 +285,8 @@ class PackedIterableDataset(_PackedBase, SplitPasses, IterableDataset[Sample]):
                  with_keys: bool = False, batch_size: int | None = None,
                  split: SplitOptions = DEFAULT_SPLIT,
                  remote: RemoteOptions | None = None, in_memory: bool = False,
-                 class_weights: ClassWeights | None = None) -> None:
+                 class_weights: ClassWeights | None = None,
+                 fields: FieldNames = None) -> None:
         self._ram = in_memory_copy(path, remote) if in_memory else None  # readers.in_memory
         source = None if self._ram else remote_source(path, remote)
         super().__init__(self._ram.folder if self._ram else path, decode, size, transform,
@@ -296,6 +306,7 @@ class PackedIterableDataset(_PackedBase, SplitPasses, IterableDataset[Sample]):
         self._resume: PendingResume | None = None
         self._pass: tuple[int, int, int] | None = None  # (epoch, worker, num_workers) ...
         self._seen = 0  # ... of this process's latest pass, and the samples it yielded
+        self.fields = chosen_fields(self.index, fields, self.path)
 
     def _plan_for(self, world_size: int) -> ShardPlan:
         shuffle, drop_last, seed = self._split

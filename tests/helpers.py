@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import stat
 import subprocess
@@ -216,3 +217,77 @@ def run_ranks(target: Callable[..., None], args: tuple[Any, ...], world: int,
             proc.kill()
             proc.join()
     return [proc.exitcode for proc in procs]
+
+
+# Per-sample fields (issue 13): a manifest whose rows carry every kind of field value.
+FIELD_SAMPLES = 12  # rows in field_rows()
+
+
+def field_rows(count: int = FIELD_SAMPLES) -> list[dict[str, Any]]:
+    """JSONL rows (without path/label) that stress fields: unicode, empty and 10,000-char
+    captions, 0..50 boxes, floats that need every bit, nested JSON, nulls and missing keys.
+
+    Their JSONL types: caption str, boxes json, score float, count int, meta json.
+    """
+    rows: list[dict[str, Any]] = []
+    for i in range(count):
+        row: dict[str, Any] = {
+            "caption": ("a dog", "", "naïve 日本語 €", "x" * 10_000, "line\nbreak\ttab")[i % 5],
+            "boxes": [[i + 0.1 * k, 1 / 3, 2.5e-310, 1e300] for k in range((i * 7) % 51)],
+            "score": (0.1, 1 / 3, -0.0, 5e-324, 1.7976931348623157e308, 2.0 ** -30)[i % 6],
+            "count": (i - 5) * 10**15,
+            "meta": {"id": i, "tags": ["a", {"b": [None, True, 1.5]}], "text": "é" * i},
+        }
+        if i % 4 == 3:
+            row["caption"] = None  # null: no value
+        if i % 5 == 4:
+            del row["meta"]  # missing key: no value
+        rows.append(row)
+    rows[0]["boxes"] = []  # an image with no boxes
+    rows[-1]["boxes"] = [[k, k + 0.5, 1e-7 * k, 3.0] for k in range(50)]  # and one with 50
+    return rows
+
+
+def field_manifest(root: Path, count: int = FIELD_SAMPLES,
+                   size: int = 8) -> tuple[Path, dict[str, dict[str, Any]]]:
+    """A JSONL manifest of `count` small PNG images with field_rows(); returns it and
+    key -> the fields a reader must return (None where a row has no value)."""
+    root.mkdir(parents=True, exist_ok=True)
+    rows = field_rows(count)
+    lines = []
+    expected: dict[str, dict[str, Any]] = {}
+    for i, row in enumerate(rows):
+        name = f"img{i:03d}.png"
+        (root / name).write_bytes(png_bytes(random_image(size, size, seed=i)))
+        lines.append(json.dumps({"path": name, "label": i % 2, **row}, ensure_ascii=False))
+        expected[f"img{i:03d}"] = {name: row.get(name) for name in FIELD_NAMES}
+    manifest = root / "manifest.jsonl"
+    manifest.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return manifest, expected
+
+
+FIELD_NAMES = ("caption", "boxes", "score", "count", "meta")
+
+
+def pack_with_fields(root: Path, fmt: str, count: int = FIELD_SAMPLES,
+                     **options: Any) -> tuple[Path, dict[str, dict[str, Any]]]:
+    """Pack field_manifest() into root/<fmt> (npy at 8x8); returns the dataset and the
+    expected fields by key. `options`: ConvertOptions fields (e.g. shards=...)."""
+    manifest, expected = field_manifest(root / "src", count)
+    encode = EncodeOptions(size=(8, 8)) if fmt == "npy" else EncodeOptions()
+    dst = root / fmt
+    convert(manifest, dst, fmt, encode, ConvertOptions(workers=0, **options))
+    return dst, expected
+
+
+def csv_manifest(root: Path, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> Path:
+    """root/list.csv: a `path` column (root/<i>.png, small images written here) and
+    `columns` (label first, then fields) holding `rows`."""
+    root.mkdir(parents=True, exist_ok=True)
+    lines = [",".join(("path", *columns))]
+    for i, cells in enumerate(rows):
+        (root / f"{i}.png").write_bytes(png_bytes(random_image(8, 8, seed=i)))
+        lines.append(",".join((f"{i}.png", *cells)))
+    manifest = root / "list.csv"
+    manifest.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return manifest

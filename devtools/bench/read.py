@@ -28,6 +28,7 @@ from torch.utils.data import DataLoader
 
 from devtools.bench import baselines as base
 from devtools.bench.augment import augment_cases
+from devtools.bench.fields import FIELD_FORMATS, field_cases, field_copy, field_manifest
 from devtools.bench.mix import mix_cases
 from packer.core.index import INDEX_NAME, read_index
 from packer.source.scan import scan
@@ -99,6 +100,9 @@ def pack_all(settings: Settings, progress: Progress) -> tuple[Path, dict[str, Pa
         src = subset_folder(src, tag / "src", count)
     packed = {fmt: pack(src, tag / fmt, fmt, count, settings, progress)
               for fmt in settings.formats}
+    for fmt in (f for f in FIELD_FORMATS if f in packed):  # devtools.bench.fields
+        manifest = field_manifest(src, tag / "fields.jsonl")
+        pack(manifest, field_copy(packed[fmt]), fmt, count, settings, progress)
     return src, packed
 
 
@@ -162,7 +166,7 @@ def build_cases(settings: Settings, src: Path, packed: dict[str, Path]) -> list[
         cases += our_cases(fmt, path, size)
     return cases + augment_cases(Case, src, packed, size, sample_bytes(src),
                                  base.one_thread_rate, settings.num_workers) \
-        + mix_cases(Case, settings, packed)
+        + mix_cases(Case, settings, packed) + field_cases(Case, packed, size)
 
 
 def sample_bytes(src: Path, count: int = 1000) -> list[bytes]:
@@ -243,7 +247,7 @@ def loader_rate(dataset: Any, settings: Settings, shuffle: bool,
             if start is None:
                 start, cpu_start = time.perf_counter(), tree_cpu_seconds()
                 continue
-            samples += len(batch[1])
+            samples += len(batch["label"] if isinstance(batch, dict) else batch[1])
     if start is None:
         raise ValueError("the dataset is empty: nothing to measure")
     elapsed = time.perf_counter() - start

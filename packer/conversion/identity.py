@@ -65,6 +65,8 @@ def identify(source: Source, settings: dict[str, Any]) -> JobIdentity:
         update(f"archive:{source.archive.identity}\n".encode())
     for key, path, label in source.items.rows():
         update(f"{key}\0{path}\0{label}\0{_facts(source, path)}\n".encode())
+    if source.items.fields is not None:  # the field values (a caption edited in a manifest)
+        update(b"fields:" + source.items.fields.data)
     return JobIdentity(whole.hexdigest(), listing.hexdigest(), len(source.items), settings)
 
 

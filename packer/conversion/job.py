@@ -28,6 +28,7 @@ from packer.conversion.parallel import (
     use_parallel_writers,
     written_groups,
 )
+from packer.core.field_table import FieldRowsBuilder, present_counts
 from packer.core.index import (
     REJECTS_NAME,
     Index,
@@ -43,6 +44,7 @@ from packer.errors import BadInputError, SourceError, UnstorableRecord
 from packer.formats._wds_names import continued_stem, name_of, shard_stem
 from packer.formats.base import ShardOptions, Writer, WriterPlan
 from packer.imaging.resize import load_torch
+from packer.source.fields import FieldChoice
 from packer.source.scan import Source, scan
 from packer.storage.atomic import write_atomic
 from packer.storage.hashing import sha256_file
@@ -63,6 +65,8 @@ class ConvertOptions:
     overwrite: bool = False
     executor: Executor = "local"
     ray_address: str | None = None
+    # Which per-sample fields the source gives (packer.source.fields): all, none, a few
+    fields: FieldChoice = field(default_factory=FieldChoice)
     # The dataset's name, which wds shard files carry (<name>-00000.tar) so that caches
     # keyed by file name keep datasets apart; None: DST's name without its suffix.
     name: str | None = None
@@ -135,9 +139,10 @@ def convert_local(src: str | Path, dst: str | Path, fmt: str,
         stem = continued_stem(done.shards, shard_stem(name_of(folder) if run.name is None
                                                       else run.name))
         plan = WriterPlan(folder, len(source.items), options.size, run.shards, done.num_samples,
-                          done.shards, stem)
+                          done.shards, stem, source.fields)
         parallel = use_parallel_writers(fmt, run.executor, run.shards.max_samples) and \
-            on_part is None  # a URL DST (packer.conversion.upload): the driver writes and uploads
+            on_part is None and not source.fields  # a URL DST (packer.conversion.upload):
+        # the driver writes and uploads; Ray's shard writers do not write fields
         writer: Writer = (CommittedShards(folder, done.shards, stem) if parallel
                           else module.open_writer(plan))
         if on_total is not None:
@@ -181,14 +186,16 @@ def plan_job(src: str | Path, fmt: str, asked: EncodeOptions, run: ConvertOption
     The identity covers what shapes the output (format, encode and shard options), not
     how the work runs (workers, executor).
     """
-    source = scan(src)
+    source = scan(src, run.fields)
     if source.archive is not None and run.executor == "ray":
         raise SourceError(f"{src}: an archive SRC is read by the local executor only; "
                           "drop --executor ray, or extract the archive on a shared mount")
     pixels_in = None if source.origin is None else source.origin.pixel_size
     options = effective_options(fmt, asked, pixels_in)  # npy keeps an npy source's size
-    settings = {"format": fmt, "encode": options.to_json(),
-                "shards": dataclasses.asdict(run.shards)}
+    settings: dict[str, Any] = {"format": fmt, "encode": options.to_json(),
+                                "shards": dataclasses.asdict(run.shards)}
+    if source.fields:  # absent without fields: the fingerprint of such a job is as before
+        settings["fields"] = [spec.to_json() for spec in source.fields]
     return source, options, identify(source, settings)
 
 
@@ -265,7 +272,7 @@ class _Job:
             if self.part_group >= 0:
                 self.end_part(record.position)
             self.part_group = group
-        elif self.writer.part_full(len(record.data)):
+        elif self.writer.part_full(len(record.data) + len(record.fields)):
             self.end_part(record.position)
         try:
             location = self.writer.add(record)
@@ -274,6 +281,8 @@ class _Job:
             self.reject(Reject(record.position, path, str(exc)))
             return
         self.part.add(record.key, record.label, location.offset, location.size, record.digest)
+        if record.fields:
+            self.part.add_fields(record.fields, location.fields_offset, location.fields_size)
 
     def end_part(self, src_stop: int) -> None:
         self.writer.end_part()
@@ -359,6 +368,8 @@ def finalize(folder: Path, fmt: str, source: Source, options: EncodeOptions, job
     rejects = sorted(source.rejects + source.inherited + job.done.rejects + job.part_rejects,
                      key=lambda r: (r.position, r.path))
     table = job.build_table()
+    if source.fields and table.fields is None:  # every input rejected: an empty field table
+        table = SampleTable(table.rows, table.keys_blob, FieldRowsBuilder().build())
     save_table(folder, table)
     lines = "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in rejects)
     write_atomic(folder / REJECTS_NAME, lines.encode("utf-8"))
@@ -369,7 +380,8 @@ def finalize(folder: Path, fmt: str, source: Source, options: EncodeOptions, job
     index = Index(format=fmt, num_samples=len(table), class_names=source.class_names,
                   shards=tuple(shards), encode=options.to_json(), num_rejected=len(rejects),
                   num_ignored=source.num_ignored,
-                  image_size=options.size if options.pixels else None, extra=extra)
+                  image_size=options.size if options.pixels else None, extra=extra,
+                  fields=source.fields, field_counts=present_counts(source.fields, table))
     index = write_index(folder, index)  # as written: with the table's digest
     job.journal.remove()
     return index

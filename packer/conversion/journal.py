@@ -67,7 +67,7 @@ class Journal:
     def record_part(self, number: int, progress: Progress, table: SampleTable,
                     rejects: list[Reject]) -> None:
         """Make a part's metadata durable after its data is."""
-        save_table(self.state, table, prefix=f"part-{number:05d}.")
+        save_table(self.state, table, prefix=f"part-{number:05d}.", with_records=True)
         line = {
             "part": number,
             "src_stop": progress.src_stop,

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from packer.conversion.destination import is_ours
 from packer.core.index import (
+    FIELDS_NAME,
     INDEX_NAME,
     KEYS_NAME,
     REJECTS_NAME,
@@ -58,7 +59,7 @@ if TYPE_CHECKING:
 
 UPLOAD_THREADS = 4
 # Sent after every data file, before index.json.
-TABLES = (SAMPLES_NAME, KEYS_NAME, REJECTS_NAME)
+TABLES = (SAMPLES_NAME, KEYS_NAME, FIELDS_NAME, REJECTS_NAME)
 def ours(name: str) -> bool:
     """Whether a name below the prefix is one a conversion uploads (no resume state)."""
     return is_ours(name, with_state=False)

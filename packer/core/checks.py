@@ -87,8 +87,9 @@ def files_digest(paths: tuple[Path, ...]) -> str:
     return str(digest.hexdigest())
 
 
-def table_matches(paths: tuple[Path, Path], expected: Any) -> None:
-    """samples.npy and keys.npy are the ones index.json was written with (if it says)."""
+def table_matches(paths: tuple[Path, ...], expected: Any) -> None:
+    """samples.npy and keys.npy (and fields.npy) are the ones index.json was written with
+    (if it says)."""
     if expected is not None and files_digest(paths) != expected:
         raise CorruptDatasetError(
             f"{paths[0]}: the per-sample table (labels, keys, locations) does not match "

@@ -1,11 +1,13 @@
 """The index of a packed dataset: `index.json` plus a compact per-sample table.
 
     index.json     format, version, counts, class names, shards (name, samples, bytes,
-                   sha256), encode options, rejects; written last: its presence means
+                   sha256), encode options, rejects, fields (name, type, num_present;
+                   absent when the dataset has none); written last: its presence means
                    the dataset is complete
     samples.npy    structured array, one row per sample: label, key start in keys.npy,
                    byte offset and size of the stored data inside its shard, digest
     keys.npy       uint8: all keys, UTF-8, concatenated
+    fields.npy     only with fields: per-sample field location + digest (core.field_table)
 
 Both tables open with `mmap_mode="r"`, so an index of a million samples loads in
 milliseconds and DataLoader workers share its pages instead of copying Python lists.
@@ -24,6 +26,15 @@ import numpy as np
 import numpy.typing as npt
 
 from packer.core import checks
+from packer.core.field_table import (
+    FieldRows,
+    FieldRowsBuilder,
+    fields_from_json,
+    load_field_rows,
+    save_field_rows,
+)
+from packer.core.fields import FieldSpec
+from packer.core.layout import FIELDS_NAME as FIELDS_NAME
 from packer.core.layout import INDEX_NAME as INDEX_NAME
 from packer.core.layout import KEYS_NAME as KEYS_NAME
 from packer.core.layout import REJECTS_NAME as REJECTS_NAME
@@ -74,6 +85,8 @@ class Index:
     format_version: int = FORMAT_VERSION
     sample_hash: str = SAMPLE_HASH
     extra: dict[str, Any] = field(default_factory=dict)
+    fields: tuple[FieldSpec, ...] = ()
+    field_counts: tuple[int, ...] = ()  # samples with a value, per field (pack info)
 
     @cached_property
     def shard_starts(self) -> npt.NDArray[np.int64]:
@@ -89,15 +102,22 @@ class Index:
         data = asdict(self)
         data["class_names"] = list(self.class_names)
         data["image_size"] = list(self.image_size) if self.image_size else None
+        del data["fields"], data["field_counts"]
+        if self.fields:  # absent without fields: such a dataset's index.json is as before
+            counts = self.field_counts or (0,) * len(self.fields)
+            data["fields"] = [{**spec.to_json(), "num_present": count}
+                              for spec, count in zip(self.fields, counts, strict=True)]
         return data
 
 
 class SampleTable:
     """Per-sample keys, labels, locations and digests as numpy arrays (copy-on-read safe)."""
 
-    def __init__(self, rows: npt.NDArray[np.void], keys_blob: npt.NDArray[np.uint8]) -> None:
+    def __init__(self, rows: npt.NDArray[np.void], keys_blob: npt.NDArray[np.uint8],
+                 fields: FieldRows | None = None) -> None:
         self.rows = rows
         self.keys_blob = keys_blob
+        self.fields = fields  # per-sample field locations and digests; None: no fields
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -152,9 +172,16 @@ class TableBuilder:
         self._columns = tuple(array("q") for _ in COLUMNS)
         self._digests = bytearray()
         self._keys = bytearray()
+        self._fields: FieldRowsBuilder | None = None  # made by the first row with fields
 
     def __len__(self) -> int:
         return self._num_blocked + len(self._columns[0])
+
+    def add_fields(self, record: bytes, offset: int = -1, size: int = 0) -> None:
+        """The fields record of the row added last, and where the format put it."""
+        if self._fields is None:
+            self._fields = FieldRowsBuilder()
+        self._fields.add(record, offset, size)
 
     def add(self, key: str, label: int, offset: int, size: int, digest: bytes) -> None:
         if len(digest) != DIGEST_BYTES:
@@ -174,6 +201,10 @@ class TableBuilder:
         rows["key_start"] += len(self._keys)
         self._append_block(rows)
         self._keys += bytes(table.keys_blob)
+        if table.fields is not None:
+            if self._fields is None:
+                self._fields = FieldRowsBuilder()
+            self._fields.extend(table.fields)
 
     def _append_block(self, rows: npt.NDArray[np.void]) -> None:
         self._blocks.append(rows)
@@ -196,15 +227,25 @@ class TableBuilder:
         if len(self._blocks) > 1:  # one block from here on: later builds copy nothing
             self._blocks = [np.concatenate(self._blocks)]
         rows = self._blocks[0] if self._blocks else np.empty(0, SAMPLE_DTYPE)
-        return SampleTable(rows, np.frombuffer(bytes(self._keys), dtype=np.uint8))
+        fields = self._fields.build() if self._fields is not None else None
+        return SampleTable(rows, np.frombuffer(bytes(self._keys), dtype=np.uint8), fields)
 
 
-def save_table(folder: Path, table: SampleTable, prefix: str = "") -> None:
-    """Write the per-sample table atomically."""
+def save_table(folder: Path, table: SampleTable, prefix: str = "",
+               with_records: bool = False) -> None:
+    """Write the per-sample table atomically (`with_records`: the journal's field records)."""
     with atomic_writer(folder / (prefix + SAMPLES_NAME)) as handle:
         np.save(handle, np.ascontiguousarray(table.rows))
     with atomic_writer(folder / (prefix + KEYS_NAME)) as handle:
         np.save(handle, np.ascontiguousarray(table.keys_blob))
+    if table.fields is not None:
+        save_field_rows(folder, table.fields, prefix, with_records)
+
+
+def table_files(folder: Path, index: Index) -> tuple[Path, ...]:
+    """The files the table digest covers: samples and keys, and fields.npy with fields."""
+    return (folder / SAMPLES_NAME, folder / KEYS_NAME) + \
+        ((folder / FIELDS_NAME,) if index.fields else ())
 
 
 def load_table(folder: Path, prefix: str = "", mmap: bool = True) -> SampleTable:
@@ -215,7 +256,11 @@ def load_table(folder: Path, prefix: str = "", mmap: bool = True) -> SampleTable
         raise CorruptDatasetError(
             f"{folder / (prefix + SAMPLES_NAME)}: unexpected table layout; reconvert the dataset"
         )
-    return SampleTable(rows, keys)
+    fields = load_field_rows(folder, prefix, mmap)
+    if fields is not None and len(fields) != len(rows):
+        raise CorruptDatasetError(f"{folder / (prefix + FIELDS_NAME)}: {len(fields)} rows, "
+                                  f"{len(rows)} samples; reconvert the dataset")
+    return SampleTable(rows, keys, fields)
 
 
 def write_index(folder: Path, index: Index) -> Index:
@@ -224,7 +269,7 @@ def write_index(folder: Path, index: Index) -> Index:
     Adds the digest of the per-sample table (written before) and returns the index as
     written.
     """
-    digest = checks.files_digest((folder / SAMPLES_NAME, folder / KEYS_NAME))
+    digest = checks.files_digest(table_files(folder, index))
     index = replace(index, extra={**index.extra, TABLE_DIGEST: digest})
     text = json.dumps(index.to_json(), indent=1, sort_keys=True, ensure_ascii=False)
     write_atomic(folder / INDEX_NAME, (text + "\n").encode("utf-8"))
@@ -279,6 +324,7 @@ def index_from_json(data: Any, path: Path) -> Index:
         image_size=checks.image_size(data, path),
         sample_hash=checks.text(data, "sample_hash", path),
         extra=checks.mapping(data, "extra", path),
+        **fields_from_json(data, path),
     )
     if index.sample_hash != SAMPLE_HASH:
         raise CorruptDatasetError(
@@ -303,6 +349,9 @@ def open_dataset(folder: str | Path) -> tuple[Index, SampleTable]:
             f"{folder / SAMPLES_NAME}: {len(table)} rows but index.json says "
             f"{index.num_samples} samples; reconvert the dataset"
         )
-    checks.table_matches((folder / SAMPLES_NAME, folder / KEYS_NAME), index.extra.get(TABLE_DIGEST))
+    if bool(index.fields) != (table.fields is not None):
+        raise CorruptDatasetError(f"{folder / FIELDS_NAME}: missing or unexpected for the "
+                                  "fields index.json names; reconvert the dataset")
+    checks.table_matches(table_files(folder, index), index.extra.get(TABLE_DIGEST))
     checks.check_rows(table.rows, table.keys_blob, len(index.class_names), folder / SAMPLES_NAME)
     return index, table

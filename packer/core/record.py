@@ -42,6 +42,7 @@ class SourceItem:
     key: str
     label: int
     origin: Origin | None = None
+    fields: bytes = b""  # the fields record (packer.core.fields); b"": no fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +50,8 @@ class Record:
     """One encoded sample, ready for a writer.
 
     `data` is the stored bytes: the original file (pass-through), a re-encoded image,
-    or raw RGB pixels for npy. `digest` is the xxh3-128 of `data`.
+    or raw RGB pixels for npy. `digest` is the xxh3-128 of `data`. `fields` is the
+    sample's fields record (packer.core.fields), b"" when the dataset has no fields.
     """
 
     position: int
@@ -58,6 +60,7 @@ class Record:
     data: bytes
     ext: str
     digest: bytes
+    fields: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,10 @@ def describe(folder: Path) -> dict[str, Any]:
     counts = np.bincount(np.asarray(table.labels), minlength=len(index.class_names))
     wds = {key: index.extra.get(key) for key in ("image_types", "wids_index")} \
         if index.format == "wds" else {}
+    counts_of = index.field_counts or (0,) * len(index.fields)
+    fields = {"fields": {spec.name: {"type": spec.type, "num_present": count}
+                         for spec, count in zip(index.fields, counts_of, strict=True)}} \
+        if index.fields else {}  # samples with a value, per field
     return {
         "path": str(folder),
         "format": index.format,
@@ -30,6 +34,7 @@ def describe(folder: Path) -> dict[str, Any]:
         "num_rejected": index.num_rejected,
         "num_ignored": index.num_ignored,
         **wds,
+        **fields,
         "classes": {name: int(counts[i]) for i, name in enumerate(index.class_names)},
         "shards": [asdict(shard) for shard in index.shards],
     }

@@ -20,7 +20,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from packer import formats
 from packer.core.index import (
+    FIELDS_NAME,
     INDEX_NAME,
     KEYS_NAME,
     REJECTS_NAME,
@@ -153,9 +155,18 @@ def fetch_metadata(url: str, storage_options: Mapping[str, Any] | None,
                 f"no {INDEX_NAME} at {url}: the conversion or its upload did not finish, or "
                 f"the URL is wrong; rerun `pack convert SRC {url} --to FMT`") from None
     folder.mkdir(parents=True, exist_ok=True)
-    for table in (SAMPLES_NAME, KEYS_NAME):
+    with_fields = _names_fields(raw)
+    for table in (SAMPLES_NAME, KEYS_NAME) + ((FIELDS_NAME,) if with_fields else ()):
         fetch(fs, f"{root}/{table}", folder / table, url)
     return raw
+
+
+def _names_fields(raw: bytes) -> bool:
+    """Whether an index.json lists fields (then fields.npy belongs to the tables)."""
+    try:
+        return bool(json.loads(raw).get("fields"))
+    except (ValueError, AttributeError):
+        return False  # parse_index says what is wrong with it
 
 
 def download_dataset(url: str, storage_options: Mapping[str, Any] | None,
@@ -172,6 +183,10 @@ def download_dataset(url: str, storage_options: Mapping[str, Any] | None,
         local = folder / shard.name
         local.parent.mkdir(parents=True, exist_ok=True)
         fetch(fs, f"{root}/{shard.name}", local, url, shard.num_bytes, shard.sha256)
+    side_files = getattr(formats.load(index.format), "side_files", None)  # npy: labels, fields
+    for name in side_files(index) if side_files is not None else ():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        fetch(fs, f"{root}/{name}", folder / name, url)
     wids = indexed_name(index) if index.format == "wds" else None
     if wids is not None:  # beside the shards, for wids; verify checks it
         fetch(fs, f"{root}/{wids}", folder / wids, url)

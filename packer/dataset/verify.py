@@ -44,7 +44,7 @@ def check_dataset(folder: Path, report: Report) -> tuple[Index, SampleTable]:
     _check_shards(folder, index)
     report.checked.append("shard sizes and sha256")
     _check_samples(folder, index, table)
-    report.checked.append("sample digests and labels")
+    report.checked.append("sample digests and labels" + (" and fields" if index.fields else ""))
     if index.format == "wds" and check_wids_index(folder, index):  # after the data:
         report.checked.append("wids index")  # a damaged index.json is reported as such
     return index, table
@@ -70,6 +70,9 @@ def _check_samples(folder: Path, index: Index, table: SampleTable) -> None:
     try:
         for _ in reader.read_range(0, index.num_samples):
             pass
+        if index.fields:  # each sample's field values against their digest
+            for i in range(index.num_samples):
+                reader.fields(i)
     finally:
         reader.close()  # first: py-lmdb refuses a second open of one environment
     stored = module.read_labels(folder, index)

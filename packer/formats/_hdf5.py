@@ -7,6 +7,7 @@
       /keys      UTF-8 strings (N,)
       /exts      ASCII strings (N,)    extension of each stored image
       attrs      class_names
+      /fields/<name>, /fields_present/<name>   one dataset per field (_hdf5_fields)
 
 The blob is contiguous (no chunking): a reader then finds its file offset once and
 reads samples with plain `pread`/memmap, skipping h5py's per-call overhead, which is
@@ -21,14 +22,16 @@ import mmap
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
 
 from packer.core.index import Index, SampleTable
 from packer.errors import CorruptDatasetError
+from packer.formats._hdf5_fields import FieldDatasets
 from packer.formats._hdf5_writer import Hdf5Writer
-from packer.formats.base import WriterPlan, checked
+from packer.formats.base import WriterPlan, checked, checked_fields, no_fields
 
 NAME = "hdf5"
 FILE = "data.h5"
@@ -53,7 +56,9 @@ class Hdf5Reader:
 
     def __init__(self, folder: Path, index: Index, table: SampleTable) -> None:
         self.path = folder / FILE
+        self.index = index
         self.table = table
+        self._h5: tuple[int, Any, FieldDatasets] | None = None  # (pid, file, its fields)
         try:
             with h5py.File(self.path, "r", locking=False) as h5:
                 blob = h5["images"]
@@ -94,7 +99,24 @@ class Hdf5Reader:
         for i in range(start, stop):
             yield self.read(i)
 
+    def fields(self, i: int, names: Sequence[str] | None = None) -> dict[str, object]:
+        """Read through h5py, opened on first use in this process."""
+        if self.table.fields is None:
+            return no_fields(self.index, names)
+        try:
+            if self._h5 is None or self._h5[0] != os.getpid():
+                h5 = h5py.File(self.path, "r", locking=False)
+                self._h5 = (os.getpid(), h5, FieldDatasets(h5, self.index.fields))
+            values = self._h5[2].values(i)
+        except (OSError, KeyError, ValueError, TypeError, RuntimeError) as exc:
+            raise CorruptDatasetError(f"{self.path}: cannot read the fields of sample {i} "
+                                      f"({exc}); reconvert") from exc
+        return checked_fields(self.index, self.table, i, values, self.path, names)
+
     def close(self) -> None:
+        if self._h5 is not None and self._h5[0] == os.getpid():
+            self._h5[1].close()
+        self._h5 = None
         if self._mmap is not None:
             self._mmap.close()
             self._mmap = None

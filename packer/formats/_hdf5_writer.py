@@ -16,7 +16,7 @@ fsync runs. If h5py ever puts the blob elsewhere, the bytes are copied there ins
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -24,8 +24,11 @@ from typing import Any
 import h5py
 import numpy as np
 
+from packer.core.fields import FieldSpec
 from packer.core.index import SAMPLE_DTYPE, SampleTable, ShardInfo
 from packer.core.record import Record
+from packer.formats._field_columns import columns
+from packer.formats._hdf5_fields import write_fields
 from packer.formats.base import Location, WriterPlan
 from packer.storage.atomic import commit, fsync_file, partial_path
 from packer.storage.filestream import ShardFile, hash_while
@@ -47,7 +50,7 @@ def _blob_dataset(h5: Any, size: int) -> Any:
 
 
 def build_layout(path: Path, size: int, table: SampleTable | None = None,
-                 exts: list[str] | None = None) -> int | None:
+                 exts: list[str] | None = None, fields: Sequence[FieldSpec] = ()) -> int | None:
     """Write the HDF5 file for a blob of `size` bytes (left unwritten); its offset."""
     with h5py.File(path, "w", track_order=False) as h5:
         offset = _blob_dataset(h5, size).get_offset()
@@ -62,6 +65,7 @@ def build_layout(path: Path, size: int, table: SampleTable | None = None,
             keys[start : start + len(chunk)] = chunk
         h5.create_dataset("exts", data=exts or [], dtype=h5py.string_dtype("ascii"),
                           track_times=False)
+        write_fields(h5, columns(fields, rows.fields, len(rows)))
     return None if offset is None else int(offset)
 
 
@@ -85,6 +89,7 @@ class Hdf5Writer:
         self.path = plan.folder / FILE
         self.tmp = partial_path(self.path)
         self.meta = plan.folder / (FILE + META_SUFFIX)
+        self.fields = plan.fields
         self.blob_start = build_layout(self.meta, 1) or 0
         self.meta.unlink()
         self._file = ShardFile(self.tmp, start=self.blob_start, hashed=False)
@@ -105,7 +110,7 @@ class Hdf5Writer:
     def finish(self, table: SampleTable) -> tuple[ShardInfo, ...]:
         self._file.flush()
         size = self._file.size
-        offset = build_layout(self.meta, size, table, self._exts)
+        offset = build_layout(self.meta, size, table, self._exts, self.fields)
         if offset == self.blob_start and size > 0:
             self._fill_holes(size)
             self.meta.unlink()

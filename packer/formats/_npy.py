@@ -2,6 +2,7 @@
 
     images.npy   [128 B npy v1.0 header: |u1, shape (N, H, W, 3)][N * H * W * 3 bytes, C order]
     labels.npy   int64 (N,)
+    fields/      with fields: one or more .npy files per field (_npy_fields)
 
 Records (raw RGB, all the same size) are appended after a reserved 128-byte header;
 the header is written when the count is final, so rejected inputs leave no holes.
@@ -24,7 +25,10 @@ from packer.core.checks import load_array
 from packer.core.index import Index, SampleTable, ShardInfo
 from packer.core.record import Record
 from packer.errors import CorruptDatasetError
-from packer.formats.base import Location, WriterPlan, checked
+from packer.formats._field_columns import columns
+from packer.formats._npy_fields import FOLDER as FIELDS_FOLDER
+from packer.formats._npy_fields import FieldArrays, field_files, write_fields
+from packer.formats.base import Location, WriterPlan, checked, checked_fields, no_fields
 from packer.storage.atomic import atomic_writer, commit, partial_path
 from packer.storage.filestream import StreamHash, hash_while
 from packer.storage.hashing import digest_of
@@ -32,7 +36,7 @@ from packer.storage.hashing import digest_of
 NAME = "npy"
 IMAGES = "images.npy"
 LABELS = "labels.npy"
-FILES = (IMAGES, LABELS)
+FILES = (IMAGES, LABELS, FIELDS_FOLDER)
 # Capabilities, declared here so that no caller branches on the format name:
 THREAD_SAFE_READER = True  # one reader may serve every thread
 STORES_PIXELS = True  # raw pixels of one size, not encoded images
@@ -64,6 +68,7 @@ class NpyWriter:
         self.height, self.width = plan.image_size
         self.sample_bytes = self.height * self.width * 3
         self.folder = plan.folder
+        self.fields = plan.fields
         self.tmp = partial_path(plan.folder / IMAGES)
         self.count = plan.done_samples
         self.labels = array("q")
@@ -116,6 +121,7 @@ class NpyWriter:
     def finish(self, table: SampleTable) -> tuple[ShardInfo, ...]:
         with atomic_writer(self.folder / LABELS) as handle:
             np.save(handle, np.ascontiguousarray(table.labels, dtype=np.int64))
+        write_fields(self.folder, columns(self.fields, table.fields, len(table)))
         header = npy_header((self.count, self.height, self.width, 3))
         self._handle.flush()
         digest = self._stream.finish(header)
@@ -152,7 +158,9 @@ class NpyReader:
 
     def __init__(self, folder: Path, index: Index, table: SampleTable) -> None:
         self.path = folder / IMAGES
+        self.index = index
         self.table = table
+        self._fields = FieldArrays(folder, index.fields, index.num_samples)
         self.images = load_array(self.path)
         size = index.image_size
         if self.images.dtype != np.uint8 or size is None or self.images.shape[1:] != (*size, 3):
@@ -194,12 +202,25 @@ class NpyReader:
         for i in range(start, stop):
             yield self.read(i)
 
+    def fields(self, i: int, names: Sequence[str] | None = None) -> dict[str, object]:
+        if self.table.fields is None:
+            return no_fields(self.index, names)
+        values = self._fields.values(i)
+        return checked_fields(self.index, self.table, i, values, self._fields.folder, names)
+
     def close(self) -> None:
         self.images = np.empty((0, 0, 0, 3), np.uint8)  # drops the memmap
+        self._fields = FieldArrays(self._fields.folder.parent, self.index.fields,
+                                   self.index.num_samples)
 
 
 def open_reader(folder: Path, index: Index, table: SampleTable) -> NpyReader:
     return NpyReader(folder, index, table)
+
+
+def side_files(index: Index) -> tuple[str, ...]:
+    """Files beside the shards that a copy of the dataset needs: labels, fields."""
+    return (LABELS, *field_files(index.fields))
 
 
 def read_labels(folder: Path, index: Index) -> np.ndarray:

@@ -4,6 +4,7 @@
       [512 B header (+ pax header for long or non-ASCII names)] <key>.<ext>
                                                         image bytes, padded to 512
       [512 B header] <key>.cls   label as decimal text, padded to 512
+      [512 B header] <key>.<field>.txt ...   one member per field value (_wds_fields)
       ... next sample ...
       [1024 B of zeros]   end of archive
 
@@ -31,9 +32,10 @@ from packer.core.index import Index, SampleTable, ShardInfo
 from packer.core.record import Record
 from packer.errors import CorruptDatasetError
 from packer.formats._tar import member_header, padding
+from packer.formats._wds_fields import field_members, span_values
 from packer.formats._wds_names import remove_strays, shard_name
 from packer.formats._wids import index_extra, member_types
-from packer.formats.base import Location, WriterPlan, checked
+from packer.formats.base import Location, WriterPlan, checked, checked_fields, no_fields
 from packer.storage.atomic import commit, partial_path
 from packer.storage.filestream import ShardFile
 
@@ -86,6 +88,7 @@ class WdsWriter:
         # non-ASCII name comes on top): a shard stays within max_bytes unless one sample
         # alone is larger.
         need = BLOCK + next_size + (-next_size % BLOCK) + 2 * BLOCK + len(END_OF_ARCHIVE)
+        need += 2 * BLOCK * len(self.plan.fields)  # a header and padding per field member
         return self._bytes + need > self.plan.shards.max_bytes
 
     def add(self, record: Record) -> Location:
@@ -97,11 +100,18 @@ class WdsWriter:
         rest = b"".join((padding(len(data)), member_header(f"{name}.cls", len(label)), label,
                          padding(len(label))))
         offset = self._bytes + len(header)
-        file.write([header, data, rest])
         self.image_types.add(record.ext)
-        self._bytes = offset + len(data) + len(rest)
         self._samples += 1
-        return Location(offset, len(data))
+        if not self.plan.fields:
+            file.write([header, data, rest])
+            self._bytes = offset + len(data) + len(rest)
+            return Location(offset, len(data))
+        members = field_members(name, self.plan.fields, record.fields)
+        file.write([header, data, rest, *members])
+        fields_at = offset + len(data) + len(rest)
+        fields_size = sum(map(len, members))
+        self._bytes = fields_at + fields_size
+        return Location(offset, len(data), fields_at, fields_size)
 
     def _open(self) -> ShardFile:
         self._file = ShardFile(partial_path(self._current_path()))
@@ -218,6 +228,17 @@ class WdsReader:
                 data = bytes(block[offset : offset + int(self.table.sizes[j])])
                 yield checked(self.table, j, data, where)
             i = end
+
+    def fields(self, i: int, names: Sequence[str] | None = None) -> dict[str, object]:
+        """One pread of the sample's field members, walked header by header."""
+        if self.table.fields is None:
+            return no_fields(self.index, names)
+        shard = self.index.shard_of(i)
+        offset, size = self.table.fields.location(i)
+        where = self.folder / self.index.shards[shard].name
+        span = self._pread(shard, offset, size, i) if size else b""
+        values = span_values(span, self.index.fields, str(where))
+        return checked_fields(self.index, self.table, i, values, where, names)
 
     def close(self, _close: Callable[[int], None] = os.close) -> None:
         """Close every shard file. `os.close` is bound here, at definition: a reader kept

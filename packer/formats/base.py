@@ -15,6 +15,7 @@ from typing import Protocol, TypeVar
 
 import numpy as np
 
+from packer.core.fields import FieldSpec, decode_record, pack_record, select
 from packer.core.index import Index, SampleTable, ShardInfo
 from packer.core.record import Record
 from packer.errors import CorruptDatasetError
@@ -46,6 +47,7 @@ class WriterPlan:
     done_samples: int = 0
     done_shards: tuple[ShardInfo, ...] = ()
     shard_stem: str = "shard"  # wds: shards are <shard_stem>-NNNNN.tar
+    fields: tuple[FieldSpec, ...] = ()  # the dataset's fields; every record has a value list
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ class Location:
 
     offset: int
     size: int
+    fields_offset: int = -1  # where the format put the sample's field bytes, if it must know
+    fields_size: int = 0
 
 
 class Writer(Protocol):
@@ -92,6 +96,13 @@ class RecordReader(Protocol):
     def read_range(self, start: int, stop: int) -> Iterator[bytes]:
         """Samples start..stop-1 in order, with large sequential reads."""
 
+    def fields(self, i: int, names: Sequence[str] | None = None) -> dict[str, object]:
+        """Sample i's fields as natural Python values (str, int, float, bytes, parsed JSON),
+        None where it has no value; only `names` when given (KeyError for an unknown one).
+
+        Checked against the sample's field digest; {} for a dataset without fields.
+        """
+
     def close(self) -> None:
         """Release file handles."""
 
@@ -124,3 +135,22 @@ def checked(table: SampleTable, i: int, data: Data, where: Path) -> Data:
             "damaged, restore it or reconvert the dataset"
         )
     return data
+
+
+def checked_fields(index: Index, table: SampleTable, i: int, values: Sequence[bytes | None],
+                   where: Path, names: Sequence[str] | None) -> dict[str, object]:
+    """Decode sample i's field values (all of the dataset's, in its order), checked against
+    its field digest; only `names` when given."""
+    record = pack_record(values)
+    if table.fields is None or digest_of(record) != table.fields.digest(i):
+        raise CorruptDatasetError(
+            f"{where}: the fields of sample {i} ({table.key(i)!r}) do not match their "
+            "digest; the file is damaged, restore it or reconvert the dataset"
+        )
+    return decode_record(index.fields, record, names)
+
+
+def no_fields(index: Index, names: Sequence[str] | None) -> dict[str, object]:
+    """What `fields` returns for a dataset without fields (KeyError for any name asked)."""
+    select(index.fields, names)
+    return {}

@@ -1,7 +1,7 @@
 """Compare a packed dataset with the source it was made from (`pack verify --source`).
 
-Every source item not rejected must be a sample with its key and label, and its bytes
-too when the dataset must hold the same bytes as the source (see `_source_digest`).
+Every source item not rejected must be a sample with its key, label and fields, and
+its bytes too when the dataset must hold the same bytes as the source (see `_source_digest`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 from packer.core.index import REJECTS_NAME, Index, SampleTable
 from packer.core.record import SourceItem
 from packer.errors import PackError, RejectReason
+from packer.source.fields import FieldChoice
 from packer.source.members import ArchiveSource
 from packer.source.packed import stores_original
 from packer.source.scan import Source, scan
@@ -26,7 +27,8 @@ __all__ = ["check_against_source"]
 def check_against_source(folder: Path, index: Index, table: SampleTable, src: Path) -> None:
     """Every source item not rejected is a sample with its key, label (and bytes, when
     the dataset must hold the same bytes as the source: see `_source_digest`)."""
-    source = scan(src)
+    names = tuple(spec.name for spec in index.fields)  # the source's fields, as packed
+    source = scan(src, FieldChoice(keep=names, enabled=bool(names), types=index.fields))
     if source.class_names != index.class_names:
         raise PackError(f"{folder}: class names differ from the source {src} "
                         f"({len(index.class_names)} vs {len(source.class_names)} classes); "
@@ -48,9 +50,22 @@ def check_against_source(folder: Path, index: Index, table: SampleTable, src: Pa
         if expected is not None and expected(item) != table.digest(i):
             raise PackError(f"{item.path}: bytes differ from sample {i} in {folder}; the "
                             "source changed or the dataset is damaged")
+        if table.fields is not None and _fields_digest(source, item) != table.fields.digest(i):
+            raise PackError(f"{item.path}: fields ({', '.join(names)}) differ from sample {i} "
+                            f"in {folder}; the source changed or the dataset is damaged")
     if positions:
         raise PackError(f"{folder}: {len(positions)} samples are not in the source {src} "
                         f"(first: {min(positions, key=positions.__getitem__)!r})")
+
+
+def _fields_digest(source: Source, item: SourceItem) -> bytes:
+    """The digest of an item's fields record, read from a packed source when it is one."""
+    if source.origin is not None:
+        try:
+            return digest_of(source.origin.read_fields(item))
+        except RejectReason as exc:
+            raise PackError(f"{item.path}: {exc}") from exc
+    return digest_of(item.fields)
 
 
 def _source_digest(index: Index, source: Source) -> Callable[[SourceItem], bytes] | None:

@@ -132,13 +132,14 @@ class SourceItems(Sequence[SourceItem]):
 
     def __init__(self, prefix: str, keys: Strings, tails: Tails,
                  labels: npt.NDArray[np.signedinteger[Any]], origin: Origin | None = None,
-                 first: int = 0) -> None:
+                 first: int = 0, fields: Strings | None = None) -> None:
         self.prefix = prefix
         self.keys = keys
         self.tails = tails
         self.labels = labels
         self.origin = origin
         self.first = first
+        self.fields = fields  # each item's fields record (packer.core.fields); None: none
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -157,18 +158,20 @@ class SourceItems(Sequence[SourceItem]):
                 return [self[i] for i in range(start, stop, step)]
             rows = slice(start, max(start, stop))
             tails = self.tails.take(rows) if self.tails is not None else None
+            fields = self.fields.take(rows) if self.fields is not None else None
             return SourceItems(self.prefix, self.keys.take(rows), tails, self.labels[rows],
-                               self.origin, self.first + start)
+                               self.origin, self.first + start, fields)
         i = range(len(self))[index]  # negative indices, IndexError
         key = self.keys.text(i)
         tail = self.tails.tail(i, key) if self.tails is not None else key
         return SourceItem(self.first + i, self.prefix + tail, key, int(self.labels[i]),
-                          self.origin)
+                          self.origin, self.fields.raw(i) if self.fields is not None else b"")
 
     def __iter__(self) -> Iterator[SourceItem]:
-        origin, first = self.origin, self.first
+        origin, first, fields = self.origin, self.first, self.fields
         for j, (key, path, label) in enumerate(self.rows()):
-            yield SourceItem(first + j, path, key, label, origin)
+            record = fields.raw(j) if fields is not None else b""
+            yield SourceItem(first + j, path, key, label, origin, record)
 
     def rows(self) -> Iterator[tuple[str, str, int]]:
         """(key, path, label) of each item, without building SourceItem objects."""
@@ -183,7 +186,7 @@ class SourceItems(Sequence[SourceItem]):
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle (a batch sent to a worker process) with only the bytes of its own items."""
         return SourceItems, (self.prefix, self.keys, self.tails, np.array(self.labels),
-                             self.origin, self.first)
+                             self.origin, self.first, self.fields)
 
     def __repr__(self) -> str:
         return f"SourceItems({len(self)} items from position {self.first})"
@@ -207,6 +210,8 @@ class ItemsBuilder:
         self._suffixes: dict[str, int] = {}
         self._suffix_ids = array("H")
         self._labels = array("q")
+        self._fields = bytearray()  # each row's fields record, when the scan gives fields
+        self._field_stops = array("q")
         # After build: the row (in the order added) of each built item, so that a scan
         # can lay out per-row facts of its own (an archive's offsets) in item order.
         self.order: npt.NDArray[np.intp] = np.zeros(0, np.intp)
@@ -214,24 +219,42 @@ class ItemsBuilder:
     def __len__(self) -> int:
         return len(self._labels)
 
-    def add(self, key: str, tail: str, label: int) -> None:
-        """Add a row; raises UnicodeEncodeError (and adds nothing) for an unencodable name."""
+    def add(self, key: str, tail: str, label: int, fields: bytes = b"") -> None:
+        """Add a row; raises UnicodeEncodeError (and adds nothing) for an unencodable name.
+
+        `fields`: the row's fields record; every row of a scan with fields has one."""
         key_bytes = key.encode("utf-8", self.errors)
         tail_bytes = tail.encode("utf-8", self.errors)
+        self._add_fields(fields)
         self._keys += key_bytes
         self._key_stops.append(len(self._keys))
         self._tails += tail_bytes
         self._tail_stops.append(len(self._tails))
         self._labels.append(label)
 
-    def add_file(self, key: str, suffix: str, label: int) -> None:
+    def add_file(self, key: str, suffix: str, label: int, fields: bytes = b"") -> None:
         """Add a row whose tail is `key + suffix`; raises UnicodeEncodeError like `add`."""
         key_bytes = key.encode("utf-8", self.errors)
+        self._add_fields(fields)
         suffix_id = self._suffixes.setdefault(suffix, len(self._suffixes))
         self._keys += key_bytes
         self._key_stops.append(len(self._keys))
         self._suffix_ids.append(suffix_id)
         self._labels.append(label)
+
+    def map_fields(self, change: Callable[[bytes], bytes] | None) -> None:
+        """Replace every row's fields record by `change(record)`; None: drop them all."""
+        records = _strings(self._fields, self._field_stops)
+        self._fields = bytearray()
+        self._field_stops = array("q")
+        if change is not None:
+            for row in range(len(records)):
+                self._add_fields(change(records.raw(row)))
+
+    def _add_fields(self, fields: bytes) -> None:
+        if fields:
+            self._fields += fields
+            self._field_stops.append(len(self._fields))
 
     def build(self, rejects: list[Reject]) -> SourceItems:
         """Sort by (key, path); a row whose key an earlier row has becomes a reject."""
@@ -258,7 +281,12 @@ class ItemsBuilder:
         order = self.order = order[~repeats]
         tails = tails.gathered(order) if isinstance(tails, Strings) else tails.take(order)
         labels = np.array(self._labels, dtype=np.int32)[order]  # class ids < MAX_CLASSES
-        return SourceItems(self.prefix, keys.gathered(order), tails, labels)
+        fields = None
+        if self._field_stops:
+            if len(self._field_stops) != len(self._labels):
+                raise ValueError("every row of a scan with fields needs a fields record")
+            fields = _strings(self._fields, self._field_stops).gathered(order)
+        return SourceItems(self.prefix, keys.gathered(order), tails, labels, fields=fields)
 
 
 def _strings(blob: bytearray, stops: array[int]) -> Strings:

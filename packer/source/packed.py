@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from packer import formats
+from packer.core.fields import FieldSpec, encode_value, pack_record
 from packer.core.index import (
     INDEX_NAME,
     KEYS_NAME,
@@ -130,9 +131,10 @@ class PackedSource:
 
     whole_files = False  # stored samples, not files (core.record.Origin)
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, fields: tuple[FieldSpec, ...] = ()) -> None:
         self.folder = Path(os.path.abspath(folder))
         self._opened = opened_here(self.folder)
+        self.fields = fields  # the source's fields this conversion keeps
 
     @property
     def index(self) -> Index:
@@ -175,6 +177,18 @@ class PackedSource:
         except PackError as exc:
             raise RejectReason(f"damaged in the source dataset: {exc}") from exc
 
+    def read_fields(self, item: SourceItem) -> bytes:
+        """The fields record of sample `item.position`, of the fields kept (b"": none)."""
+        if not self.fields:
+            return b""
+        try:
+            values = self._opened.reader().fields(item.position, [s.name for s in self.fields])
+        except PackError as exc:
+            raise RejectReason(f"damaged in the source dataset: {exc}") from exc
+        return pack_record([None if values[spec.name] is None
+                            else encode_value(spec.type, values[spec.name])
+                            for spec in self.fields])
+
     def digest(self, i: int) -> bytes:
         return self.table.digest(i)
 
@@ -194,10 +208,11 @@ class PackedSource:
                 "original": copied and stores_original(self.index)}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"folder": self.folder, "identity": self.identity}
+        return {"folder": self.folder, "identity": self.identity, "fields": self.fields}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.folder = state["folder"]
+        self.fields = state["fields"]
         self._opened = opened_here(self.folder, state["identity"])
 
 

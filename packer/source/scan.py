@@ -10,24 +10,29 @@ duplicate key) become rejects here; unreadable or broken files are found by enco
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import os
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
+from packer.core.fields import FieldSpec, FieldValueError
 from packer.core.record import Reject
 from packer.errors import SourceError
 from packer.source.archive import archive_kind, scan_archive
+from packer.source.fields import (
+    SIDECARS,
+    FieldChoice,
+    repacked,
+    sidecar_record,
+)
 from packer.source.items import ItemsBuilder, SourceItems
+from packer.source.manifest import key_of as key_of
+from packer.source.manifest import read_manifest
 from packer.source.members import ArchiveSource
 from packer.source.names import image_name
 from packer.source.packed import PackedSource, is_packed, read_rejects
 
 MANIFEST_SUFFIXES = (".csv", ".jsonl")
-MAX_CLASSES = 1_000_000
+NO_SIDECARS = sidecar_record("", set())  # the fields record of an image without sidecars
 
 
 @dataclass(frozen=True)
@@ -49,38 +54,43 @@ class Source:
     origin: PackedSource | None = None
     inherited: list[Reject] = field(default_factory=list)
     archive: ArchiveSource | None = None  # SRC is an archive: reads its members by offset
+    fields: tuple[FieldSpec, ...] = ()  # per-sample fields (packer.source.fields)
 
 
-def scan(src: str | Path) -> Source:
-    """Scan an image folder, a manifest file, an archive (.tar, .zip) or a packed dataset."""
+def scan(src: str | Path, fields: FieldChoice | None = None) -> Source:
+    """Scan an image folder, a manifest file, an archive (.tar, .zip) or a packed dataset.
+
+    `fields`: which per-sample fields to take (packer.source.fields; default: all)."""
     path = Path(src)
-    if path.is_file() and archive_kind(path) is not None:
-        items, class_names, rejects, ignored, archive = scan_archive(path)
-        return Source(path, items, class_names, rejects, ignored, archive=archive)
-    if path.is_file() and path.suffix.lower() in MANIFEST_SUFFIXES:
-        return scan_manifest(path)
-    if is_packed(path):
-        return scan_packed(path)
-    if path.is_dir():
-        return scan_folder(path)
+    choice = fields or FieldChoice()
+    try:
+        if path.is_file() and archive_kind(path) is not None:
+            choice.chosen((), str(path))  # --fields names nothing an archive has
+            items, class_names, rejects, ignored, archive = scan_archive(path)
+            return Source(path, items, class_names, rejects, ignored, archive=archive)
+        if path.is_file() and path.suffix.lower() in MANIFEST_SUFFIXES:
+            return scan_manifest(path, choice)
+        if is_packed(path):
+            return scan_packed(path, choice)
+        if path.is_dir():
+            return scan_folder(path, choice)
+    except FieldValueError as exc:  # a --fields or --field that the source cannot meet
+        raise SourceError(str(exc)) from exc
     if path.exists():
         raise SourceError(f"{path}: not a folder, .csv or .jsonl manifest, .tar or .zip "
                           "archive; pass one of those")
     raise SourceError(f"{path}: no such file or folder; check the source path")
 
 
-def scan_packed(folder: Path) -> Source:
-    """The samples of a packed dataset, in its order, with its keys, labels and classes."""
+def scan_packed(folder: Path, choice: FieldChoice | None = None) -> Source:
+    """The samples of a packed dataset, in its order, with its keys, labels, classes and
+    the fields chosen of its own."""
     origin = PackedSource(folder)
     index = origin.index
+    fields = (choice or FieldChoice()).chosen(index.fields, str(folder))
+    origin.fields = fields
     return Source(folder, origin.items(root_prefix(folder)), index.class_names, [],
-                  index.num_ignored, origin, read_rejects(folder))
-
-
-def key_of(relative: str) -> str:
-    """The stable key of a file: relative posix path without the extension."""
-    pure = PurePosixPath(relative)
-    return str(pure.with_suffix("")) if pure.suffix else str(pure)
+                  index.num_ignored, origin, read_rejects(folder), fields=fields)
 
 
 def root_prefix(root: Path) -> str:
@@ -89,8 +99,10 @@ def root_prefix(root: Path) -> str:
     return "" if text == "." else os.path.join(text, "")
 
 
-def scan_folder(root: Path) -> Source:
-    """Scan `root/<class>/.../<image>`; hidden and non-image files are ignored and counted."""
+def scan_folder(root: Path, choice: FieldChoice | None = None) -> Source:
+    """Scan `root/<class>/.../<image>`; hidden and non-image files are ignored and counted,
+    but `x.txt` / `x.json` beside `x.jpg` are its fields `txt` / `json` (sidecars)."""
+    choice = choice or FieldChoice()
     classes = sorted(
         entry.name
         for entry in os.scandir(root)
@@ -108,10 +120,21 @@ def scan_folder(root: Path) -> Source:
     prefix = root_prefix(root)
     found = ItemsBuilder(prefix, errors="strict")  # names must be UTF-8 to become keys
     rejects: list[Reject] = []
+    seen: set[str] = set()  # the sidecar suffixes found beside images
     for label, name in enumerate(classes):
-        ignored += _walk_images(prefix, name, label, found, rejects)
+        ignored += _walk_images(prefix, name, label, found, rejects,
+                                seen if choice.enabled else None)
     rejects.sort(key=lambda reject: reject.path)  # the same whatever order the disk lists
-    return Source(root, found.build(rejects), tuple(classes), rejects, ignored)
+    every = tuple(SIDECARS.values())
+    fields = choice.chosen([spec for suffix, spec in SIDECARS.items() if suffix in seen],
+                           str(root))
+    if not fields:
+        found.map_fields(None)  # no sidecars (or --no-fields): rows without fields
+    elif fields != every:  # the records hold (txt, json): keep the fields chosen
+        keep = [every.index(spec) for spec in fields]
+        found.map_fields(lambda record: repacked(record, len(every), keep))
+    return Source(root, found.build(rejects), tuple(classes), rejects, ignored,
+                  fields=fields)
 
 
 def _kind(entry: os.DirEntry[str]) -> str:
@@ -138,14 +161,16 @@ def _is_utf8(name: str) -> bool:
 
 
 def _walk_images(prefix: str, name: str, label: int, found: ItemsBuilder,
-                 rejects: list[Reject]) -> int:
+                 rejects: list[Reject], seen: set[str] | None) -> int:
     """Add the image files below class folder `name` to `found`; count ignored entries.
 
     Symlinked folders are not followed, so a symlink loop cannot trap the scan. Image
     names that are not regular files (a FIFO would block the reader forever, a broken
     link), names that are not valid UTF-8 and unreadable folders become rejects. Plain
     strings and os.scandir, no pathlib: this runs once per file. The order of the walk
-    does not matter, the items are sorted by key afterwards.
+    does not matter, the items are sorted by key afterwards. `seen` (None: no fields)
+    collects the sidecar suffixes found beside an image, whose row then carries the
+    (txt, json) fields record; a sidecar that is not beside an image is ignored.
     """
     ignored = 0
     pending = [name]
@@ -158,16 +183,52 @@ def _walk_images(prefix: str, name: str, label: int, found: ItemsBuilder,
             reason = f"unreadable folder: {exc.strerror or exc}; its images were not packed"
             rejects.append(Reject(-1, prefix + rel_dir, reason))
             continue
+        sidecars = _sidecars(entries, seen)
         for entry in entries:
             rel = rel_dir + os.sep + entry.name
             kind = _kind(entry)
             if kind == "folder":
                 pending.append(rel)
             elif kind == "linked folder" or not image_name(entry.name):
-                ignored += 1
-            elif kind != "file" or not _add_file(found, rel, label):
+                ignored += entry.name not in sidecars.get("", ())
+            elif kind != "file":
                 rejects.append(_unusable(prefix, rel, kind))
+            else:
+                _add_image(prefix, rel, label, found, rejects, sidecars)
     return ignored
+
+
+def _sidecars(entries: list[os.DirEntry[str]], seen: set[str] | None) -> dict[str, set[str]]:
+    """{image stem: sidecar suffixes beside it} of one folder, and "" -> the names used."""
+    if seen is None:
+        return {}
+    images = {entry.name[: entry.name.rfind(".")] for entry in entries
+              if image_name(entry.name) and "." in entry.name}
+    found: dict[str, set[str]] = {"": set()}
+    for entry in entries:
+        stem, dot, ext = entry.name.rpartition(".")
+        suffix = dot + ext.lower()
+        if dot and suffix in SIDECARS and stem in images and _kind(entry) == "file":
+            found.setdefault(stem, set()).add(suffix)
+            found[""].add(entry.name)
+            seen.add(suffix)
+    return found
+
+
+def _add_image(prefix: str, rel: str, label: int, found: ItemsBuilder,
+               rejects: list[Reject], sidecars: dict[str, set[str]]) -> None:
+    """Add an image file (with its sidecar fields when the scan takes them)."""
+    record = b""
+    if sidecars:
+        base = rel[rel.rfind(os.sep) + 1 :]
+        beside = sidecars.get(base[: base.rfind(".")])
+        try:
+            record = sidecar_record(prefix + rel, beside) if beside else NO_SIDECARS
+        except FieldValueError as exc:
+            rejects.append(Reject(-1, prefix + rel, f"bad field: {exc}"))
+            return
+    if not _add_file(found, rel, label, record):
+        rejects.append(_unusable(prefix, rel, "file"))
 
 
 def _unusable(prefix: str, rel: str, kind: str) -> Reject:
@@ -178,7 +239,7 @@ def _unusable(prefix: str, rel: str, kind: str) -> Reject:
     return Reject(-1, prefix + rel, f"unreadable: {kind}")
 
 
-def _add_file(found: ItemsBuilder, rel: str, label: int) -> bool:
+def _add_file(found: ItemsBuilder, rel: str, label: int, fields: bytes = b"") -> bool:
     """Add an image file; False if its name is not valid UTF-8 (nothing is added).
 
     The key is `rel` without its extension, so the path is kept as key + extension.
@@ -186,94 +247,15 @@ def _add_file(found: ItemsBuilder, rel: str, label: int) -> bool:
     dot = rel.rfind(".")
     try:
         if os.sep == "/":
-            found.add_file(rel[:dot], rel[dot:], label)
+            found.add_file(rel[:dot], rel[dot:], label, fields)
         else:
-            found.add(rel[:dot].replace(os.sep, "/"), rel, label)
+            found.add(rel[:dot].replace(os.sep, "/"), rel, label, fields)
     except UnicodeEncodeError:
         return False
     return True
 
 
-def scan_manifest(manifest: Path) -> Source:
-    """Scan a manifest of `path,label` rows; labels are class names or integers.
-
-    Two passes over the rows (class names first), so no list of rows is kept.
-    """
-    root = manifest.parent
-    class_names = _class_names(manifest)
-    lookup = {name: i for i, name in enumerate(class_names)}
-    found = ItemsBuilder("")
-    rejects: list[Reject] = []
-    for path_text, label_text in _read_manifest_rows(manifest):
-        full = path_text if os.path.isabs(path_text) else os.path.join(root, path_text)
-        label = _label_of(label_text, lookup, len(class_names))
-        if label is None:
-            rejects.append(Reject(-1, full, f"unknown class {label_text!r} in the manifest"))
-            continue
-        found.add(key_of(os.path.relpath(full, root).replace(os.sep, "/")), full, label)
-    return Source(root, found.build(rejects), class_names, rejects, 0)
-
-
-def _read_manifest_rows(manifest: Path) -> Iterable[tuple[str, str]]:
-    try:
-        text = manifest.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SourceError(f"{manifest}: cannot read the manifest ({exc})") from exc
-    if manifest.suffix.lower() == ".csv":
-        # Not splitlines(): it also splits at \f, \x1c, \u2028 ..., which file names
-        # may hold, and breaks quoted fields that span lines.
-        reader = csv.DictReader(io.StringIO(text, newline=""))
-        if not reader.fieldnames or not {"path", "label"} <= set(reader.fieldnames):
-            raise SourceError(f"{manifest}: the header row must name `path` and `label` columns")
-        for row in reader:
-            yield str(row["path"]).strip(), str(row["label"]).strip()
-        return
-    for number, line in enumerate(text.split("\n"), start=1):  # JSON strings may hold \u2028
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-            label = obj["label"]
-            yield str(obj["path"]), "" if label is None else str(label)  # null: no class
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise SourceError(
-                f"{manifest}:{number}: each line must be a JSON object with `path` and `label`"
-            ) from exc
-
-
-def _is_int(text: str) -> bool:
-    try:
-        int(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _class_names(manifest: Path) -> tuple[str, ...]:
-    """Named labels: the sorted names. All-integer labels: "0" .. str(max)."""
-    names: set[str] = set()
-    top, all_int, any_row = -1, True, False
-    for _, label in _read_manifest_rows(manifest):
-        any_row = True
-        if _is_int(label):
-            top = max(top, int(label))
-        else:
-            all_int = False
-            if label:
-                names.add(label)
-    if any_row and all_int:
-        if top >= MAX_CLASSES:  # one name per id: a stray big number would exhaust memory
-            raise SourceError(
-                f"{manifest}: integer label {top} is not a class id (labels are 0..C-1, "
-                f"C at most {MAX_CLASSES}); fix the label column or use class names"
-            )
-        return tuple(str(i) for i in range(top + 1))
-    return tuple(sorted(names))
-
-
-def _label_of(text: str, lookup: dict[str, int], num_classes: int) -> int | None:
-    """An integer label is a class id; any other text must be a known class name."""
-    if _is_int(text):
-        value = int(text)
-        return value if 0 <= value < num_classes else None
-    return lookup.get(text)
+def scan_manifest(manifest: Path, choice: FieldChoice | None = None) -> Source:
+    """Scan a CSV/JSONL manifest (packer.source.manifest)."""
+    items, class_names, rejects, fields = read_manifest(manifest, choice or FieldChoice())
+    return Source(manifest.parent, items, class_names, rejects, 0, fields=fields)

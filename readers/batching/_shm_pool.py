@@ -200,6 +200,49 @@ class PooledBatch(list[Any]):
         return _arrived, (self.images, tail, by_value, self.pool.token, state, self.slot)
 
 
+class PooledDict(dict[str, Any]):
+    """{"image": images, ...} (readers.batching.fields_collate) whose images sit in the
+    slot of `batch`, a PooledBatch; unpickles as a plain dict, the slot freed as a
+    PooledBatch's is. Other tensors travel by value in the pickle: a batch's labels and
+    fields are small, and each shared tensor would cost a file descriptor."""
+
+    def __init__(self, items: dict[str, Any], batch: PooledBatch) -> None:
+        super().__init__(items)
+        self.batch = batch
+
+    def __copy__(self) -> dict[str, Any]:
+        return dict(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        import copy
+
+        return copy.deepcopy(dict(self), memo)
+
+    def __reduce__(self) -> Any:
+        names = list(self)
+        if not names or names[0] != "image" or self["image"] is not self.batch.images:
+            return dict, (dict(self),)
+        rest = {name: value.numpy() if _by_value(value) else value
+                for name, value in list(self.items())[1:]}
+        moved = [name for name, value in self.items() if _by_value(value)]
+        self.batch[1:] = [rest, moved]
+        _, args = self.batch.__reduce__()
+        return _arrived_dict, args
+
+
+def _by_value(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and not value.untyped_storage().is_shared() \
+        and value.device.type == "cpu" and not value.requires_grad
+
+
+def _arrived_dict(images: torch.Tensor, tail: list[Any], *args: Any) -> dict[str, Any]:
+    """In the main process: the plain dict batch (see `_arrived`)."""
+    _, rest, moved = _arrived(images, tail, *args)
+    for name in moved:
+        rest[name] = torch.from_numpy(rest[name])
+    return {"image": images, **rest}
+
+
 _LOCK = threading.RLock()  # the pin-memory thread unpickles too
 _STATES: collections.OrderedDict[str, np.ndarray] = collections.OrderedDict()
 _LIVE: dict[int, tuple[weakref.finalize[Any, Any], np.ndarray, int]] = {}

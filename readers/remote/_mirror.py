@@ -15,6 +15,7 @@ from typing import Any
 from packer.core.index import INDEX_NAME, KEYS_NAME, SAMPLES_NAME
 from packer.dataset.remote import fetch_metadata, is_url
 from readers.options import RemoteOptions
+from readers.remote._fields import fetch_field_files
 from readers.remote._locks import LOCKS
 
 DEFAULT_DISK_CACHE_BYTES = 8 * 2**30
@@ -50,12 +51,14 @@ def open_remote(url: str, storage_options: Mapping[str, Any] | None = None,
         f".incoming-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         raw = fetch_metadata(url, options, staging)
+        extra = fetch_field_files(url, options, raw, staging)  # readers.remote._fields
         name = hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:16] + "-" \
             + hashlib.sha256(raw).hexdigest()[:16]
         folder = staging.parent / name
         if not (folder / INDEX_NAME).is_file():
             (folder / LOCKS).mkdir(parents=True, exist_ok=True)
-            for table in (SAMPLES_NAME, KEYS_NAME):
+            for table in (SAMPLES_NAME, KEYS_NAME, *extra):
+                (folder / table).parent.mkdir(exist_ok=True)
                 os.replace(staging / table, folder / table)
             (staging / INDEX_NAME).write_bytes(raw)
             os.replace(staging / INDEX_NAME, folder / INDEX_NAME)  # last: the mirror is usable

@@ -44,6 +44,13 @@ class RemoteReader:
         self._trim()
         return data
 
+    def fields(self, i: int, names: Sequence[str] | None = None) -> dict[str, object]:
+        """Sample i's fields (readers.fields), read as its bytes are: its shard pinned."""
+        self.cache.pin(self.index.shard_of(i))
+        values = self.inner.fields(i, names)
+        self._trim()
+        return values
+
     def prefetch(self, ranges: Sequence[Sequence[int]]) -> None:
         """Fetch in the background the shards of the coming (start, stop, ...) ranges:
         the first `prefetch_shards` of them that are not on disk yet."""

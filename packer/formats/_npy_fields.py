@@ -1,0 +1,96 @@
+"""npy fields: a folder `fields/` beside images.npy, one row per sample, memory-mapped.
+
+    fields/<name>.npy            int64 | float64 (N,)    int and float fields
+    fields/<name>.offsets.npy    int64 (N + 1,)          str, json, bytes: value i is
+    fields/<name>.data.npy       uint8 (total,)            data[offsets[i]:offsets[i+1]]
+                                                           (UTF-8 text, JSON text, bytes)
+    fields/<name>.present.npy    bool (N,)               which samples have a value
+
+Stock numpy: `np.load("fields/score.npy")` is the scores; a caption is
+`bytes(data[offsets[i]:offsets[i + 1]]).decode()`. Written at the end from the
+conversion's field records (packer.formats._field_columns), so a resumed run gets the
+fields of the parts it kept; every file goes through a temporary name and a rename.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from packer.core.checks import load_array
+from packer.core.fields import FieldSpec
+from packer.errors import CorruptDatasetError
+from packer.formats._field_columns import Column, value_bytes
+from packer.storage.atomic import atomic_writer
+
+FOLDER = "fields"
+
+
+def field_files(specs: Sequence[FieldSpec]) -> tuple[str, ...]:
+    """The files of these fields, relative to the dataset folder."""
+    names: list[str] = []
+    for spec in specs:
+        ends = (".present.npy", ".npy") if spec.type in ("int", "float") else \
+            (".present.npy", ".offsets.npy", ".data.npy")
+        names += [f"{FOLDER}/{spec.name}{end}" for end in ends]
+    return tuple(names)
+
+
+def write_fields(folder: Path, built: Sequence[Column]) -> None:
+    """Write every field's files under folder/fields (nothing without fields)."""
+    if not built:
+        return
+    (folder / FOLDER).mkdir(exist_ok=True)
+    for column in built:
+        base = folder / FOLDER / column.spec.name
+        _save(Path(f"{base}.present.npy"), column.present)
+        if column.numbers is not None:
+            _save(Path(f"{base}.npy"), column.numbers)
+            continue
+        values = column.values or []
+        offsets = np.zeros(len(values) + 1, np.int64)
+        np.cumsum([len(value) for value in values], out=offsets[1:])
+        _save(Path(f"{base}.offsets.npy"), offsets)
+        _save(Path(f"{base}.data.npy"), np.frombuffer(b"".join(values), np.uint8))
+
+
+def _save(path: Path, array: np.ndarray) -> None:
+    with atomic_writer(path) as handle:
+        np.save(handle, np.ascontiguousarray(array))
+
+
+class FieldArrays:
+    """The memory-mapped field files of one npy dataset, opened on first use."""
+
+    def __init__(self, folder: Path, specs: Sequence[FieldSpec], count: int) -> None:
+        self.folder = folder / FOLDER
+        self.specs = specs
+        self.count = count
+        self._arrays: dict[str, tuple[np.ndarray, ...]] | None = None
+
+    def _open(self) -> dict[str, tuple[np.ndarray, ...]]:
+        arrays = {}
+        for spec in self.specs:
+            paths = [self.folder.parent / name for name in field_files([spec])]
+            arrays[spec.name] = tuple(load_array(path) for path in paths)
+            if len(arrays[spec.name][0]) != self.count:
+                raise CorruptDatasetError(f"{paths[0]}: not one row per sample; reconvert")
+        return arrays
+
+    def values(self, i: int) -> list[bytes | None]:
+        """Sample i's field values in byte form (None: no value)."""
+        if self._arrays is None:
+            self._arrays = self._open()
+        values: list[bytes | None] = []
+        for spec in self.specs:
+            present, *rest = self._arrays[spec.name]
+            if not present[i]:
+                values.append(None)
+            elif len(rest) == 1:
+                values.append(value_bytes(spec.type, rest[0][i]))
+            else:
+                offsets, data = rest
+                values.append(bytes(data[int(offsets[i]) : int(offsets[i + 1])]))
+        return values

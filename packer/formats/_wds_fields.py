@@ -1,0 +1,98 @@
+"""wds fields: one tar member per present field, after the sample's `.cls` member.
+
+    <key>.<image ext>   <key>.cls   <key>.<member>   <key>.<member> ...   (next sample)
+
+    field type   member name                stock `webdataset.WebDataset(url).decode()`
+    str          <key>.<name>.txt           str
+    int          <key>.<name>.id            int
+    float        <key>.<name>.json          float (repr text; json reads it back bit-exact)
+    json         <key>.<name>.json          the parsed JSON (list, dict, number, ...)
+    bytes        <key>.<name>.bin           bytes (no decoder claims .bin)
+
+A field named like its extension keeps the plain webdataset name: a `txt` str field
+is `<key>.txt`, a `json` json field `<key>.json` (the sidecar names of image folders
+and of img2dataset). A sample without a value for a field has no member for it. The
+member bytes are the field's byte form (packer.core.fields), so the digest of the
+fields record covers exactly what the shard holds. The per-sample field table
+(fields.npy) records the byte span of a sample's field members, which the reader
+reads with one pread and walks header by header.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from packer.core.fields import FieldSpec, FieldType, unpack_record
+from packer.errors import CorruptDatasetError
+from packer.formats._tar import member_header, padding
+
+EXTENSIONS: dict[FieldType, str] = {"str": "txt", "int": "id", "float": "json",
+                                    "json": "json", "bytes": "bin"}
+BLOCK = 512
+
+
+def member_suffix(spec: FieldSpec) -> str:
+    """What follows `<key>.` in the member name of a field."""
+    ext = EXTENSIONS[spec.type]
+    return ext if spec.name == ext else f"{spec.name}.{ext}"
+
+
+def field_members(name: str, specs: Sequence[FieldSpec], record: bytes) -> list[bytes]:
+    """The tar pieces (header, bytes, padding) of a sample's present fields."""
+    pieces: list[bytes] = []
+    for spec, value in zip(specs, unpack_record(record, len(specs)), strict=True):
+        if value is not None:
+            pieces += (member_header(f"{name}.{member_suffix(spec)}", len(value)), value,
+                       padding(len(value)))
+    return pieces
+
+
+def span_values(span: bytes, specs: Sequence[FieldSpec], where: str) -> list[bytes | None]:
+    """The field values in a span of field members (None for a field without a member)."""
+    by_suffix = {member_suffix(spec): n for n, spec in enumerate(specs)}
+    values: list[bytes | None] = [None] * len(specs)
+    for member, data in _members(span, where):
+        suffix = member.split(".", 1)[1] if "." in member else ""
+        number = by_suffix.get(suffix.rsplit("/", 1)[-1])
+        if number is None:
+            raise CorruptDatasetError(f"{where}: unexpected member {member!r} among the "
+                                      "fields; the shard is damaged, reconvert")
+        values[number] = data
+    return values
+
+
+def _members(span: bytes, where: str) -> Iterator[tuple[str, bytes]]:
+    """(base name, bytes) of each regular member in `span`, pax headers applied."""
+    at = 0
+    long_name: str | None = None
+    while at + BLOCK <= len(span):
+        header = span[at : at + BLOCK]
+        try:
+            size = int(header[124:136].rstrip(b"\0 ") or b"0", 8)
+        except ValueError as exc:
+            raise CorruptDatasetError(f"{where}: a damaged tar header among the fields; "
+                                      "reconvert") from exc
+        data = span[at + BLOCK : at + BLOCK + size]
+        if len(data) != size:
+            raise CorruptDatasetError(f"{where}: a field member is truncated; reconvert")
+        at += BLOCK + size + (-size % BLOCK)
+        if header[156:157] == b"x":  # pax: the next member's long or non-ASCII name
+            long_name = _pax_path(data)
+            continue
+        name = long_name or header[:100].rstrip(b"\0").decode("utf-8", "replace")
+        long_name = None
+        yield name.rsplit("/", 1)[-1], data
+
+
+def _pax_path(data: bytes) -> str | None:
+    """The `path` record of a pax extended header ("<length> path=<name>\\n" records)."""
+    at = 0
+    while at < len(data):
+        length_text, _, _ = data[at:].partition(b" ")
+        length = int(length_text)
+        record = data[at + len(length_text) + 1 : at + length - 1]
+        keyword, _, value = record.partition(b"=")
+        if keyword == b"path":
+            return value.decode("utf-8")
+        at += length
+    return None

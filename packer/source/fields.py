@@ -1,0 +1,167 @@
+"""Where a scan finds per-sample fields, and which it keeps.
+
+    CSV manifest     every column but path and label; str unless --field NAME:TYPE
+                     says int, float, json (the cell is JSON text) or bytes (the cell
+                     names a file, relative to the manifest, whose bytes are stored);
+                     an empty cell is no value
+    JSONL manifest   every key but path and label, typed from its JSON values over
+                     the whole manifest: all strings -> str, all integers -> int, all
+                     numbers -> float, anything else (bools, lists, objects, mixed)
+                     -> json; null or a missing key is no value
+    image folder     sidecars beside an image: `x.txt` (field `txt`, str) and `x.json`
+                     (field `json`, parsed JSON), the webdataset / img2dataset convention
+    packed dataset   its fields, as its index names them
+
+A cell that cannot be read as its field's type is a reject whose reason names the
+manifest, the row and the column (or the sidecar file).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from packer.core.fields import (
+    FieldSpec,
+    FieldType,
+    FieldValueError,
+    encode_value,
+    pack_record,
+    parse_text,
+    unpack_record,
+)
+
+SIDECARS = {".txt": FieldSpec("txt", "str"), ".json": FieldSpec("json", "json")}
+STANDARD_COLUMNS = ("path", "label")
+
+
+@dataclass(frozen=True)
+class FieldChoice:
+    """Which fields a conversion takes from its source (the CLI's --fields, --no-fields,
+    --field NAME:TYPE)."""
+
+    keep: tuple[str, ...] | None = None  # only these, in this order (None: every field)
+    enabled: bool = True  # False: no fields at all
+    types: tuple[FieldSpec, ...] = ()  # the types of CSV columns that are not str
+
+    def __post_init__(self) -> None:
+        if not self.enabled and self.keep:
+            raise ValueError("--fields and --no-fields exclude each other")
+
+    def type_of(self, name: str, default: FieldType = "str") -> FieldType:
+        for spec in self.types:
+            if spec.name == name:
+                return spec.type
+        return default
+
+    def chosen(self, found: Sequence[FieldSpec], where: str) -> tuple[FieldSpec, ...]:
+        """The fields kept of those the source has; an unknown name in --fields is an error."""
+        if not self.enabled:
+            return ()
+        if self.keep is None:
+            return tuple(found)
+        by_name = {spec.name: spec for spec in found}
+        missing = [name for name in self.keep if name not in by_name]
+        if missing:
+            known = ", ".join(by_name) or "none"
+            raise FieldValueError(f"{where}: no field {', '.join(map(repr, missing))} in the "
+                                  f"source (its fields: {known}); fix --fields")
+        return tuple(by_name[name] for name in self.keep)
+
+
+def csv_specs(columns: Sequence[str], choice: FieldChoice, where: str) -> tuple[FieldSpec, ...]:
+    """The fields of a CSV manifest's header."""
+    extra = [name for name in columns if name not in STANDARD_COLUMNS]
+    unknown = [spec.name for spec in choice.types if spec.name not in extra]
+    if unknown and choice.enabled:
+        raise FieldValueError(f"{where}: --field names column {unknown[0]!r}, which the "
+                              "manifest does not have")
+    try:
+        found = [FieldSpec(name, choice.type_of(name)) for name in extra]
+    except ValueError as exc:
+        raise FieldValueError(f"{where}: {exc}") from exc
+    return choice.chosen(found, where)
+
+
+def widened(current: FieldType | None, value: object) -> FieldType | None:
+    """A JSONL key's type so far, after one more value (see the module docstring)."""
+    if value is None:
+        return current
+    if isinstance(value, str):
+        kind: FieldType = "str"
+    elif isinstance(value, int) and not isinstance(value, bool) and \
+            -(1 << 63) <= value < 1 << 63:
+        kind = "int"
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        kind = "float"
+    else:
+        return "json"
+    if current is None or current == kind:
+        return kind
+    return "float" if {current, kind} == {"int", "float"} else "json"
+
+
+def repacked(record: bytes, count: int, keep: Sequence[int]) -> bytes:
+    """A fields record of `count` values cut down to the values at `keep`."""
+    values = unpack_record(record, count)
+    return pack_record([values[n] for n in keep])
+
+
+def csv_record(specs: Sequence[FieldSpec], cells: Mapping[str, str | None],
+               root: str) -> bytes:
+    """A CSV row's fields record; FieldValueError names the column."""
+    values: list[bytes | None] = []
+    for spec in specs:
+        cell = cells.get(spec.name)
+        if cell is None or cell == "":
+            values.append(None)
+            continue
+        try:
+            values.append(_file_bytes(cell, root) if spec.type == "bytes"
+                          else parse_text(spec.type, cell))
+        except FieldValueError as exc:
+            raise FieldValueError(f"column {spec.name!r} ({spec.type}): {exc}") from exc
+    return pack_record(values)
+
+
+def _file_bytes(cell: str, root: str) -> bytes:
+    path = cell.strip() if os.path.isabs(cell.strip()) else os.path.join(root, cell.strip())
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise FieldValueError(f"cannot read {path} ({exc.strerror or exc})") from exc
+
+
+def json_record(specs: Sequence[FieldSpec], obj: Mapping[str, object]) -> bytes:
+    """A JSONL line's fields record; FieldValueError names the key."""
+    values: list[bytes | None] = []
+    for spec in specs:
+        value = obj.get(spec.name)
+        try:
+            values.append(None if value is None else encode_value(spec.type, value))
+        except FieldValueError as exc:
+            raise FieldValueError(f"key {spec.name!r} ({spec.type}): {exc}") from exc
+    return pack_record(values)
+
+
+def sidecar_record(image_path: str, present: set[str]) -> bytes:
+    """The fields record (txt, json: SIDECARS) of an image from the sidecars beside it
+    (`present`: the suffixes found)."""
+    stem = image_path[: image_path.rfind(".")]
+    values: list[bytes | None] = []
+    for suffix, spec in SIDECARS.items():
+        if suffix not in present:
+            values.append(None)
+            continue
+        path = stem + suffix
+        try:
+            with open(path, "rb") as handle:
+                raw = handle.read()
+            text = raw.decode("utf-8")
+            values.append(parse_text(spec.type, text) if spec.type == "json"
+                          else encode_value("str", text))
+        except (OSError, UnicodeDecodeError, FieldValueError) as exc:
+            raise FieldValueError(f"sidecar {path}: {exc}") from exc
+    return pack_record(values)

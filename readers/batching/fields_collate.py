@@ -1,0 +1,115 @@
+"""Batches of dict samples ({"image", "label", <fields>}, readers.fields): `collate_dicts`.
+
+`readers.collate` hands a batch of dicts here. Each key becomes one batched value:
+
+    image            as `collate` batches images: one (B, 3, H, W) tensor, channels-last
+                     where the samples were, sent from a worker in recycled shared memory
+    equal shapes     tensors / numpy arrays of one shape: stacked, (B, *shape)
+    ragged arrays    tensors of the same trailing shape and first dimensions n_b (boxes
+                     (n, 4)): zero-padded to (B, max n, *trailing), dtypes promoted (int64
+                     and float32 boxes give float32), with `<name>_lengths` (B,) int64 beside
+    int, float, bool of one type in every sample: a tensor, as default_collate makes
+    anything else   strings, JSON objects, bytes, None, mixed types: a list of the values
+
+An empty array (shape (0,): a sample with no boxes) pads like any other, taking the
+trailing shape of the others. A field some samples hold as arrays and others as Python
+values (a JSON list of numbers in one, of strings in another) stays a list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.nn.utils.rnn import pad_sequence
+from torch.utils.data import default_collate
+
+from readers.batching._shm_pool import PooledBatch, PooledDict
+
+IMAGE, LABEL = "image", "label"
+LENGTHS_SUFFIX = "_lengths"
+_SCALARS = (bool, int, float)
+
+
+def collate_dicts(batch: Sequence[dict[str, Any]],
+                  collate_images: Callable[[list[Any]], Any]) -> dict[str, Any]:
+    """One dict batch; `collate_images` is `readers.collate` on (image, label) tuples."""
+    names = list(batch[0])
+    for sample in batch:
+        if list(sample) != names:
+            raise ValueError(f"cannot collate dict samples with different keys: {names} "
+                             f"and {list(sample)}; give every sample the same fields")
+    out: dict[str, Any] = {}
+    pooled: PooledBatch | None = None
+    if IMAGE in batch[0]:
+        labelled = LABEL in batch[0]
+        images = collate_images([(s[IMAGE], s[LABEL] if labelled else 0) for s in batch])
+        out[IMAGE] = images[0]
+        if labelled:
+            out[LABEL] = images[1]
+        pooled = images if isinstance(images, PooledBatch) else None
+    for name in names:
+        if name not in out:
+            out.update(collate_field(name, [sample[name] for sample in batch]))
+    ordered = {name: out[name] for name in _ordered_names(names, out)}
+    return ordered if pooled is None else PooledDict(ordered, pooled)
+
+
+def _ordered_names(names: list[str], out: dict[str, Any]) -> list[str]:
+    """The samples' order, each `<name>_lengths` right after its field."""
+    ordered: list[str] = []
+    for name in names:
+        ordered.append(name)
+        if name + LENGTHS_SUFFIX in out and name + LENGTHS_SUFFIX not in names:
+            ordered.append(name + LENGTHS_SUFFIX)
+    return ordered
+
+
+def collate_field(name: str, values: list[Any]) -> dict[str, Any]:
+    """{name: batched values} (and `<name>_lengths` for padded ones), as the table above."""
+    arrays = _as_tensors(values)
+    if arrays is not None:
+        return _array_batch(name, arrays, values)
+    kind = type(values[0])
+    if kind in _SCALARS and all(type(value) is kind for value in values):
+        return {name: default_collate(values)}
+    return {name: list(values)}
+
+
+def _as_tensors(values: list[Any]) -> list[torch.Tensor] | None:
+    """The values as tensors when every one is a tensor or a numeric numpy array, else None."""
+    tensors: list[torch.Tensor] = []
+    for value in values:
+        if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+            value = torch.from_numpy(value)
+        if not isinstance(value, torch.Tensor):
+            return None
+        tensors.append(value)
+    return tensors
+
+
+def _array_batch(name: str, arrays: list[torch.Tensor], values: list[Any]) -> dict[str, Any]:
+    first = arrays[0]
+    if all(array.shape == first.shape and array.dtype == first.dtype for array in arrays):
+        return {name: torch.stack(arrays)}
+    trailing = _trailing_shape(arrays)
+    if trailing is None:
+        return {name: list(values)}
+    dtype = first.dtype
+    for array in arrays[1:]:
+        dtype = torch.promote_types(dtype, array.dtype)
+    rows = [array.to(dtype) if array.numel() else array.new_zeros((0, *trailing), dtype=dtype)
+            for array in arrays]
+    lengths = torch.tensor([len(row) for row in rows], dtype=torch.int64)
+    return {name: pad_sequence(rows, batch_first=True), name + LENGTHS_SUFFIX: lengths}
+
+
+def _trailing_shape(arrays: list[torch.Tensor]) -> tuple[int, ...] | None:
+    """The shape after the first dimension that every non-empty array shares, or None
+    (scalars, or shapes that differ past the first dimension: nothing to pad along)."""
+    shapes = {tuple(array.shape[1:]) for array in arrays if array.numel()}
+    if any(array.dim() == 0 for array in arrays) or len(shapes) > 1:
+        return None
+    return shapes.pop() if shapes else ()

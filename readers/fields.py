@@ -1,0 +1,99 @@
+"""Per-sample fields in the datasets' samples: `fields=("caption", "boxes")` or "all".
+
+With fields a sample is a dict, `{"image", "label", <fields>}` (+ "key" with
+`with_keys=True`), that `default_collate` and `readers.collate` batch (the latter pads
+ragged arrays, readers.batching.fields_collate); without, it stays `(image, label[, key])`.
+
+Values come from the format's record reader (`reader.fields(i, names)`, decoded to
+Python values by packer), read for one sample at a time in the process that reads, so
+nothing per sample is held between reads: the metadata of the whole dataset stays in
+the reader's numpy tables and files. Numeric values become arrays on the way out:
+
+    JSON list of numbers (nested, rectangular)   tensor: float32 if any number is a
+                                                 float (boxes (n, 4)), float64 if one
+                                                 overflows float32 (1e300), else int64
+    empty JSON list                              float32 tensor of shape (0,)
+    numpy array (a numeric npy field)            tensor of its dtype
+    anything else (str, int, float, bool, dict,  unchanged: floats stay Python floats,
+    bytes, lists of strings, None when missing)  bit-exact
+
+A padding sample (PaddedIndex, label PAD_LABEL) is a repeat of a real one and keeps its
+fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from packer.core.index import Index
+from packer.formats.base import RecordReader
+
+FieldNames = Sequence[str] | Literal["all"] | None
+
+__all__ = ["FieldNames", "chosen_fields", "natural", "with_fields"]
+
+
+def dataset_fields(index: Index) -> tuple[str, ...]:
+    return tuple(spec.name for spec in index.fields)
+
+
+def chosen_fields(index: Index, fields: FieldNames, where: Path) -> tuple[str, ...] | None:
+    """The names a dataset returns (None: plain tuple samples); an unknown one is refused."""
+    if fields is None:
+        return None
+    available = dataset_fields(index)
+    if isinstance(fields, str) and fields != "all":
+        raise ValueError(f"fields must be a sequence of names or 'all', not the string "
+                         f"{fields!r}: pass fields=({fields!r},)")
+    names = available if fields == "all" else tuple(fields)
+    for name in names:
+        if name not in available:
+            listed = ", ".join(available) if available else "none"
+            raise ValueError(f"{where}: no field {name!r} in this dataset (its fields: "
+                             f"{listed}); pass some of them, or fields='all'")
+    return names
+
+
+def with_fields(sample: tuple[Any, ...], reader: RecordReader, i: int,
+                names: tuple[str, ...]) -> dict[str, Any]:
+    """(image, label[, key]) of sample i as a dict with its fields."""
+    values = reader.fields(i, names) if names else {}
+    out: dict[str, Any] = {"image": sample[0], "label": sample[1]}
+    for name in names:
+        out[name] = natural(values.get(name))
+    if len(sample) > 2:
+        out["key"] = sample[2]
+    return out
+
+
+def natural(value: Any) -> Any:
+    """A numeric JSON list or numpy array as a tensor (table above); the rest as it is."""
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(np.array(value)) if value.dtype.kind in "biuf" else value
+    if type(value) is not list:
+        return value
+    if not value:
+        return torch.zeros(0, dtype=torch.float32)
+    try:
+        array = np.array(value)
+    except (ValueError, OverflowError):  # ragged, or ints beyond int64
+        return value
+    if array.dtype.kind == "f":
+        return torch.from_numpy(_float_array(array))
+    if array.dtype.kind in "iu":
+        return torch.from_numpy(array.astype(np.int64, copy=False))
+    return value  # strings, bools, objects, None among them: Python values
+
+
+def _float_array(array: np.ndarray) -> np.ndarray:
+    """float32, unless a finite number would overflow it: then float64, every bit kept."""
+    with np.errstate(over="ignore"):
+        narrow = array.astype(np.float32)
+    if np.isinf(narrow).any() and (np.isinf(narrow) & np.isfinite(array)).any():
+        return array
+    return narrow
