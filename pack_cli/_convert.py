@@ -72,6 +72,10 @@ from packer.formats.base import ShardOptions
               help="Keep only these per-sample fields (manifest columns or keys, sidecars "
                    "txt/json, a packed source's fields); default: all.")
 @click.option("--no-fields", is_flag=True, help="Keep no per-sample fields, only image + label.")
+@click.option("--annotations", type=click.Path(path_type=Path), default=None,
+              help="A COCO-style JSON (instances_train.json): SRC is its image folder; each "
+                   "image's boxes, category_ids, annotation_ids, iscrowd and segmentation "
+                   "become fields, the categories go in the index.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def convert_command(src: Path, dst: str, fmt: str, shard_size: str, shard_samples: int | None,
                     resize: int | None, size: str | None, fit: str, codec: str | None,
@@ -79,7 +83,7 @@ def convert_command(src: Path, dst: str, fmt: str, shard_size: str, shard_sample
                     executor: str, ray_address: str | None, resume: bool, overwrite: bool,
                     storage_options: tuple[str, ...], staging: Path | None,
                     field_types: tuple[str, ...], keep_fields: str | None, no_fields: bool,
-                    quiet: bool) -> None:
+                    annotations: Path | None, quiet: bool) -> None:
     """Convert SRC (an image folder, a .csv/.jsonl manifest, a .tar/.zip archive or a
     packed dataset) into DST.
 
@@ -92,6 +96,7 @@ def convert_command(src: Path, dst: str, fmt: str, shard_size: str, shard_sample
     pack convert photos/ out.wds --to wds --resume
     pack convert out.wds out.lmdb --to lmdb
     pack convert captions.csv out.wds --to wds --field score:float --fields caption,score
+    pack convert train2017/ out.wds --to wds --annotations instances_train2017.json
     pack convert photos/ s3://bucket/photos.wds --to wds --storage-option endpoint_url=URL
     pack convert /shared/photos /shared/out.wds --to wds --executor ray --ray-address auto
     """
@@ -101,7 +106,8 @@ def convert_command(src: Path, dst: str, fmt: str, shard_size: str, shard_sample
         run = ConvertOptions(ShardOptions(parse_bytes(shard_size), shard_samples), workers,
                              on_error, resume, overwrite,  # type: ignore[arg-type]
                              executor=executor, ray_address=ray_address,  # type: ignore[arg-type]
-                             fields=parse_fields(field_types, keep_fields, no_fields))
+                             fields=parse_fields(field_types, keep_fields, no_fields,
+                                                 annotations))
         bar = tqdm(unit="img", disable=quiet or not sys.stderr.isatty(), desc=f"pack {fmt}")
         def on_total(total: int) -> None:
             bar.total = total

@@ -41,12 +41,15 @@ def info_command(dst: str, as_json: bool, storage_options: tuple[str, ...]) -> N
 
 def render(facts: dict[str, Any]) -> str:
     lines = [f"{key}: {value}" for key, value in facts.items()
-             if key not in ("classes", "shards", "fields")]
+             if key not in ("classes", "shards", "fields", "categories")]
     if "fields" in facts:
         lines.append("fields:")
         lines += [f"  {name}: {field['type']}, {field['num_present']} of "
                   f"{facts['num_samples']} samples have a value"
                   for name, field in facts["fields"].items()]
+    if "categories" in facts:
+        lines.append("categories:")
+        lines += [f"  {cid}: {name}" for cid, name in facts["categories"].items()]
     lines.append("classes:")
     lines += [f"  {name}: {count}" for name, count in facts["classes"].items()]
     lines.append("shards:")

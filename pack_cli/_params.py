@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -26,13 +27,16 @@ def parse_bytes(text: str) -> int:
     return int((Decimal(match.group(1)) * UNITS[unit]).to_integral_value(ROUND_HALF_UP))
 
 
-def parse_fields(types: tuple[str, ...], keep: str | None, none: bool) -> FieldChoice:
-    """--field NAME:TYPE (repeatable), --fields a,b and --no-fields as a FieldChoice."""
+def parse_fields(types: tuple[str, ...], keep: str | None, none: bool,
+                 annotations: Path | None = None) -> FieldChoice:
+    """--field NAME:TYPE (repeatable), --fields a,b, --no-fields and --annotations as a
+    FieldChoice."""
     try:
         names = tuple(n.strip() for n in keep.split(",") if n.strip()) if keep is not None \
             else None
         return FieldChoice(keep=names, enabled=not none,
-                           types=tuple(parse_spec(text) for text in types))
+                           types=tuple(parse_spec(text) for text in types),
+                           annotations=None if annotations is None else str(annotations))
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
 

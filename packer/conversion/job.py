@@ -196,6 +196,8 @@ def plan_job(src: str | Path, fmt: str, asked: EncodeOptions, run: ConvertOption
                                 "shards": dataclasses.asdict(run.shards)}
     if source.fields:  # absent without fields: the fingerprint of such a job is as before
         settings["fields"] = [spec.to_json() for spec in source.fields]
+    if source.extra:  # a COCO file's sha256: resume refuses an edited annotations file
+        settings["source_extra"] = source.extra
     return source, options, identify(source, settings)
 
 
@@ -374,7 +376,8 @@ def finalize(folder: Path, fmt: str, source: Source, options: EncodeOptions, job
     lines = "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in rejects)
     write_atomic(folder / REJECTS_NAME, lines.encode("utf-8"))
     extra: dict[str, Any] = {JOB_KEY: job_id.to_json(),
-                             **getattr(job.writer, "index_extra", {})}  # wds: the wids index
+                             **getattr(job.writer, "index_extra", {}),  # wds: the wids index
+                             **source.extra}  # COCO: the categories
     if source.origin is not None:
         extra["source"] = source.origin.lineage(options)
     index = Index(format=fmt, num_samples=len(table), class_names=source.class_names,

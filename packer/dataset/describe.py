@@ -35,6 +35,7 @@ def describe(folder: Path) -> dict[str, Any]:
         "num_ignored": index.num_ignored,
         **wds,
         **fields,
+        **({"categories": index.extra["categories"]} if "categories" in index.extra else {}),
         "classes": {name: int(counts[i]) for i, name in enumerate(index.class_names)},
         "shards": [asdict(shard) for shard in index.shards],
     }

@@ -44,6 +44,9 @@ class FieldChoice:
     keep: tuple[str, ...] | None = None  # only these, in this order (None: every field)
     enabled: bool = True  # False: no fields at all
     types: tuple[FieldSpec, ...] = ()  # the types of CSV columns that are not str
+    # A COCO-style annotations file whose boxes, categories, ... become the fields of
+    # an image folder's images (packer.source.coco; the CLI's --annotations)
+    annotations: str | None = None
 
     def __post_init__(self) -> None:
         if not self.enabled and self.keep:

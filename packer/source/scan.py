@@ -13,11 +13,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from packer.core.fields import FieldSpec, FieldValueError
 from packer.core.record import Reject
 from packer.errors import SourceError
 from packer.source.archive import archive_kind, scan_archive
+from packer.source.coco import read_coco
 from packer.source.fields import (
     SIDECARS,
     FieldChoice,
@@ -55,6 +57,7 @@ class Source:
     inherited: list[Reject] = field(default_factory=list)
     archive: ArchiveSource | None = None  # SRC is an archive: reads its members by offset
     fields: tuple[FieldSpec, ...] = ()  # per-sample fields (packer.source.fields)
+    extra: dict[str, Any] = field(default_factory=dict)  # for index.json's extra (COCO)
 
 
 def scan(src: str | Path, fields: FieldChoice | None = None) -> Source:
@@ -64,6 +67,8 @@ def scan(src: str | Path, fields: FieldChoice | None = None) -> Source:
     path = Path(src)
     choice = fields or FieldChoice()
     try:
+        if choice.annotations is not None:
+            return scan_coco(path, choice)
         if path.is_file() and archive_kind(path) is not None:
             choice.chosen((), str(path))  # --fields names nothing an archive has
             items, class_names, rejects, ignored, archive = scan_archive(path)
@@ -80,6 +85,16 @@ def scan(src: str | Path, fields: FieldChoice | None = None) -> Source:
         raise SourceError(f"{path}: not a folder, .csv or .jsonl manifest, .tar or .zip "
                           "archive; pass one of those")
     raise SourceError(f"{path}: no such file or folder; check the source path")
+
+
+def scan_coco(root: Path, choice: FieldChoice) -> Source:
+    """An image folder whose images a COCO annotations file lists (packer.source.coco)."""
+    if not root.is_dir():
+        raise SourceError(f"{root}: --annotations needs SRC to be the folder of the images "
+                          "its `file_name`s are relative to")
+    found = read_coco(root, Path(str(choice.annotations)), choice)
+    return Source(root, found.items, found.class_names, found.rejects, 0,
+                  fields=found.fields, extra=found.extra)
 
 
 def scan_packed(folder: Path, choice: FieldChoice | None = None) -> Source:

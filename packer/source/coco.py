@@ -1,0 +1,194 @@
+"""Scan an image folder described by a COCO-style annotations file (instances_*.json).
+
+    image           one sample per entry of `images`, its file `file_name` relative to
+                    the image folder, its key that path without the extension
+    fields          per image, from the annotations naming its id, in annotation order:
+                    boxes (json, [[x, y, w, h], ...] floats), category_ids,
+                    annotation_ids, iscrowd (json lists of ints) and, when any
+                    annotation has one, segmentation (json: its polygons or RLE);
+                    an image without annotations has empty lists
+    categories      {id: name} in index.json's `extra["categories"]` (pack info shows it)
+    label           0 for every image: one class named after the image folder
+
+The JSON is parsed once; the annotations are then grouped by image with numpy (their
+ids, image ids, categories, iscrowd and boxes as arrays), each image's fields encoded
+into its fields record, and the parsed objects dropped, so what the scan keeps is one
+byte record per image. An annotation naming an image id that `images` lacks, and an
+image entry whose file does not exist, are rejects naming the id.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from packer.core.fields import FieldSpec, encode_value, pack_record
+from packer.core.record import Reject
+from packer.errors import SourceError
+from packer.source.fields import FieldChoice
+from packer.source.items import ItemsBuilder, SourceItems
+from packer.source.manifest import key_of
+from packer.storage.hashing import sha256_file
+
+BASE_FIELDS = (FieldSpec("boxes", "json"), FieldSpec("category_ids", "json"),
+               FieldSpec("annotation_ids", "json"), FieldSpec("iscrowd", "json"))
+SEGMENTATION = FieldSpec("segmentation", "json")
+CATEGORIES_KEY = "categories"  # in index.json's `extra`
+ANNOTATIONS_KEY = "annotations"  # in index.json's `extra`: the file's name and sha256
+
+
+class CocoScan:
+    """What a COCO scan found (packer.source.scan turns it into a Source)."""
+
+    def __init__(self, items: SourceItems, class_names: tuple[str, ...],
+                 rejects: list[Reject], fields: tuple[FieldSpec, ...],
+                 extra: dict[str, Any]) -> None:
+        self.items = items
+        self.class_names = class_names
+        self.rejects = rejects
+        self.fields = fields
+        self.extra = extra
+
+
+def read_coco(root: Path, annotations: Path, choice: FieldChoice) -> CocoScan:
+    """The images of `root` that `annotations` lists, with their annotations as fields."""
+    data = _load(annotations)
+    images = _section(data, "images", annotations)
+    anns = _section(data, "annotations", annotations, required=False)
+    categories = _categories(_section(data, "categories", annotations, required=False),
+                             annotations)
+    del data
+    has_segmentation = any(isinstance(a, dict) and "segmentation" in a for a in anns)
+    found = list(BASE_FIELDS) + ([SEGMENTATION] if has_segmentation else [])
+    specs = choice.chosen(found, str(annotations))
+    image_ids = [_image_id(entry, n, annotations) for n, entry in enumerate(images)]
+    rejects: list[Reject] = []
+    groups = _group(anns, image_ids, annotations, rejects)
+    segmentations = [a.get("segmentation") for a in anns] if has_segmentation else []
+    del anns
+    builder = ItemsBuilder(os.path.join(str(root), ""))
+    for n, entry in enumerate(images):
+        _add_image(builder, root, entry, image_ids[n], groups.get(image_ids[n]), segmentations,
+                   specs, annotations, rejects)
+    extra = {CATEGORIES_KEY: categories,
+             ANNOTATIONS_KEY: {"file": annotations.name, "sha256": sha256_file(annotations)}}
+    return CocoScan(builder.build(rejects), (root.resolve().name or "images",), rejects,
+                    specs, extra)
+
+
+def _load(annotations: Path) -> Any:
+    try:
+        with open(annotations, "rb") as handle:
+            return json.load(handle)
+    except json.JSONDecodeError as exc:
+        raise SourceError(f"{annotations}: not valid JSON ({exc.msg} at line {exc.lineno}, "
+                          f"column {exc.colno}); fix the file or pass the right "
+                          "--annotations") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SourceError(f"{annotations}: cannot read the annotations file ({exc}); "
+                          "check the --annotations path") from exc
+
+
+def _section(data: Any, name: str, annotations: Path, required: bool = True) -> list[Any]:
+    if not isinstance(data, dict):
+        raise SourceError(f"{annotations}: a COCO annotations file is a JSON object with "
+                          "`images` (and `annotations`, `categories`); fix the file")
+    value = data.get(name, None if required else [])
+    if not isinstance(value, list):
+        raise SourceError(f"{annotations}: `{name}` must be a list; fix the file")
+    return value
+
+
+def _categories(entries: list[Any], annotations: Path) -> dict[str, str]:
+    """{str(id): name}: JSON object keys are strings."""
+    out: dict[str, str] = {}
+    for entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("id"), int):
+            raise SourceError(f"{annotations}: category {str(entry)[:60]} needs an integer "
+                              "`id` and a `name`; fix the file")
+        out[str(entry["id"])] = str(entry.get("name", entry["id"]))
+    return out
+
+
+def _image_id(entry: Any, n: int, annotations: Path) -> int:
+    if not isinstance(entry, dict) or not isinstance(entry.get("id"), int) \
+            or not isinstance(entry.get("file_name"), str):
+        raise SourceError(f"{annotations}: images[{n}] needs an integer `id` and a "
+                          "`file_name`; fix the file")
+    return int(entry["id"])
+
+
+class _Group:
+    """The annotations of one image: rows of the arrays below, in annotation order."""
+
+    __slots__ = ("boxes", "categories", "crowd", "ids", "rows")
+
+    def __init__(self, rows: npt.NDArray[np.intp], ids: npt.NDArray[np.int64],
+                 categories: npt.NDArray[np.int64], crowd: npt.NDArray[np.int64],
+                 boxes: npt.NDArray[np.float64]) -> None:
+        self.rows, self.ids, self.categories, self.crowd, self.boxes = \
+            rows, ids, categories, crowd, boxes
+
+
+def _group(anns: list[Any], image_ids: Sequence[int], annotations: Path,
+           rejects: list[Reject]) -> dict[int, _Group]:
+    """{image id: its annotations}, from arrays; an unknown image id is a reject."""
+    count = len(anns)
+    ids = np.zeros(count, np.int64)
+    owners = np.zeros(count, np.int64)
+    categories = np.zeros(count, np.int64)
+    crowd = np.zeros(count, np.int64)
+    boxes = np.zeros((count, 4), np.float64)
+    for n, ann in enumerate(anns):
+        try:
+            ids[n], owners[n] = ann["id"], ann["image_id"]
+            categories[n], crowd[n] = ann.get("category_id", -1), ann.get("iscrowd", 0)
+            boxes[n] = ann.get("bbox", (0.0, 0.0, 0.0, 0.0))
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+            raise SourceError(f"{annotations}: annotations[{n}] needs an integer `id` and "
+                              f"`image_id`, a `bbox` of 4 numbers ({exc}); fix the file") from exc
+    known = np.isin(owners, np.asarray(image_ids, np.int64))
+    for n in np.flatnonzero(~known).tolist():
+        rejects.append(Reject(-1, str(annotations),
+                              f"annotation {int(ids[n])} names image id {int(owners[n])}, "
+                              "which `images` does not list; fix the annotations file"))
+    order = np.flatnonzero(known)
+    order = order[np.argsort(owners[order], kind="stable")]
+    edges = np.flatnonzero(np.diff(owners[order])) + 1
+    groups: dict[int, _Group] = {}
+    for rows in np.split(order, edges) if len(order) else []:
+        groups[int(owners[rows[0]])] = _Group(rows, ids[rows], categories[rows], crowd[rows],
+                                              boxes[rows])
+    return groups
+
+
+def _add_image(builder: ItemsBuilder, root: Path, entry: dict[str, Any], image_id: int,
+               group: _Group | None, segmentations: list[Any],
+               specs: Sequence[FieldSpec], annotations: Path, rejects: list[Reject]) -> None:
+    name = str(entry["file_name"])
+    full = os.path.join(str(root), name)
+    if not os.path.isfile(full):
+        rejects.append(Reject(-1, full, f"image id {image_id} in {annotations}: its file "
+                                        f"{name!r} does not exist in {root}"))
+        return
+    values = _values(group, segmentations)
+    record = pack_record([encode_value("json", values[spec.name]) for spec in specs]) \
+        if specs else b""
+    rel = os.path.relpath(full, root).replace(os.sep, "/")
+    builder.add(key_of(rel), rel, 0, record)
+
+
+def _values(group: _Group | None, segmentations: list[Any]) -> dict[str, Any]:
+    if group is None:
+        return {"boxes": [], "category_ids": [], "annotation_ids": [], "iscrowd": [],
+                "segmentation": []}
+    return {"boxes": group.boxes.tolist(), "category_ids": group.categories.tolist(),
+            "annotation_ids": group.ids.tolist(), "iscrowd": group.crowd.tolist(),
+            "segmentation": [segmentations[row] for row in group.rows.tolist()]
+            if segmentations else []}

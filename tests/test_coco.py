@@ -1,0 +1,150 @@
+"""COCO-style annotations as a source's fields: boxes, category ids, annotation ids,
+iscrowd and segmentation per image, categories in the index, rejects by id."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from packer import ConvertOptions, FieldChoice, convert
+from packer.core.index import read_index
+from packer.errors import BadInputError, SourceError
+from readers import PackedDataset
+from tests.helpers import FORMATS, assert_one_line_error, png_bytes, random_image, run_pack
+
+NAMES = ["a.png", "sub/b.png", "c.png"]  # c.png has no annotations
+ANNOTATIONS = [
+    {"id": 7, "image_id": 1, "category_id": 3, "bbox": [1, 2, 3, 4], "iscrowd": 0,
+     "segmentation": [[1.0, 2.0, 4.0, 2.0, 4.0, 6.0]]},
+    {"id": 8, "image_id": 2, "category_id": 5, "bbox": [0.5, 0.25, 2, 2], "iscrowd": 1,
+     "segmentation": {"counts": [0, 4, 12], "size": [4, 4]}},
+    {"id": 9, "image_id": 1, "category_id": 5, "bbox": [0, 0, 1.5, 1], "iscrowd": 0,
+     "segmentation": [[0.0, 0.0, 1.0, 0.0, 1.0, 1.0]]},
+]
+EXPECTED = {  # key -> (boxes, category_ids, annotation_ids, iscrowd, segmentation)
+    "a": ([[1.0, 2.0, 3.0, 4.0], [0.0, 0.0, 1.5, 1.0]], [3, 5], [7, 9], [0, 0],
+          [[[1.0, 2.0, 4.0, 2.0, 4.0, 6.0]], [[0.0, 0.0, 1.0, 0.0, 1.0, 1.0]]]),
+    "sub/b": ([[0.5, 0.25, 2.0, 2.0]], [5], [8], [1],
+              [{"counts": [0, 4, 12], "size": [4, 4]}]),
+    "c": ([], [], [], [], []),
+}
+FIELDS = ("boxes", "category_ids", "annotation_ids", "iscrowd", "segmentation")
+
+
+def coco_folder(root: Path, annotations: list[dict[str, Any]] | None = None,
+                images: list[dict[str, Any]] | None = None) -> tuple[Path, Path]:
+    """An image folder and its instances.json (beside it, not inside)."""
+    folder = root / "images"
+    for n, name in enumerate(NAMES):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(png_bytes(random_image(8, 6, seed=n)))
+    data = {"images": images if images is not None else
+            [{"id": n + 1, "file_name": name, "width": 8, "height": 6}
+             for n, name in enumerate(NAMES)],
+            "annotations": ANNOTATIONS if annotations is None else annotations,
+            "categories": [{"id": 3, "name": "cat"}, {"id": 5, "name": "dog"}]}
+    path = root / "instances.json"
+    path.write_text(json.dumps(data))
+    return folder, path
+
+
+def read_back(dst: Path) -> dict[str, tuple[Any, ...]]:
+    dataset = PackedDataset(dst, fields=list(FIELDS), with_keys=True)
+    out = {}
+    for i in range(len(dataset)):
+        sample = dataset[i]
+        out[sample["key"]] = tuple(plain(sample[name]) for name in FIELDS)
+    return out
+
+
+def plain(value: Any) -> Any:
+    return value.tolist() if isinstance(value, torch.Tensor) else value
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_round_trip_in_every_format(tmp_path: Path, fmt: str) -> None:
+    folder, annotations = coco_folder(tmp_path)
+    dst = tmp_path / f"out.{fmt}"
+    index = convert(folder, dst, fmt, run=ConvertOptions(
+        fields=FieldChoice(annotations=str(annotations))))
+    assert [spec.name for spec in index.fields] == list(FIELDS)
+    assert index.extra["categories"] == {"3": "cat", "5": "dog"}
+    assert index.num_samples == 3 and index.num_rejected == 0
+    assert read_back(dst) == EXPECTED  # c.png, without annotations, kept with empty lists
+
+
+def test_no_segmentation_field_when_no_annotation_has_one(tmp_path: Path) -> None:
+    plain_anns = [{k: v for k, v in a.items() if k != "segmentation"} for a in ANNOTATIONS]
+    folder, annotations = coco_folder(tmp_path, plain_anns)
+    index = convert(folder, tmp_path / "out.wds", "wds", run=ConvertOptions(
+        fields=FieldChoice(annotations=str(annotations))))
+    assert [spec.name for spec in index.fields] == list(FIELDS[:-1])
+
+
+def test_missing_image_id_and_missing_file_are_rejects(tmp_path: Path) -> None:
+    stray = {"id": 42, "image_id": 99, "category_id": 3, "bbox": [0, 0, 1, 1], "iscrowd": 0}
+    images = [{"id": n + 1, "file_name": name} for n, name in enumerate(NAMES)]
+    images.append({"id": 4, "file_name": "gone.png"})
+    folder, annotations = coco_folder(tmp_path, [*ANNOTATIONS, stray], images)
+    dst = tmp_path / "out.wds"
+    index = convert(folder, dst, "wds", run=ConvertOptions(
+        fields=FieldChoice(annotations=str(annotations))))
+    assert index.num_samples == 3 and index.num_rejected == 2
+    reasons = [json.loads(line)["reason"] for line in
+               (dst / "rejects.jsonl").read_text().splitlines()]
+    assert any("annotation 42" in r and "image id 99" in r for r in reasons), reasons
+    assert any("image id 4" in r and "gone.png" in r for r in reasons), reasons
+    with pytest.raises(BadInputError, match=r"annotation 42|image id 4"):
+        convert(folder, tmp_path / "fail.wds", "wds", run=ConvertOptions(
+            on_error="fail", fields=FieldChoice(annotations=str(annotations))))
+    assert not (tmp_path / "fail.wds" / "index.json").exists()
+
+
+def test_malformed_json_is_a_one_line_error(tmp_path: Path) -> None:
+    folder, annotations = coco_folder(tmp_path)
+    annotations.write_text('{"images": [')
+    with pytest.raises(SourceError, match=r"instances\.json: not valid JSON .*line 1"):
+        convert(folder, tmp_path / "out.wds", "wds", run=ConvertOptions(
+            fields=FieldChoice(annotations=str(annotations))))
+    result = run_pack("convert", folder, tmp_path / "cli.wds", "--to", "wds",
+                      "--annotations", annotations)
+    assert_one_line_error(result, 1, "instances.json", "not valid JSON", "fix the file")
+
+
+def test_cli_convert_info_and_resume_refuses_changed_annotations(tmp_path: Path) -> None:
+    folder, annotations = coco_folder(tmp_path)
+    dst = tmp_path / "out.wds"
+    result = run_pack("convert", folder, dst, "--to", "wds", "--annotations", annotations)
+    assert result.exit_code == 0, result.output
+    assert read_back(dst) == EXPECTED
+    info = run_pack("info", dst)
+    assert "categories:\n  3: cat\n  5: dog" in info.output, info.output
+    again = run_pack("convert", folder, dst, "--to", "wds", "--annotations", annotations,
+                     "--resume")
+    assert again.exit_code == 0, again.output
+    data = json.loads(annotations.read_text())
+    data["categories"][0]["name"] = "kitten"  # fields unchanged: only the file differs
+    annotations.write_text(json.dumps(data))
+    changed = run_pack("convert", folder, dst, "--to", "wds", "--annotations", annotations,
+                       "--resume")
+    assert changed.exit_code != 0, changed.output
+    assert "--overwrite" in changed.stderr
+    assert read_index(dst).extra["categories"]["3"] == "cat"
+
+
+def test_stock_webdataset_reads_the_boxes(tmp_path: Path) -> None:
+    import webdataset as wds
+
+    folder, annotations = coco_folder(tmp_path)
+    dst = tmp_path / "out.wds"
+    index = convert(folder, dst, "wds", run=ConvertOptions(
+        fields=FieldChoice(annotations=str(annotations))))
+    urls = [str(dst / shard.name) for shard in index.shards]
+    samples = {s["__key__"]: s for s in wds.WebDataset(urls, shardshuffle=False).decode()}
+    assert {key: samples[key]["boxes.json"] for key in EXPECTED} == \
+        {key: want[0] for key, want in EXPECTED.items()}
+    assert samples["a"]["category_ids.json"] == [3, 5]
