@@ -14,7 +14,14 @@ from packer import ConvertOptions, FieldChoice, convert
 from packer.core.index import read_index
 from packer.errors import BadInputError, SourceError
 from readers import PackedDataset
-from tests.helpers import FORMATS, assert_one_line_error, png_bytes, random_image, run_pack
+from tests.helpers import (
+    FORMATS,
+    assert_one_line_error,
+    png_bytes,
+    random_image,
+    run_pack,
+    tree_hashes,
+)
 
 NAMES = ["a.png", "sub/b.png", "c.png"]  # c.png has no annotations
 ANNOTATIONS = [
@@ -89,15 +96,17 @@ def test_missing_image_id_and_missing_file_are_rejects(tmp_path: Path) -> None:
     stray = {"id": 42, "image_id": 99, "category_id": 3, "bbox": [0, 0, 1, 1], "iscrowd": 0}
     images = [{"id": n + 1, "file_name": name} for n, name in enumerate(NAMES)]
     images.append({"id": 4, "file_name": "gone.png"})
+    images.append({"id": 5, "file_name": "../instances.json"})  # no path escapes
     folder, annotations = coco_folder(tmp_path, [*ANNOTATIONS, stray], images)
     dst = tmp_path / "out.wds"
     index = convert(folder, dst, "wds", run=ConvertOptions(
         fields=FieldChoice(annotations=str(annotations))))
-    assert index.num_samples == 3 and index.num_rejected == 2
+    assert index.num_samples == 3 and index.num_rejected == 3
     reasons = [json.loads(line)["reason"] for line in
                (dst / "rejects.jsonl").read_text().splitlines()]
     assert any("annotation 42" in r and "image id 99" in r for r in reasons), reasons
     assert any("image id 4" in r and "gone.png" in r for r in reasons), reasons
+    assert any("image id 5" in r and "outside" in r for r in reasons), reasons
     with pytest.raises(BadInputError, match=r"annotation 42|image id 4"):
         convert(folder, tmp_path / "fail.wds", "wds", run=ConvertOptions(
             on_error="fail", fields=FieldChoice(annotations=str(annotations))))
@@ -148,3 +157,14 @@ def test_stock_webdataset_reads_the_boxes(tmp_path: Path) -> None:
     assert {key: samples[key]["boxes.json"] for key in EXPECTED} == \
         {key: want[0] for key, want in EXPECTED.items()}
     assert samples["a"]["category_ids.json"] == [3, 5]
+
+
+def test_output_is_the_same_for_any_worker_count(tmp_path: Path) -> None:
+    folder, annotations = coco_folder(tmp_path)
+    hashes = []
+    for workers in (0, 2):
+        dst = tmp_path / f"w{workers}.wds"
+        convert(folder, dst, "wds", run=ConvertOptions(
+            workers=workers, name="out", fields=FieldChoice(annotations=str(annotations))))
+        hashes.append(tree_hashes(dst))
+    assert hashes[0] == hashes[1] and hashes[0]

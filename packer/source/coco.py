@@ -173,6 +173,12 @@ def _add_image(builder: ItemsBuilder, root: Path, entry: dict[str, Any], image_i
                specs: Sequence[FieldSpec], annotations: Path, rejects: list[Reject]) -> None:
     name = str(entry["file_name"])
     full = os.path.join(str(root), name)
+    rel = os.path.relpath(full, root).replace(os.sep, "/")
+    if os.path.isabs(name) or rel == ".." or rel.startswith("../"):
+        rejects.append(Reject(-1, full, f"image id {image_id} in {annotations}: its file "
+                                        f"{name!r} is outside {root}; file_name is relative "
+                                        "to the image folder"))
+        return
     if not os.path.isfile(full):
         rejects.append(Reject(-1, full, f"image id {image_id} in {annotations}: its file "
                                         f"{name!r} does not exist in {root}"))
@@ -180,7 +186,6 @@ def _add_image(builder: ItemsBuilder, root: Path, entry: dict[str, Any], image_i
     values = _values(group, segmentations)
     record = pack_record([encode_value("json", values[spec.name]) for spec in specs]) \
         if specs else b""
-    rel = os.path.relpath(full, root).replace(os.sep, "/")
     builder.add(key_of(rel), rel, 0, record)
 
 
