@@ -63,10 +63,13 @@ def render(facts: dict[str, Any]) -> str:
 @click.option("--source", type=click.Path(path_type=Path), default=None,
               help="Also check every accepted source image (archive member, or sample "
                    "of a packed dataset) is present with its label.")
+@click.option("--annotations", type=click.Path(path_type=Path), default=None,
+              help="With --source: the COCO JSON DST was converted with; its boxes, "
+                   "categories, ... are compared too.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
               help="URL DST: an fsspec/s3fs option, repeatable (see `pack convert --help`).")
-def verify_command(dst: str, source: Path | None, as_json: bool,
+def verify_command(dst: str, source: Path | None, annotations: Path | None, as_json: bool,
                    storage_options: tuple[str, ...]) -> None:
     """Re-read every shard and sample of DST and check them against the index.
 
@@ -76,15 +79,19 @@ def verify_command(dst: str, source: Path | None, as_json: bool,
     \b
     pack verify photos.wds
     pack verify photos.wds --source photos/ --json
+    pack verify coco.wds --source train2017/ --annotations instances_train2017.json
     pack verify s3://bucket/photos.wds --source photos/
     """
     with user_errors():
+        if annotations is not None and (source is None or is_url(dst)):
+            raise click.BadParameter("--annotations needs --source (the image folder) and "
+                                     "a local DST")
         if is_url(dst):
             report = verify_remote(dst, parse_storage_options(storage_options), source)
         elif storage_options:
             raise click.BadParameter("--storage-option applies to a URL (s3://..., file://...)")
         else:
-            report = verify(Path(dst), source)
+            report = verify(Path(dst), source, annotations)
     if as_json:
         click.echo(json.dumps(report.__dict__, indent=1, ensure_ascii=False))
     elif report.ok:

@@ -62,14 +62,17 @@ def holds_complete(dst: str | Path, storage_options: Mapping[str, Any] | None = 
     return (Path(dst) / INDEX_NAME).is_file()
 
 
-def verify(folder: str | Path, source: str | Path | None = None) -> Report:
-    """Re-read every shard and sample; compare with the source when given."""
+def verify(folder: str | Path, source: str | Path | None = None,
+           annotations: str | Path | None = None) -> Report:
+    """Re-read every shard and sample; compare with the source when given (and with the
+    COCO `annotations` file it was converted with)."""
     folder = Path(folder)
     report = Report(str(folder))
     try:
         index, table = check_dataset(folder, report)
         if source is not None:
-            check_against_source(folder, index, table, Path(source))
+            check_against_source(folder, index, table, Path(source),
+                                 None if annotations is None else Path(annotations))
             report.checked.append("source images present with their labels")
     except PackError as exc:
         return report.fail(str(exc))

@@ -168,3 +168,20 @@ def test_output_is_the_same_for_any_worker_count(tmp_path: Path) -> None:
             workers=workers, name="out", fields=FieldChoice(annotations=str(annotations))))
         hashes.append(tree_hashes(dst))
     assert hashes[0] == hashes[1] and hashes[0]
+
+
+def test_verify_compares_the_annotations(tmp_path: Path) -> None:
+    folder, annotations = coco_folder(tmp_path)
+    dst = tmp_path / "out.lmdb"
+    assert run_pack("convert", folder, dst, "--to", "lmdb", "--annotations",
+                    annotations).exit_code == 0
+    ok = run_pack("verify", dst, "--source", folder, "--annotations", annotations)
+    assert ok.exit_code == 0, ok.output
+    data = json.loads(annotations.read_text())
+    data["annotations"][0]["bbox"] = [1, 2, 3, 5]  # image a.png's first box
+    annotations.write_text(json.dumps(data))
+    changed = run_pack("verify", dst, "--source", folder, "--annotations", annotations)
+    assert changed.exit_code == 1
+    assert "a.png: fields (boxes," in changed.stderr, changed.stderr
+    alone = run_pack("verify", dst, "--annotations", annotations)
+    assert alone.exit_code == 2 and "--annotations needs --source" in alone.output

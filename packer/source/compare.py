@@ -24,11 +24,16 @@ from packer.storage.hashing import digest_of
 __all__ = ["check_against_source"]
 
 
-def check_against_source(folder: Path, index: Index, table: SampleTable, src: Path) -> None:
+def check_against_source(folder: Path, index: Index, table: SampleTable, src: Path,
+                         annotations: Path | None = None) -> None:
     """Every source item not rejected is a sample with its key, label (and bytes, when
-    the dataset must hold the same bytes as the source: see `_source_digest`)."""
+    the dataset must hold the same bytes as the source: see `_source_digest`).
+
+    `annotations`: the COCO file SRC was converted with; its fields are compared too."""
     names = tuple(spec.name for spec in index.fields)  # the source's fields, as packed
-    source = scan(src, FieldChoice(keep=names, enabled=bool(names), types=index.fields))
+    source = scan(src, FieldChoice(keep=names, enabled=bool(names), types=index.fields,
+                                   annotations=None if annotations is None
+                                   else str(annotations)))
     if source.class_names != index.class_names:
         raise PackError(f"{folder}: class names differ from the source {src} "
                         f"({len(index.class_names)} vs {len(source.class_names)} classes); "
