@@ -12,8 +12,9 @@ Why OVERSAMPLE is 2 and not 1: a DCT-scaled image exactly at the output size los
 detail that a bilinear resize keeps (issue 12; devtools/bench/quality.py measures the
 bound on photos: within 1.03x Pillow bilinear's distance to Lanczos at 64-224).
 
-Other codecs, and JPEGs that simplejpeg declines (EXIF rotation, CMYK), decode in full
-through Pillow and take the box from the upright image; npy crops its stored pixels.
+Other codecs, and JPEGs the fast path declines (packer.imaging.jpeg.fast_size: EXIF or
+XMP rotation, CMYK), decode in full through Pillow and take the box from the upright
+image; npy crops its stored pixels.
 """
 
 from __future__ import annotations
@@ -21,15 +22,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from packer.imaging.jpeg import decode_scaled, fast_size
 from readers.augment import Augment, Box, CenterCrop
 from readers.decode import (
-    JPEG_SOI,
     Buffer,
     _decode_pillow,
     _pixels,
     dct_factor,
-    decode_scaled,
-    fast_jpeg_size,
     resize_box_pillow,
     resize_hwc,
 )
@@ -40,17 +39,16 @@ def decode_augmented(data: Buffer, augment: Augment, where: tuple[int, int, int]
     """Sample bytes -> uint8 (3, H, W), planar; `where` is (seed, epoch, index)."""
     if pixels_shape is not None:
         return _finish(_pixels(data, pixels_shape), augment, where, 1)
-    if bytes(data[:2]) == JPEG_SOI:
-        out = _from_jpeg(data, augment, where)
-        if out is not None:
-            return out
+    out = _from_jpeg(data, augment, where)
+    if out is not None:
+        return out
     return _finish(_decode_pillow(data, None), augment, where, 1)
 
 
 def _from_jpeg(data: Buffer, augment: Augment,
                where: tuple[int, int, int]) -> torch.Tensor | None:
     """The fast path; None where Pillow must decode (the same cases as readers.decode)."""
-    size = fast_jpeg_size(data)
+    size = fast_size(data)
     if size is None:
         return None
     height, width = size

@@ -7,9 +7,10 @@ fully decoded; the rest of the resize is torch's antialiased bilinear uint8 kern
 channels-last memory, about twice as fast as the same kernel on planar memory and close
 to Pillow's BILINEAR result (same filter; tests bound the difference).
 
-Slower paths, chosen per image: Pillow for every other codec, for JPEGs that carry
-an EXIF orientation (simplejpeg ignores it) or CMYK/YCCK colour, and for JPEGs that
-simplejpeg rejects. Any mode (L, LA, P, RGBA, CMYK, I;16) ends up RGB.
+Slower paths, chosen per image by the same rule as at pack time
+(packer.imaging.jpeg.fast_size): Pillow for every other codec, for JPEGs that carry an
+EXIF or XMP orientation (simplejpeg ignores it), CMYK/YCCK or RGB colour, and for JPEGs
+that simplejpeg rejects. Any mode (L, LA, P, RGBA, CMYK, I;16) ends up RGB.
 
 Layout: "rgb8" returns a (3, H, W) tensor. After a resize its memory is planar
 (torch's uint8 kernel writes it so, at no extra cost); without one it is a view of
@@ -26,23 +27,17 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-import simplejpeg
 import torch
 import torch.nn.functional as F
 from PIL import Image
 
 from packer.errors import PackError
+from packer.imaging.jpeg import DCT_FACTORS, decode_scaled, fast_size
 from packer.imaging.pillow import load_rgb
-from readers.exif import exif_orientation
 
 Mode = Literal["rgb8", "pil", "raw"]
 Buffer = bytes | bytearray | memoryview
 MODES: tuple[Mode, ...] = ("rgb8", "pil", "raw")
-JPEG_SOI = b"\xff\xd8"
-PILLOW_COLORSPACES = frozenset({"CMYK", "YCCK"})
-# Only power-of-two DCT scales are fast in libjpeg-turbo (5/8 or 7/8 decode slower
-# than the full image), coarsest first.
-DCT_FACTORS = (8, 4, 2)
 # The DCT-scaled image stays at least this many times the target: scaling right down to
 # it loses the detail a bilinear resize keeps. Issue 12's bound (mean distance to a
 # Lanczos reference at most 1.25x Pillow bilinear's) measured by devtools/bench/quality.py
@@ -113,7 +108,7 @@ def _decode_hwc(data: Buffer, size: tuple[int, int] | None
                 ) -> tuple[torch.Tensor, tuple[float, float]]:
     """Decode to (H, W, 3) uint8, libjpeg-turbo when it can, else Pillow; with the
     image's extent in those pixels (fractional where a DCT scale does not divide it)."""
-    full = fast_jpeg_size(data) if bytes(data[:2]) == JPEG_SOI else None
+    full = fast_size(data)  # packer.imaging.jpeg: the one fast path decision
     if full is not None:
         factor = dct_factor(full, size) if size else 1
         pixels = decode_scaled(data, full, factor)
@@ -147,19 +142,6 @@ def resize_box_pillow(hwc: torch.Tensor, edges: tuple[float, float, float, float
     return torch.from_numpy(np.array(out))
 
 
-def fast_jpeg_size(data: Buffer) -> tuple[int, int] | None:
-    """(height, width) from a JPEG's header when libjpeg-turbo may decode it; None where
-    Pillow must (unreadable header, CMYK/YCCK, over the bomb limit, EXIF-rotated)."""
-    try:
-        height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
-    except ValueError:
-        return None
-    if (colorspace in PILLOW_COLORSPACES or height * width > _max_pixels()
-            or exif_orientation(data) != 1):
-        return None
-    return height, width
-
-
 def dct_factor(extent: tuple[float, float], target: tuple[int, int]) -> int:
     """The coarsest power-of-two DCT scale that keeps `extent` (H, W: the image, or the
     part of it that will be resized) at least OVERSAMPLE x the target.
@@ -173,24 +155,6 @@ def dct_factor(extent: tuple[float, float], target: tuple[int, int]) -> int:
                 and extent[1] >= OVERSAMPLE * target[1] * factor):
             return factor
     return 1
-
-
-def decode_scaled(data: Buffer, full: tuple[int, int], factor: int) -> np.ndarray | None:
-    """simplejpeg at exactly 1/factor (each side rounded up); None if it declines."""
-    try:
-        pixels: np.ndarray = simplejpeg.decode_jpeg(
-            data, colorspace="RGB", min_height=-(-full[0] // factor),
-            min_width=-(-full[1] // factor), min_factor=float(factor),
-        )
-    except ValueError:
-        return None
-    return pixels
-
-
-def _max_pixels() -> int:
-    """Pillow's decompression-bomb limit, read each time since users may change it."""
-    limit = Image.MAX_IMAGE_PIXELS
-    return int(limit) if limit else 1 << 62
 
 
 def _decode_pillow(data: Buffer, size: tuple[int, int] | None) -> torch.Tensor:

@@ -10,9 +10,9 @@ import pytest
 import torch
 from PIL import Image, ImageDraw, ImageFilter
 
+from packer.imaging.exif import exif_orientation
 from packer.testing import synthetic_image
 from readers.decode import DecodeError, decode
-from readers.exif import exif_orientation
 
 MAX_MEAN_ERROR = 3.0
 

@@ -1,32 +1,47 @@
-"""JPEG fast paths through libjpeg-turbo (simplejpeg); Pillow stays the judge of odd files.
+"""The one libjpeg-turbo (simplejpeg) fast path, for pack time and train time alike;
+Pillow stays the judge of odd files.
 
 Why: nearly every input is a JPEG, and simplejpeg decodes one ~25% faster than Pillow
-(no Python marker parsing, no chunked feeding), releases the GIL while it does, and
-hands back a buffer that Pillow wraps without a copy. Whenever it declines (not a
-JPEG, CMYK, any libjpeg warning, an EXIF/XMP segment that may rotate the image, too
-many pixels), the caller falls back to Pillow, which gives the verdict and the worded
-reason; so on unusual files the behaviour is exactly Pillow's.
+(no Python marker parsing, no chunked feeding), scales in the DCT domain, releases the GIL
+while it does, and hands back a buffer that Pillow or torch wrap without a copy. Whenever
+it declines (not a JPEG, CMYK/YCCK or RGB colour, an EXIF or XMP orientation other than
+upright, too many pixels, any libjpeg warning), the caller falls back to
+Pillow, which gives the verdict and the worded reason; so on unusual files the behaviour
+is exactly Pillow's. `fast_size` is the one decision; how far to scale is the caller's
+(pack: `load_rgb_fast`; readers.decode: powers of two kept OVERSAMPLE x the target).
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 import simplejpeg
 from PIL import Image
 
+from packer.imaging.exif import UNKNOWN, exif_orientation
 from packer.imaging.pillow import Fit, open_image, target_scale
 
+Buffer = bytes | bytearray | memoryview
 SOI = b"\xff\xd8"
 FAST_COLORSPACES = frozenset({"YCbCr", "Gray"})
 ORIENTATION = 0x0112
-MIN_DCT_FACTOR = 2.0  # no DCT scaling between 1/2 and 1: those decode slower than none
+# Only power-of-two DCT scales are fast in libjpeg-turbo (5/8 or 7/8 decode slower than
+# the full image), coarsest first; none between 1/2 and 1.
+DCT_FACTORS = (8, 4, 2)
+MIN_DCT_FACTOR = 2.0
 
 
-def _header(data: bytes) -> tuple[int, int, str] | None:
-    """(width, height, colorspace) of a JPEG small enough to decode, else None."""
-    if not data.startswith(SOI):
+class Header(NamedTuple):
+    height: int
+    width: int
+    colorspace: str
+
+
+def header(data: Buffer) -> Header | None:
+    """A JPEG's size and colour from its header, if small enough to decode, else None."""
+    if bytes(data[:2]) != SOI:
         return None
     try:
         height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
@@ -35,7 +50,26 @@ def _header(data: bytes) -> tuple[int, int, str] | None:
     limit = Image.MAX_IMAGE_PIXELS
     if limit is not None and width * height > limit:
         return None  # Pillow raises the decompression-bomb error
-    return int(width), int(height), str(colorspace)
+    return Header(int(height), int(width), str(colorspace))
+
+
+def upright(data: Buffer) -> bool:
+    """Whether the image needs no rotation: the header walk, or Pillow where it cannot tell."""
+    orientation = exif_orientation(data)
+    if orientation != UNKNOWN:
+        return orientation == 1
+    try:
+        return int(open_image(bytes(data)).getexif().get(ORIENTATION, 1)) == 1
+    except Exception:
+        return False
+
+
+def fast_size(data: Buffer) -> tuple[int, int] | None:
+    """(height, width) of a JPEG that libjpeg-turbo may decode as it is; None: Pillow must."""
+    found = header(data)
+    if found is None or found.colorspace not in FAST_COLORSPACES or not upright(data):
+        return None
+    return found.height, found.width
 
 
 def decodes(data: bytes) -> bool:
@@ -45,47 +79,29 @@ def decodes(data: bytes) -> bool:
     is what finds truncation and corruption), only the inverse DCT shrinks. False
     means "ask Pillow", not "broken": Pillow tolerates some benign warnings.
     """
-    if _header(data) is None:
+    if header(data) is None:
         return False
+    return decode_rgb(data, (1, 1), 1.0, colorspace="GRAY") is not None
+
+
+def decode_rgb(data: Buffer, least: tuple[int, int], min_factor: float,
+               colorspace: str = "RGB") -> np.ndarray | None:
+    """(H, W, 3) uint8 pixels scaled down by at least `min_factor` in the DCT domain while
+    staying at least `least` (H, W); None if simplejpeg declines, which it does at any
+    libjpeg warning too (strict): Pillow, which tolerates some, is the judge of those."""
     try:
-        simplejpeg.decode_jpeg(data, colorspace="GRAY", min_height=1, min_width=1,
-                               strict=True)
+        pixels: np.ndarray = simplejpeg.decode_jpeg(
+            data, colorspace=colorspace, min_height=least[0], min_width=least[1],
+            strict=True, min_factor=min_factor)
     except Exception:
-        return False
-    return True
+        return None
+    return pixels
 
 
-def _may_rotate(data: bytes) -> bool:
-    """Whether an APP1 segment (EXIF or XMP, where orientation lives) precedes the scan.
-
-    Walks the marker segments from the start of the file; anything unexpected counts
-    as "may rotate", which only sends the file down the slower Pillow path.
-    """
-    pos, end = 2, len(data)
-    while pos + 4 <= end:
-        if data[pos] != 0xFF:
-            return True
-        marker = data[pos + 1]
-        if marker == 0xFF:
-            pos += 1
-        elif marker in (0xDA, 0xD9):  # start of scan, end of image
-            return False
-        elif marker == 0xE1:
-            return True
-        elif 0xD0 <= marker <= 0xD7 or marker == 0x01:
-            pos += 2
-        else:
-            pos += 2 + int.from_bytes(data[pos + 2 : pos + 4], "big")
-    return True
-
-
-def _upright(data: bytes) -> bool:
-    if not _may_rotate(data):
-        return True
-    try:
-        return int(open_image(data).getexif().get(ORIENTATION, 1)) == 1
-    except Exception:
-        return False
+def decode_scaled(data: Buffer, full: tuple[int, int], factor: int) -> np.ndarray | None:
+    """Exactly 1/factor of the (H, W) `full` image (each side rounded up); None if declined."""
+    least = (-(-full[0] // factor), -(-full[1] // factor))
+    return decode_rgb(data, least, float(factor))
 
 
 def decoded_size(width: int, height: int, scale: float) -> tuple[int, int]:
@@ -102,16 +118,11 @@ def load_rgb_fast(data: bytes, size: tuple[int, int],
     and 7/8 slower than the whole image (420-620 vs 356 µs a benchmark photo, 1/2 and
     3/8 ~260).
     """
-    header = _header(data)
-    if header is None or header[2] not in FAST_COLORSPACES or not _upright(data):
+    full = fast_size(data)
+    if full is None:
         return None
-    width, height, _ = header
+    height, width = full
     need_w, need_h = decoded_size(width, height,
                                   target_scale((width, height), size, fit, None, False))
-    try:
-        pixels: np.ndarray = simplejpeg.decode_jpeg(data, colorspace="RGB", min_height=need_h,
-                                                    min_width=need_w, strict=True,
-                                                    min_factor=MIN_DCT_FACTOR)
-    except Exception:
-        return None
-    return pixels, (width, height)
+    pixels = decode_rgb(data, (need_h, need_w), MIN_DCT_FACTOR)
+    return None if pixels is None else (pixels, (width, height))

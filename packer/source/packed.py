@@ -7,9 +7,11 @@ becomes a reject with the reason. An item's path (the dataset folder joined with
 key) only names the sample in rejects.jsonl.
 
 Readers open lazily where they read and never travel through pickle (a pickled source
-is its folder and the hash of its index.json): one reader per process for lmdb
-(py-lmdb refuses to open an environment twice in a process), hdf5 and npy (their reads
-are thread-safe), one per thread for wds (its reader keeps an LRU of open shards).
+is its folder and the hash of its index.json). They come from the process's one registry
+(packer.dataset.open), shared with `readers`' datasets on the same folder: one reader per
+process for lmdb (py-lmdb refuses to open an environment twice in a process), hdf5 and npy
+(their reads are thread-safe), one per thread for wds (its reader keeps an LRU of open
+shards).
 
 A converted dataset records in `index.extra["source"]` what it was made from (format,
 hash of its index.json, whether the bytes were copied unchanged and whether they are
@@ -19,11 +21,8 @@ sample digests must match.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import threading
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +41,11 @@ from packer.core.index import (
 )
 from packer.core.layout import STATE_DIR
 from packer.core.record import Reject, SourceItem
+from packer.dataset import open as dataset_open
 from packer.encode import EncodeOptions
 from packer.errors import PackError, RejectReason, SourceError
 from packer.formats.base import RecordReader
 from packer.source.items import SourceItems, Strings
-
-MAX_CACHED = 4  # packed datasets kept open per process (unpickled batches reuse them)
 
 
 def is_packed(path: Path) -> bool:
@@ -56,74 +54,28 @@ def is_packed(path: Path) -> bool:
                                  for name in (INDEX_NAME, SAMPLES_NAME, KEYS_NAME, STATE_DIR))
 
 
-class _Opened:
-    """The index, table and readers of one packed dataset in one process."""
+def _shared(folder: Path, identity: str | None = None) -> dataset_open.Opened:
+    """This process's entry for a packed dataset (packer.dataset.open), shared with every
+    PackedSource and every `readers` dataset on it in the process.
 
-    def __init__(self, folder: Path) -> None:
-        try:
-            self.index, self.table = open_dataset(folder)
-            self.identity = hashlib.sha256((folder / INDEX_NAME).read_bytes()).hexdigest()
-        except PackError as exc:
-            raise SourceError(f"source dataset {exc}") from exc
-        except OSError as exc:
-            raise SourceError(f"{folder / INDEX_NAME}: cannot read the source dataset "
-                              f"({exc.strerror or exc})") from exc
-        self.folder = folder
-        self.lock = threading.Lock()
-        self.local = threading.local()
-        self.shared: RecordReader | None = None
-
-    def reader(self) -> RecordReader:
-        if not formats.load(self.index.format).THREAD_SAFE_READER:
-            reader: RecordReader | None = getattr(self.local, "reader", None)
-            if reader is None:
-                reader = self.local.reader = self._open()
-            return reader
-        with self.lock:
-            if self.shared is None:
-                self.shared = self._open()
-            return self.shared
-
-    def _open(self) -> RecordReader:
-        return formats.load(self.index.format).open_reader(self.folder, self.index, self.table)
-
-    def close(self) -> None:
-        """Close the shared reader and this thread's (other threads' go with their thread)."""
-        with self.lock:
-            readers = [self.shared, getattr(self.local, "reader", None)]
-            self.shared = self.local.reader = None
-        for reader in readers:
-            if reader is not None:
-                reader.close()
-
-
-_PROCESS: OrderedDict[tuple[str, str, int], _Opened] = OrderedDict()
-_PROCESS_LOCK = threading.Lock()
-
-
-def opened_here(folder: Path, identity: str | None = None) -> _Opened:
-    """The handles of a packed dataset in this process, shared by every PackedSource on it.
-
-    Shared because py-lmdb refuses to open an environment twice in a process, and
-    because a worker process unpickles a source with every batch it is sent.
     `identity`: the index.json hash the dataset must still have.
     """
     try:
-        current = hashlib.sha256((folder / INDEX_NAME).read_bytes()).hexdigest()
-    except OSError:
-        return _Opened(folder)  # raises the error that says what is wrong with the folder
-    if identity is not None and current != identity:
+        try:
+            key = dataset_open.identity(folder)
+        except OSError:
+            open_dataset(folder)  # raises the error that says what is wrong with the folder
+            raise
+        opened = dataset_open.opened(key, keep=True)
+    except PackError as exc:
+        raise SourceError(f"source dataset {exc}") from exc
+    except OSError as exc:
+        raise SourceError(f"{folder / INDEX_NAME}: cannot read the source dataset "
+                          f"({exc.strerror or exc})") from exc
+    if identity is not None and opened.sha256 != identity:
         raise SourceError(f"{folder}: the source dataset changed during the conversion; "
                           "convert again")
-    key = (str(folder), current, os.getpid())
-    with _PROCESS_LOCK:
-        opened = _PROCESS.get(key)
-        if opened is None:
-            opened = _PROCESS[key] = _Opened(folder)
-            while len(_PROCESS) > MAX_CACHED:  # forgotten, not closed: a source may still
-                _PROCESS.popitem(last=False)  # use it; handles close when it is collected
-        _PROCESS.move_to_end(key)
-        return opened
+    return opened
 
 
 class PackedSource:
@@ -133,7 +85,7 @@ class PackedSource:
 
     def __init__(self, folder: Path, fields: tuple[FieldSpec, ...] = ()) -> None:
         self.folder = Path(os.path.abspath(folder))
-        self._opened = opened_here(self.folder)
+        self._opened = _shared(self.folder)
         self.fields = fields  # the source's fields this conversion keeps
 
     @property
@@ -147,12 +99,18 @@ class PackedSource:
     @property
     def identity(self) -> str:
         """The sha256 of the dataset's index.json (which pins every shard's sha256)."""
-        return self._opened.identity
+        return self._opened.sha256
 
     @property
     def pixel_size(self) -> tuple[int, int] | None:
         """(height, width) of the raw pixels an npy dataset stores; None: encoded images."""
         return self.index.image_size if formats.load(self.index.format).STORES_PIXELS else None
+
+    def _reader(self) -> RecordReader:
+        """A reader of this thread, reopened after a fork or after `close`."""
+        if not dataset_open.is_current(self._opened):
+            self._opened = _shared(self.folder, self._opened.sha256)
+        return self._opened.reader()
 
     def items(self, prefix: str) -> SourceItems:
         """Sample i as item i: key and label from the table (memory-mapped, not copied)."""
@@ -166,14 +124,14 @@ class PackedSource:
         """Open the shared reader now, so that a dataset that cannot be read stops the run."""
         if formats.load(self.index.format).THREAD_SAFE_READER:
             try:
-                self._opened.reader()
+                self._reader()
             except PackError as exc:
                 raise SourceError(f"source dataset {exc}") from exc
 
     def read(self, item: SourceItem) -> bytes:
         """The stored bytes of sample `item.position`; a damaged sample raises RejectReason."""
         try:
-            return self._opened.reader().read(item.position)
+            return self._reader().read(item.position)
         except PackError as exc:
             raise RejectReason(f"damaged in the source dataset: {exc}") from exc
 
@@ -182,7 +140,7 @@ class PackedSource:
         if not self.fields:
             return b""
         try:
-            values = self._opened.reader().fields(item.position, [s.name for s in self.fields])
+            values = self._reader().fields(item.position, [s.name for s in self.fields])
         except PackError as exc:
             raise RejectReason(f"damaged in the source dataset: {exc}") from exc
         return pack_record([None if values[spec.name] is None
@@ -193,7 +151,8 @@ class PackedSource:
         return self.table.digest(i)
 
     def close(self) -> None:
-        self._opened.close()
+        """Close this process's readers of the dataset, for every holder (they reopen)."""
+        dataset_open.release(self._opened.key)
 
     def copies(self, options: EncodeOptions) -> bool:
         """Whether converting with `options` stores every sample's bytes unchanged."""
@@ -213,7 +172,7 @@ class PackedSource:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.folder = state["folder"]
         self.fields = state["fields"]
-        self._opened = opened_here(self.folder, state["identity"])
+        self._opened = _shared(self.folder, state["identity"])
 
 
 def stores_original(index: Index) -> bool:

@@ -1,0 +1,145 @@
+"""One per-process registry of opened packed datasets, shared by every reader of a folder:
+the datasets of `readers` and a conversion that reads a packed dataset (packer.source.packed).
+
+Why one: py-lmdb refuses to open an environment twice in a process, so a DataLoader
+worker that reads a dataset and also converts from it must use one reader, not two.
+
+An entry is keyed by the folder and the version of its index.json (inode and mtime:
+index.json is rewritten by rename when a dataset is reconverted), so a dataset reconverted
+in place is not served by the reader of the old one. Entries live while someone holds
+them (a weak registry), the last few that a conversion source asked for longer
+(`keep=True`: a worker process unpickles a source with every batch it is sent).
+
+A forked child closes the readers it inherited at once (LMDB forbids using an
+environment after fork, and py-lmdb counts an inherited one as open, refusing to open the
+same files again in the child until it is closed); holders notice (`is_current`) and
+open their own on next use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+
+from packer import formats
+from packer.core.index import INDEX_NAME, Index, open_dataset
+from packer.formats.base import RecordReader
+
+__all__ = ["Identity", "Opened", "Wrap", "identity", "is_current", "opened", "release"]
+
+# A folder and the version of its index.json: (folder, inode, mtime in ns).
+Identity = tuple[Path, int, int]
+# Builds the shared reader from the format's opener (readers.remote: a URL's mirror).
+Wrap = Callable[[Callable[[], RecordReader], Index], RecordReader]
+KEPT = 4  # entries a conversion source keeps open after its last holder is gone
+
+
+def identity(folder: Path) -> Identity:
+    info = (folder / INDEX_NAME).stat()
+    return folder, info.st_ino, info.st_mtime_ns
+
+
+class Opened:
+    """One folder's index, sample table and readers in one process."""
+
+    def __init__(self, key: Identity, wrap: Wrap | None) -> None:
+        self.key = key
+        self.folder = key[0]
+        self.pid = os.getpid()
+        self.index, self.table = open_dataset(self.folder)
+        # what a converted dataset records as its source (packer.source.packed)
+        self.sha256 = hashlib.sha256((self.folder / INDEX_NAME).read_bytes()).hexdigest()
+        self._wrap = wrap
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._shared: RecordReader | None = None
+
+    def shared(self) -> RecordReader:
+        """The one reader every holder in the process shares, opened on first use."""
+        with self._lock:
+            if self._shared is None:
+                wrap = self._wrap
+                self._shared = self._open() if wrap is None else wrap(self._open, self.index)
+            return self._shared
+
+    def reader(self) -> RecordReader:
+        """A reader this thread may use: the shared one where the format allows every
+        thread to share it (formats.base.Format.THREAD_SAFE_READER), else this thread's."""
+        if formats.load(self.index.format).THREAD_SAFE_READER:
+            return self.shared()
+        reader: RecordReader | None = getattr(self._local, "reader", None)
+        if reader is None:
+            reader = self._local.reader = self._open()
+        return reader
+
+    def _open(self) -> RecordReader:
+        return formats.load(self.index.format).open_reader(self.folder, self.index, self.table)
+
+    def close(self) -> None:
+        """Close the shared reader and this thread's (other threads' go with their thread)."""
+        with self._lock:
+            readers = [self._shared, getattr(self._local, "reader", None)]
+            self._shared = self._local.reader = None
+        for reader in readers:
+            if reader is not None:
+                reader.close()
+
+
+_OPENED: weakref.WeakValueDictionary[Identity, Opened] = weakref.WeakValueDictionary()
+_KEPT: OrderedDict[Identity, Opened] = OrderedDict()
+_LOCK = threading.Lock()
+
+
+def opened(key: Identity, wrap: Wrap | None = None, *, keep: bool = False) -> Opened:
+    """This process's entry for the folder, opened on first use.
+
+    `wrap`: how the shared reader is built, where this call opens the entry.
+    `keep`: hold it among the last KEPT asked for, after every holder is gone.
+    """
+    with _LOCK:
+        entry = _OPENED.get(key)
+        if entry is None or entry.pid != os.getpid():
+            entry = _OPENED[key] = Opened(key, wrap)
+        if keep:
+            _KEPT[key] = entry
+            _KEPT.move_to_end(key)
+            while len(_KEPT) > KEPT:  # forgotten, not closed: a holder may still use it
+                _KEPT.popitem(last=False)
+        return entry
+
+
+def is_current(entry: Opened) -> bool:
+    """Whether `entry` is still this process's (not after a fork, nor after `release`)."""
+    return entry is _OPENED.get(entry.key) and entry.pid == os.getpid()
+
+
+def release(key: Identity) -> None:
+    """Close this process's readers of a folder, for every holder (they reopen)."""
+    with _LOCK:
+        entry = _OPENED.pop(key, None)
+        _KEPT.pop(key, None)
+    if entry is not None and entry.pid == os.getpid():
+        entry.close()
+
+
+def _close_inherited() -> None:
+    """In a forked child: close the entries of the parent, right away (module docstring).
+
+    Closing only unmaps and closes the child's copies; the parent's handles are untouched.
+    """
+    global _LOCK
+    _LOCK = threading.Lock()  # another thread of the parent may have held it at the fork
+    inherited = [entry for entry in list(_OPENED.values()) if entry.pid != os.getpid()]
+    for entry in inherited:
+        _OPENED.pop(entry.key, None)
+        _KEPT.pop(entry.key, None)
+        entry._lock = threading.Lock()
+        entry.close()
+
+
+os.register_at_fork(after_in_child=_close_inherited)
