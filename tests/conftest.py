@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from packer.testing import make_sample_folder
 from tests.helpers import (
@@ -23,6 +24,11 @@ from tests.helpers import (
     run_pack,
 )
 from tests.s3_server import endpoint, uploaded  # noqa: F401 - fixtures for the S3 tests
+
+# Property tests check what holds, not how fast: on a loaded 2-core machine hypothesis's
+# default 200 ms deadline per example fails tests that are right.
+settings.register_profile("packer", deadline=None)
+settings.load_profile("packer")
 
 
 @pytest.fixture(params=FORMATS)
