@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from packer import ConvertOptions, convert
 from packer.conversion.parallel import commit_group, plan_groups, write_group
-from packer.core.index import ShardInfo
+from packer.core.index import ShardInfo, open_dataset
 from packer.encode import EncodeOptions
 from packer.errors import DestinationError
 from packer.formats.base import ShardOptions
@@ -51,6 +52,38 @@ def test_tasks_run_in_process_give_a_local_runs_shards(mixed_src: Path, tmp_path
             if name.startswith("local-")} == \
         {name: digest for name, digest in tree_hashes(tmp_path / "local").items()
          if name.startswith("local-")}
+
+
+def test_a_tasks_table_holds_the_local_runs_rows(mixed_src: Path, tmp_path: Path) -> None:
+    """Each task sends its group's SampleTable, built by the same writer loop as a local
+    run: keys, labels, in-shard offsets, sizes and digests are the local table's rows."""
+    convert(mixed_src, tmp_path / "local", "wds",
+            run=ConvertOptions(shards=ShardOptions(max_samples=4), workers=0))
+    _, table = open_dataset(tmp_path / "local")
+    tables = [write_group(task, str(tmp_path / "tasks"), EncodeOptions(), 256_000_000,
+                          os.getcwd(), stop_at_reject=False).table
+              for task in plan_groups(scan(mixed_src).items, 0, 4)]
+    rows = np.concatenate([part.rows for part in tables])
+    keys = [part.key(i) for part in tables for i in range(len(part))]
+    assert keys == table.keys()
+    for column in ("label", "offset", "size", "digest"):
+        assert np.array_equal(rows[column], table.rows[column]), column
+
+
+def test_a_task_stops_at_its_first_reject_when_asked(mixed_src: Path, tmp_path: Path) -> None:
+    """--on-error fail: the task ends its shard after the first reject (the driver then
+    stops on it); without it the group goes on to its last input."""
+    items = scan(mixed_src).items
+    task = next(task for task in plan_groups(items, 0, 8)
+                if any(item.path.endswith("_empty.jpg") for item in task[2]))
+    full = write_group(task, str(tmp_path / "a"), EncodeOptions(), 256_000_000, os.getcwd(),
+                       stop_at_reject=False)
+    stopped = write_group(task, str(tmp_path / "b"), EncodeOptions(), 256_000_000,
+                          os.getcwd(), stop_at_reject=True)
+    first = full.rejects[0]
+    assert stopped.rejects == (first,)
+    before = [item.key for item in task[2] if item.position < first.position]
+    assert stopped.table.keys() == before and len(full.table) > len(before)
 
 
 def test_a_shard_written_on_another_node_is_a_clear_error(mixed_src: Path,

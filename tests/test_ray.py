@@ -26,7 +26,7 @@ from click.testing import CliRunner
 from pack_cli import main
 from packer import ConvertOptions, convert
 from packer.conversion.job import convert_local
-from packer.conversion.parallel import GroupResult
+from packer.conversion.writing import GroupResult
 from packer.encode import EncodeOptions
 from packer.errors import DestinationError, MissingDependencyError, install_line
 from packer.formats.base import ShardOptions

@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 from packer import formats
 from packer.conversion.destination import prepare, refuse_inside_source, write_errors
@@ -22,25 +22,20 @@ from packer.conversion.executors import (
 )
 from packer.conversion.identity import JOB_KEY, JobIdentity, identify
 from packer.conversion.journal import Journal, Progress, ResumeRefused
-from packer.conversion.parallel import (
-    CommittedShards,
-    GroupResult,
-    use_parallel_writers,
-    written_groups,
-)
+from packer.conversion.parallel import CommittedShards, use_parallel_writers, written_groups
+from packer.conversion.writing import OnError, WriterLoop, rejected
 from packer.core.field_table import FieldRowsBuilder, present_counts
 from packer.core.index import (
     REJECTS_NAME,
     Index,
     SampleTable,
     ShardInfo,
-    TableBuilder,
     save_table,
     write_index,
 )
 from packer.core.record import Record, Reject, SourceItem
 from packer.encode import EncodeOptions
-from packer.errors import BadInputError, SourceError, UnstorableRecord
+from packer.errors import SourceError
 from packer.formats._wds_names import continued_stem, name_of, shard_stem
 from packer.formats.base import ShardOptions, Writer, WriterPlan
 from packer.imaging.resize import load_torch
@@ -49,9 +44,7 @@ from packer.source.scan import Source, scan
 from packer.storage.atomic import write_atomic
 from packer.storage.hashing import sha256_file
 
-OnError = Literal["skip", "fail"]
 DEFAULT_NPY_SIZE = (256, 256)
-PROGRESS_EVERY = 64
 
 
 @dataclass(frozen=True)
@@ -149,20 +142,20 @@ def convert_local(src: str | Path, dst: str | Path, fmt: str,
             on_total(len(source.items))
         if progress is not None:
             progress(done.src_stop)
-        job = _Job(writer, journal, done, run.on_error, progress, on_part,
-                   group=run.shards.max_samples if module.GROUPS_INPUTS else None,
-                   path_of=lambda position: source.items[position].path)
+        job = WriterLoop(writer, journal, done, run.on_error, progress, on_part,
+                         group=run.shards.max_samples if module.GROUPS_INPUTS else None,
+                         path_of=lambda position: source.items[position].path)
         try:
             if source.origin is not None:
                 source.origin.open()  # a source that cannot be read stops here, not per sample
             if source.archive is not None:
                 source.archive.open()  # ... or that changed since the scan
-            if parallel:
+            if isinstance(writer, CommittedShards):  # parallel: Ray tasks write the shards
                 assert run.shards.max_samples is not None  # use_parallel_writers checked it
-                job.commit_groups(folder, written_groups(
+                job.commit_groups(written_groups(
                     folder, source.items, done.src_stop, run.shards.max_samples, options,
                     run.shards.max_bytes, run.workers, run.ray_address,
-                    stop_at_reject=run.on_error == "fail"))
+                    stop_at_reject=run.on_error == "fail"), writer.commit)
             else:
                 job.consume(encoded(source.items[done.src_stop :], options, run.workers,
                                     run.executor, run.ray_address))
@@ -176,7 +169,7 @@ def convert_local(src: str | Path, dst: str | Path, fmt: str,
                 source.origin.close()
             if source.archive is not None:
                 source.archive.close()
-        return finalize(folder, fmt, source, options, job, shards, job_id)
+        return finalize(folder, fmt, source, options, job, shards, job_id, journal)
 
 
 def plan_job(src: str | Path, fmt: str, asked: EncodeOptions, run: ConvertOptions
@@ -217,126 +210,6 @@ def encoded(items: Sequence[SourceItem], options: EncodeOptions, workers: int | 
         yield from batch
 
 
-class _Job:
-    """The writer loop: route records and rejects, end parts, journal them.
-
-    Runs once per sample in the main thread, so it stays lean: one table row per
-    sample (the part's; parts join the whole table when they end) and progress
-    reported every PROGRESS_EVERY samples. With `group` (wds --shard-samples), a shard
-    also ends every `group` inputs, so shard boundaries do not depend on who writes the
-    shards (packer.conversion.parallel): input i belongs to group i // `group`.
-    """
-
-    def __init__(self, writer: Writer, journal: Journal, done: Progress, on_error: OnError,
-                 progress: Callable[[int], None] | None,
-                 on_part: Callable[[tuple[ShardInfo, ...]], None] | None = None,
-                 group: int | None = None,
-                 path_of: Callable[[int], str] | None = None) -> None:
-        self.writer = writer
-        self.path_of = path_of  # an input's path, for a sample the format cannot store
-        self.group = group
-        self.part_group = -1  # the group of the current part's samples (-1: none yet)
-        self.on_part = on_part
-        self.journal = journal
-        self.done = done
-        self.on_error = on_error
-        self.progress = progress
-        self.table = TableBuilder()
-        for table in done.tables:
-            self.table.extend(table)
-        self.part = TableBuilder()
-        self.part_rejects: list[Reject] = []
-        self.num_parts = len(done.tables)
-
-    def consume(self, results: Iterator[Record | Reject]) -> None:
-        progress = self.progress
-        unreported = 0
-        for result in results:
-            if isinstance(result, Reject):
-                self.reject(result)
-            else:
-                self.add(result)
-            unreported += 1
-            if unreported == PROGRESS_EVERY and progress is not None:
-                progress(unreported)
-                unreported = 0
-        if unreported and progress is not None:
-            progress(unreported)
-
-    def reject(self, reject: Reject) -> None:
-        if self.on_error == "fail":
-            raise rejected(reject)
-        self.part_rejects.append(reject)
-
-    def add(self, record: Record) -> None:
-        group = -1 if self.group is None else record.position // self.group
-        if group != self.part_group:  # a new group of inputs starts a new shard
-            if self.part_group >= 0:
-                self.end_part(record.position)
-            self.part_group = group
-        elif self.writer.part_full(len(record.data) + len(record.fields)):
-            self.end_part(record.position)
-        try:
-            location = self.writer.add(record)
-        except UnstorableRecord as exc:
-            path = self.path_of(record.position) if self.path_of else record.key
-            self.reject(Reject(record.position, path, str(exc)))
-            return
-        self.part.add(record.key, record.label, location.offset, location.size, record.digest)
-        if record.fields:
-            self.part.add_fields(record.fields, location.fields_offset, location.fields_size)
-
-    def end_part(self, src_stop: int) -> None:
-        self.writer.end_part()
-        if self.on_part is not None:  # e.g. upload the finished shards (packer.conversion.upload)
-            self.on_part(tuple(getattr(self.writer, "shards", ())))
-        part = self.part.build()
-        self.table.extend(part)
-        self.done.rejects += self.part_rejects
-        if self.writer.resumable:
-            self.done.src_stop = src_stop
-            self.done.num_samples = len(self.table)
-            self.done.shards = tuple(getattr(self.writer, "shards", ()))
-            self.journal.record_part(self.num_parts, self.done, part, self.part_rejects)
-            self.num_parts += 1
-        self.part = TableBuilder()
-        self.part_rejects = []
-
-    def commit_groups(self, folder: Path, results: Iterator[GroupResult]) -> None:
-        """Commit the shards Ray tasks wrote (packer.conversion.parallel), group by group."""
-        writer = self.writer
-        assert isinstance(writer, CommittedShards)
-        try:
-            for result in results:
-                for reject in result.rejects:
-                    self.reject(reject)
-                writer.commit(result)
-                for row in result.rows:
-                    self.part.add(row.key, row.label, row.offset, row.size, row.digest)
-                if self.progress is not None:
-                    self.progress(result.src_stop - self.done.src_stop)
-                self.end_part(result.src_stop)
-        finally:
-            close = getattr(results, "close", None)
-            if close is not None:  # on failure, cancel the tasks in flight now, not at GC
-                close()
-
-    def build_table(self) -> SampleTable:
-        """Every sample so far: resumed parts, ended parts and the current one."""
-        if len(self.part) and not len(self.table):  # one part (lmdb, hdf5): no copy
-            self.table, self.part = self.part, TableBuilder()
-        elif len(self.part):
-            self.table.extend(self.part.build())
-            self.part = TableBuilder()
-        return self.table.build()
-
-
-def rejected(reject: Reject) -> BadInputError:
-    """The error `--on-error fail` stops with."""
-    return BadInputError(f"{reject.path}: {reject.reason}; fix or remove the file, "
-                         "or pass --on-error skip to list it in rejects.jsonl")
-
-
 def resume_point(journal: Journal, job: str, resume: bool, files: tuple[str, ...],
                  folder: Path) -> Progress:
     """Start fresh, or load what an interrupted run of the same job made durable."""
@@ -363,11 +236,11 @@ def _shard_intact(folder: Path, shard: dict[str, object]) -> bool:
     return path.is_file() and sha256_file(path) == shard["sha256"]
 
 
-def finalize(folder: Path, fmt: str, source: Source, options: EncodeOptions, job: _Job,
-             shards: tuple[ShardInfo, ...], job_id: JobIdentity) -> Index:
+def finalize(folder: Path, fmt: str, source: Source, options: EncodeOptions, job: WriterLoop,
+             shards: tuple[ShardInfo, ...], job_id: JobIdentity, journal: Journal) -> Index:
     """Write the table and rejects, then index.json last (with the job's identity, for a
     later --resume), then drop the resume state."""
-    rejects = sorted(source.rejects + source.inherited + job.done.rejects + job.part_rejects,
+    rejects = sorted(source.rejects + source.inherited + job.rejects(),
                      key=lambda r: (r.position, r.path))
     table = job.build_table()
     if source.fields and table.fields is None:  # every input rejected: an empty field table
@@ -386,5 +259,5 @@ def finalize(folder: Path, fmt: str, source: Source, options: EncodeOptions, job
                   image_size=options.size if options.pixels else None, extra=extra,
                   fields=source.fields, field_counts=present_counts(source.fields, table))
     index = write_index(folder, index)  # as written: with the table's digest
-    job.journal.remove()
+    journal.remove()
     return index

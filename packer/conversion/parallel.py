@@ -23,14 +23,14 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from packer import formats
-from packer.conversion.journal import STATE_DIR
+from packer.conversion.journal import STATE_DIR, Progress
+from packer.conversion.writing import GroupResult, WriterLoop
 from packer.core.index import SampleTable, ShardInfo
 from packer.core.record import Record, Reject, SourceItem
 from packer.encode import EncodeOptions
@@ -43,29 +43,6 @@ from packer.storage.atomic import fsync_dir
 
 GROUPS_DIR = "groups"
 TASK_BATCH = 32  # inputs encoded at a time inside a task
-
-
-@dataclass(frozen=True)
-class Row:
-    """One sample's line of the per-sample table, as the task wrote it."""
-
-    key: str
-    label: int
-    offset: int
-    size: int
-    digest: bytes
-
-
-@dataclass(frozen=True)
-class GroupResult:
-    """What a task sends back: no image bytes, only what the driver commits."""
-
-    group: int
-    src_stop: int
-    shards: tuple[ShardInfo, ...]
-    rows: tuple[Row, ...]
-    rejects: tuple[Reject, ...]
-    image_types: tuple[str, ...] = ()
 
 
 class CommittedShards:
@@ -152,34 +129,33 @@ def _write_group(target: Path, group: int, first: int, items: Sequence[SourceIte
                  options: EncodeOptions, max_bytes: int, cwd: str,
                  stop_at_reject: bool) -> GroupResult:
     """Encode a batch at a time (memory stays one batch whatever the group size) and
-    write each record as it comes, rolling at `max_bytes` as a local run does."""
+    write each record as it comes through the writer loop, rolling at `max_bytes` as a
+    local run does."""
     from packer.conversion.ray import encode_batch_at
 
     plan = WriterPlan(target, len(items), options.size, ShardOptions(max_bytes=max_bytes))
     writer = WdsWriter(plan)
-    rows: list[Row] = []
-    rejects: list[Reject] = []
+    loop = WriterLoop(writer, None, Progress(), "skip",
+                      path_of=lambda position: items[position - first].path)
     results = (result for start in range(0, len(items), TASK_BATCH)
                for result in encode_batch_at(list(items[start : start + TASK_BATCH]),
                                              options, cwd))
     try:
-        for result in results:
-            if isinstance(result, Reject):
-                rejects.append(result)
-                if stop_at_reject:  # the driver stops the run on it
-                    break
-                continue
-            if writer.part_full(len(result.data)):
-                writer.end_part()
-            location = writer.add(result)
-            rows.append(Row(result.key, result.label, location.offset, location.size,
-                            result.digest))
-        writer.end_part()
+        loop.consume(_until_reject(results) if stop_at_reject else results)
+        loop.end_part(first + len(items))
     except BaseException:
         writer.abort()
         raise
-    return GroupResult(group, first + len(items), tuple(writer.shards), tuple(rows),
-                       tuple(rejects), tuple(sorted(writer.image_types)))
+    return GroupResult(group, first + len(items), tuple(writer.shards), loop.build_table(),
+                       tuple(loop.rejects()), tuple(sorted(writer.image_types)))
+
+
+def _until_reject(results: Iterable[Record | Reject]) -> Iterator[Record | Reject]:
+    """Results up to the first reject, included: the driver stops the run on it."""
+    for result in results:
+        yield result
+        if isinstance(result, Reject):
+            return
 
 
 def commit_group(folder: Path, result: GroupResult, shards: list[ShardInfo],

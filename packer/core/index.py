@@ -4,19 +4,13 @@
                    sha256), encode options, rejects, fields (name, type, num_present;
                    absent when the dataset has none); written last: its presence means
                    the dataset is complete
-    samples.npy    structured array, one row per sample: label, key start in keys.npy,
-                   byte offset and size of the stored data inside its shard, digest
-    keys.npy       uint8: all keys, UTF-8, concatenated
-    fields.npy     only with fields: per-sample field location + digest (core.field_table)
-
-Both tables open with `mmap_mode="r"`, so an index of a million samples loads in
-milliseconds and DataLoader workers share its pages instead of copying Python lists.
+    samples.npy, keys.npy, fields.npy: the per-sample table (packer.core.table, whose
+                   names are re-exported here)
 """
 
 from __future__ import annotations
 
 import json
-from array import array
 from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -26,38 +20,27 @@ import numpy as np
 import numpy.typing as npt
 
 from packer.core import checks
-from packer.core.field_table import (
-    FieldRows,
-    FieldRowsBuilder,
-    fields_from_json,
-    load_field_rows,
-    save_field_rows,
-)
+from packer.core.field_table import fields_from_json
 from packer.core.fields import FieldSpec
 from packer.core.layout import FIELDS_NAME as FIELDS_NAME
 from packer.core.layout import INDEX_NAME as INDEX_NAME
 from packer.core.layout import KEYS_NAME as KEYS_NAME
 from packer.core.layout import REJECTS_NAME as REJECTS_NAME
 from packer.core.layout import SAMPLES_NAME as SAMPLES_NAME
+from packer.core.table import DIGEST_BYTES as DIGEST_BYTES
+from packer.core.table import SAMPLE_DTYPE as SAMPLE_DTYPE
+from packer.core.table import SampleTable as SampleTable
+from packer.core.table import TableBuilder as TableBuilder
+from packer.core.table import load_table as load_table
+from packer.core.table import save_table as save_table
 from packer.errors import CorruptDatasetError, IncompleteDatasetError
-from packer.storage.atomic import atomic_writer, write_atomic
+from packer.storage.atomic import write_atomic
 
 FORMAT_VERSION = 1
 SAMPLE_HASH = "xxh3-128"
 # index.json's `extra` holds the digest of samples.npy + keys.npy, so a damaged label
 # or key is refused like damaged image bytes (datasets written before it lack it).
 TABLE_DIGEST = "table_xxh3_128"
-DIGEST_BYTES = 16
-
-SAMPLE_DTYPE = np.dtype(
-    [
-        ("label", "<i8"),
-        ("key_start", "<i8"),
-        ("offset", "<i8"),
-        ("size", "<i8"),
-        ("digest", "u1", (DIGEST_BYTES,)),
-    ]
-)
 
 
 @dataclass(frozen=True)
@@ -110,157 +93,10 @@ class Index:
         return data
 
 
-class SampleTable:
-    """Per-sample keys, labels, locations and digests as numpy arrays (copy-on-read safe)."""
-
-    def __init__(self, rows: npt.NDArray[np.void], keys_blob: npt.NDArray[np.uint8],
-                 fields: FieldRows | None = None) -> None:
-        self.rows = rows
-        self.keys_blob = keys_blob
-        self.fields = fields  # per-sample field locations and digests; None: no fields
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    @property
-    def labels(self) -> npt.NDArray[np.int64]:
-        return self.rows["label"]
-
-    @property
-    def offsets(self) -> npt.NDArray[np.int64]:
-        return self.rows["offset"]
-
-    @property
-    def sizes(self) -> npt.NDArray[np.int64]:
-        return self.rows["size"]
-
-    @property
-    def digests(self) -> npt.NDArray[np.uint8]:
-        return self.rows["digest"]
-
-    def key(self, i: int) -> str:
-        start = int(self.rows["key_start"][i])
-        stop = int(self.rows["key_start"][i + 1]) if i + 1 < len(self.rows) else len(self.keys_blob)
-        try:
-            return bytes(self.keys_blob[start:stop]).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise CorruptDatasetError(
-                f"{KEYS_NAME}: the key of sample {i} is not UTF-8 ({exc.reason}); the "
-                "per-sample table is damaged, reconvert the dataset"
-            ) from exc
-
-    def keys(self) -> list[str]:
-        return [self.key(i) for i in range(len(self))]
-
-    def digest(self, i: int) -> bytes:
-        return bytes(self.rows["digest"][i])
-
-
-COLUMNS = ("label", "key_start", "offset", "size")
-
-
-class TableBuilder:
-    """Accumulates per-sample rows compactly while a conversion runs.
-
-    Columns grow in `array`s and a bytearray (about 1 µs per row, no Python object per
-    sample); they become a numpy block only when built or extended.
-    """
-
-    def __init__(self) -> None:
-        self._blocks: list[npt.NDArray[np.void]] = []
-        self._num_blocked = 0
-        self._columns = tuple(array("q") for _ in COLUMNS)
-        self._digests = bytearray()
-        self._keys = bytearray()
-        self._fields: FieldRowsBuilder | None = None  # made by the first row with fields
-
-    def __len__(self) -> int:
-        return self._num_blocked + len(self._columns[0])
-
-    def add_fields(self, record: bytes, offset: int = -1, size: int = 0) -> None:
-        """The fields record of the row added last, and where the format put it."""
-        if self._fields is None:
-            self._fields = FieldRowsBuilder()
-        self._fields.add(record, offset, size)
-
-    def add(self, key: str, label: int, offset: int, size: int, digest: bytes) -> None:
-        if len(digest) != DIGEST_BYTES:
-            raise ValueError(f"a sample digest has {DIGEST_BYTES} bytes, not {len(digest)}")
-        labels, key_starts, offsets, sizes = self._columns
-        labels.append(label)
-        key_starts.append(len(self._keys))
-        offsets.append(offset)
-        sizes.append(size)
-        self._digests += digest
-        self._keys += key.encode("utf-8")
-
-    def extend(self, table: SampleTable) -> None:
-        """Append the rows of an earlier part (resume), rebasing key positions."""
-        self._flush()
-        rows = np.array(table.rows, copy=True)
-        rows["key_start"] += len(self._keys)
-        self._append_block(rows)
-        self._keys += bytes(table.keys_blob)
-        if table.fields is not None:
-            if self._fields is None:
-                self._fields = FieldRowsBuilder()
-            self._fields.extend(table.fields)
-
-    def _append_block(self, rows: npt.NDArray[np.void]) -> None:
-        self._blocks.append(rows)
-        self._num_blocked += len(rows)
-
-    def _flush(self) -> None:
-        count = len(self._columns[0])
-        if not count:
-            return
-        block = np.empty(count, dtype=SAMPLE_DTYPE)
-        for name, column in zip(COLUMNS, self._columns, strict=True):
-            block[name] = np.frombuffer(column, dtype=np.int64)
-        block["digest"] = np.frombuffer(bytes(self._digests), np.uint8).reshape(count, -1)
-        self._append_block(block)
-        self._columns = tuple(array("q") for _ in COLUMNS)
-        self._digests = bytearray()
-
-    def build(self) -> SampleTable:
-        self._flush()
-        if len(self._blocks) > 1:  # one block from here on: later builds copy nothing
-            self._blocks = [np.concatenate(self._blocks)]
-        rows = self._blocks[0] if self._blocks else np.empty(0, SAMPLE_DTYPE)
-        fields = self._fields.build() if self._fields is not None else None
-        return SampleTable(rows, np.frombuffer(bytes(self._keys), dtype=np.uint8), fields)
-
-
-def save_table(folder: Path, table: SampleTable, prefix: str = "",
-               with_records: bool = False) -> None:
-    """Write the per-sample table atomically (`with_records`: the journal's field records)."""
-    with atomic_writer(folder / (prefix + SAMPLES_NAME)) as handle:
-        np.save(handle, np.ascontiguousarray(table.rows))
-    with atomic_writer(folder / (prefix + KEYS_NAME)) as handle:
-        np.save(handle, np.ascontiguousarray(table.keys_blob))
-    if table.fields is not None:
-        save_field_rows(folder, table.fields, prefix, with_records)
-
-
 def table_files(folder: Path, index: Index) -> tuple[Path, ...]:
     """The files the table digest covers: samples and keys, and fields.npy with fields."""
     return (folder / SAMPLES_NAME, folder / KEYS_NAME) + \
         ((folder / FIELDS_NAME,) if index.fields else ())
-
-
-def load_table(folder: Path, prefix: str = "", mmap: bool = True) -> SampleTable:
-    """Open the per-sample table, memory-mapped by default."""
-    rows = checks.load_array(folder / (prefix + SAMPLES_NAME), mmap)
-    keys = checks.load_array(folder / (prefix + KEYS_NAME), mmap)
-    if rows.dtype != SAMPLE_DTYPE or keys.dtype != np.uint8:
-        raise CorruptDatasetError(
-            f"{folder / (prefix + SAMPLES_NAME)}: unexpected table layout; reconvert the dataset"
-        )
-    fields = load_field_rows(folder, prefix, mmap)
-    if fields is not None and len(fields) != len(rows):
-        raise CorruptDatasetError(f"{folder / (prefix + FIELDS_NAME)}: {len(fields)} rows, "
-                                  f"{len(rows)} samples; reconvert the dataset")
-    return SampleTable(rows, keys, fields)
 
 
 def write_index(folder: Path, index: Index) -> Index:
