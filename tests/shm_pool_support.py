@@ -10,10 +10,12 @@ from typing import Any
 
 import torch
 from torch.multiprocessing.reductions import shared_cache
+from torch.utils.data import DataLoader
 
 from packer import ConvertOptions, convert
 from packer.encode import EncodeOptions
 from packer.testing import make_sample_folder
+from readers import PackedDataset
 from readers.batching._shm_pool import BUSY, FREE, PooledBatch, SlotPool
 
 SIZE = (12, 10)
@@ -51,3 +53,11 @@ def sent(pool: SlotPool, shape: tuple[int, ...]) -> tuple[PooledBatch, int]:
     batch = PooledBatch([images, torch.arange(shape[0])], images, pool, slot)
     assert pool.state[slot] == BUSY
     return batch, slot
+
+
+def read_by_key(path: Path) -> dict[str, torch.Tensor]:
+    """Every image by key, read in the main process (no pool involved)."""
+    out: dict[str, torch.Tensor] = {}
+    for images, _, keys in DataLoader(PackedDataset(path, with_keys=True), batch_size=8):
+        out.update((key, image.clone()) for key, image in zip(keys, images, strict=True))
+    return out
