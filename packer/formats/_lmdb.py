@@ -234,16 +234,23 @@ class LmdbReader:
 
     def fields(self, i: int, names: Sequence[str] | None = None) -> dict[str, object]:
         """One get per field of the dataset (all are read: the digest covers them all)."""
+        return self.fields_many([i], names)[0]
+
+    def fields_many(self, indices: Sequence[int], names: Sequence[str] | None = None
+                    ) -> list[dict[str, object]]:
+        """Every sample's fields in one read transaction."""
         if self.table.fields is None:
-            return no_fields(self.index, names)
-        key = self.table.key(i).encode("utf-8")
+            return [no_fields(self.index, names) for _ in indices]
+        specs = self.index.fields
         try:
             with self.env.begin() as txn:
-                values = [txn.get(field_key(key, spec.name)) for spec in self.index.fields]
+                batch = [(i, [txn.get(field_key(self.table.key(i).encode("utf-8"), spec.name))
+                              for spec in specs]) for i in indices]
         except lmdb.Error as exc:
             raise CorruptDatasetError(f"{self.data}: damaged ({exc}); restore it or "
                                       "reconvert") from exc
-        return checked_fields(self.index, self.table, i, values, self.data, names)
+        return [checked_fields(self.index, self.table, i, values, self.data, names)
+                for i, values in batch]
 
     def close(self) -> None:
         self.env.close()

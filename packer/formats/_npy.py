@@ -208,6 +208,15 @@ class NpyReader:
         values = self._fields.values(i)
         return checked_fields(self.index, self.table, i, values, self._fields.folder, names)
 
+    def fields_many(self, indices: Sequence[int], names: Sequence[str] | None = None
+                    ) -> list[dict[str, object]]:
+        """Every field's column read once for the batch (numpy fancy indexing)."""
+        if self.table.fields is None:
+            return [no_fields(self.index, names) for _ in indices]
+        folder = self._fields.folder
+        return [checked_fields(self.index, self.table, i, values, folder, names)
+                for i, values in zip(indices, self._fields.values_many(indices), strict=True)]
+
     def close(self) -> None:
         self.images = np.empty((0, 0, 0, 3), np.uint8)  # drops the memmap
         self._fields = FieldArrays(self._fields.folder.parent, self.index.fields,
