@@ -110,3 +110,21 @@ def test_getitems_with_padded_indices_equals_getitem(packed: dict[str, Path], fm
                 assert got.numpy().tobytes() == want.numpy().tobytes()  # NaN equal to NaN
             else:
                 assert bits(got) == bits(want)
+
+
+def test_wds_fields_many_names_the_shard_of_a_damaged_value(tmp_path: Path) -> None:
+    folder, _ = pack_with_fields(tmp_path, "wds")
+    index, table = open_dataset(folder)
+    assert table.fields is not None
+    offset, size = table.fields.location(1)
+    shard = folder / index.shards[index.shard_of(1)].name
+    data = bytearray(shard.read_bytes())
+    boxes = data.index(b"[[", offset, offset + size)  # sample 1's boxes member's value
+    data[boxes + 2] ^= 1  # a digit of its first number
+    shard.write_bytes(bytes(data))
+    reader = formats.load("wds").open_reader(folder, index, table)
+    try:
+        with pytest.raises(CorruptDatasetError, match=rf"{shard.name}: the fields of sample 1 "):
+            reader.fields_many([0, 1], None)
+    finally:
+        reader.close()

@@ -21,6 +21,7 @@ record b"" everywhere, and then nothing about fields is written at all.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -183,16 +184,25 @@ def decode_values(specs: Sequence[FieldSpec], values: Sequence[bytes | None],
                   names: Iterable[str] | None = None) -> dict[str, object]:
     """The values of a record (every field's, in the specs' order) as {name: natural value
     or None}, for `names` (default: all); only the names asked are decoded."""
+    return decode_numbered(numbered(tuple(specs), None if names is None else tuple(names)),
+                           values)
+
+
+def decode_numbered(chosen: Sequence[tuple[int, FieldSpec]],
+                    values: Sequence[bytes | None]) -> dict[str, object]:
+    """decode_values with the fields chosen once (`numbered`) for a whole batch."""
     return {spec.name: None if values[number] is None
             else decode_value(spec.type, values[number])  # type: ignore[arg-type]
-            for number, spec in _numbered(specs, names)}
+            for number, spec in chosen}
 
 
-def _numbered(specs: Sequence[FieldSpec], names: Iterable[str] | None
-              ) -> list[tuple[int, FieldSpec]]:
-    """(position in the record, spec) of each of `names` (all when None), as `select`."""
+@functools.lru_cache(maxsize=256)
+def numbered(specs: tuple[FieldSpec, ...], names: tuple[str, ...] | None
+             ) -> tuple[tuple[int, FieldSpec], ...]:
+    """(position in the record, spec) of each of `names` (all when None), as `select`
+    (and its KeyError); cached: a dataset asks for the same names for every sample."""
     position = {spec.name: number for number, spec in enumerate(specs)}
-    return [(position[spec.name], spec) for spec in select(specs, names)]
+    return tuple((position[spec.name], spec) for spec in select(specs, names))
 
 
 def select(specs: Sequence[FieldSpec], names: Iterable[str] | None) -> tuple[FieldSpec, ...]:

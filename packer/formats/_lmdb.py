@@ -38,7 +38,13 @@ from packer.core.fields import unpack_record
 from packer.core.index import Index, SampleTable, ShardInfo
 from packer.core.record import Record
 from packer.errors import CorruptDatasetError, UnstorableRecord
-from packer.formats.base import Location, WriterPlan, checked, checked_fields, no_fields
+from packer.formats.base import (
+    Location,
+    WriterPlan,
+    checked,
+    checked_fields_many,
+    no_fields,
+)
 from packer.storage.atomic import commit, fsync_dir, partial_path
 from packer.storage.filestream import Writeback, hash_while
 
@@ -244,13 +250,12 @@ class LmdbReader:
         specs = self.index.fields
         try:
             with self.env.begin() as txn:
-                batch = [(i, [txn.get(field_key(self.table.key(i).encode("utf-8"), spec.name))
-                              for spec in specs]) for i in indices]
+                batch = [[txn.get(field_key(self.table.key(i).encode("utf-8"), spec.name))
+                          for spec in specs] for i in indices]
         except lmdb.Error as exc:
             raise CorruptDatasetError(f"{self.data}: damaged ({exc}); restore it or "
                                       "reconvert") from exc
-        return [checked_fields(self.index, self.table, i, values, self.data, names)
-                for i, values in batch]
+        return checked_fields_many(self.index, self.table, indices, batch, self.data, names)
 
     def close(self) -> None:
         self.env.close()

@@ -40,6 +40,7 @@ from packer.formats.base import (
     WriterPlan,
     checked,
     checked_fields,
+    checked_fields_many,
     no_fields,
 )
 from packer.storage.atomic import commit, partial_path
@@ -259,21 +260,31 @@ class WdsReader:
         """`fields` of each sample, their shards looked up at once for the batch."""
         if self.table.fields is None:
             return [no_fields(self.index, names) for _ in indices]
-        shards = np.searchsorted(self.index.shard_starts, np.asarray(indices, np.int64),
-                                 side="right") - 1
-        return [self._fields_in(shard, i, names)
-                for shard, i in zip(shards.tolist(), indices, strict=True)]
+        found = np.searchsorted(self.index.shard_starts, np.asarray(indices, np.int64),
+                                side="right") - 1
+        shards: list[int] = found.tolist()
+        shard_of = dict(zip(indices, shards, strict=True))
+
+        def where(i: int) -> Path:
+            return self.folder / self.index.shards[shard_of[i]].name
+
+        batch = [self._values_in(shard, i) for shard, i in zip(shards, indices, strict=True)]
+        return checked_fields_many(self.index, self.table, indices, batch, where, names)
 
     def _fields_in(self, shard: int, i: int, names: Sequence[str] | None) -> dict[str, object]:
-        assert self.table.fields is not None
-        offset, size = self.table.fields.location(i)
-        span = self._pread(shard, offset, size, i) if size else b""
-
         def where() -> Path:
             return self.folder / self.index.shards[shard].name
 
-        values = span_values(span, self.index.fields, where)
-        return checked_fields(self.index, self.table, i, values, where, names)
+        return checked_fields(self.index, self.table, i, self._values_in(shard, i), where,
+                              names)
+
+    def _values_in(self, shard: int, i: int) -> list[bytes | None]:
+        """Sample i's field values (in shard `shard`), one pread of its members."""
+        assert self.table.fields is not None
+        offset, size = self.table.fields.location(i)
+        span = self._pread(shard, offset, size, i) if size else b""
+        return span_values(span, self.index.fields,
+                           lambda: self.folder / self.index.shards[shard].name)
 
     def close(self, _close: Callable[[int], None] = os.close) -> None:
         """Close every shard file. `os.close` is bound here, at definition: a reader kept

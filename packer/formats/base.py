@@ -15,7 +15,14 @@ from typing import Protocol, TypeVar
 
 import numpy as np
 
-from packer.core.fields import FieldSpec, decode_values, pack_record, select
+from packer.core.fields import (
+    FieldSpec,
+    decode_numbered,
+    decode_values,
+    numbered,
+    pack_record,
+    select,
+)
 from packer.core.index import Index, SampleTable, ShardInfo
 from packer.core.record import Record
 from packer.errors import CorruptDatasetError
@@ -156,6 +163,26 @@ def checked_fields(index: Index, table: SampleTable, i: int, values: Sequence[by
             "digest; the file is damaged, restore it or reconvert the dataset"
         )
     return decode_values(index.fields, values, names)
+
+
+def checked_fields_many(index: Index, table: SampleTable, indices: Sequence[int],
+                        batch: Sequence[Sequence[bytes | None]],
+                        where: Path | Callable[[int], Path],
+                        names: Sequence[str] | None) -> list[dict[str, object]]:
+    """checked_fields for a batch: the digests looked up and the names chosen once; each
+    sample's values are still hashed and compared with its own digest. `where` may be a
+    function of the sample that names its file (called only for the error)."""
+    if table.fields is None:
+        raise CorruptDatasetError(f"{where if isinstance(where, Path) else where(indices[0])}:"
+                                  " the dataset's field table is missing; reconvert")
+    chosen = numbered(index.fields, None if names is None else tuple(names))
+    out = []
+    for i, values, digest in zip(indices, batch, table.fields.digests(indices), strict=True):
+        if digest_of(pack_record(values)) != digest:  # raises, naming the file and sample
+            checked_fields(index, table, i, values, where if isinstance(where, Path)
+                           else where(i), names)
+        out.append(decode_numbered(chosen, values))
+    return out
 
 
 def no_fields(index: Index, names: Sequence[str] | None) -> dict[str, object]:
