@@ -81,10 +81,6 @@ class FieldArrays:
                 raise CorruptDatasetError(f"{paths[0]}: not one row per sample; reconvert")
         return arrays
 
-    def values(self, i: int) -> list[bytes | None]:
-        """Sample i's field values in byte form (None: no value)."""
-        return self.values_many([i])[0]
-
     def values_many(self, indices: Sequence[int]) -> list[list[bytes | None]]:
         """Each sample's field values in byte form (None: no value), one lookup per
         column for the whole batch."""
