@@ -109,9 +109,10 @@ def _float_array(array: np.ndarray) -> np.ndarray:
     """float32, unless a finite number would overflow it: then float64, every bit kept.
 
     Narrowing under np.errstate cost most of a boxes field's conversion, so it is done
-    only when some magnitude exceeds float32's largest (NaN compares false: skipped).
+    only when some magnitude exceeds float32's largest (`fmax` skips NaN, which a plain
+    max would return, hiding a 1e300 beside it).
     """
-    if not float(np.max(np.abs(array), initial=0.0)) > _FLOAT32_MAX:
+    if not array.size or not float(np.fmax.reduce(np.abs(array), axis=None)) > _FLOAT32_MAX:
         return array.astype(np.float32)
     with np.errstate(over="ignore"):
         narrow = array.astype(np.float32)

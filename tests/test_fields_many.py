@@ -18,6 +18,7 @@ from packer import formats
 from packer.core.index import open_dataset
 from packer.errors import CorruptDatasetError
 from readers import PAD_LABEL, PackedDataset
+from readers.fields import natural
 from readers.sampler import PaddedIndex
 from tests.helpers import FIELD_NAMES, FORMATS, pack_with_fields
 
@@ -128,3 +129,12 @@ def test_wds_fields_many_names_the_shard_of_a_damaged_value(tmp_path: Path) -> N
             reader.fields_many([0, 1], None)
     finally:
         reader.close()
+
+
+@pytest.mark.parametrize("numbers", [[float("nan"), 1e300], [1e300, float("nan")],
+                                     [[float("nan"), 0.5], [-1e300, 1.0]]], ids=str)
+def test_a_nan_does_not_hide_a_number_beyond_float32(numbers: list[Any]) -> None:
+    """natural's quick float32 check ignores NaN: 1e300 beside one still keeps float64."""
+    tensor = natural(numbers)
+    assert str(tensor.dtype) == "torch.float64"
+    assert tensor.numpy().tobytes() == np.array(numbers, np.float64).tobytes()
