@@ -44,7 +44,7 @@ from readers.crop_decode import as_numpy, decode_augmented
 from readers.decode import Mode
 from readers.decode import decode as decode_record
 from readers.epochs import PassEpochs
-from readers.fields import FieldNames, chosen_fields, with_fields
+from readers.fields import FieldNames, chosen_fields, with_fields, with_fields_many
 from readers.in_memory import in_memory_copy
 from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_SPLIT, RemoteOptions, SplitOptions
 from readers.options.legacy import REMOTE_MOVES, SPLIT_MOVES, accepts_legacy
@@ -106,8 +106,9 @@ class _PackedBase:
         return handles
 
     def _sample(self, table: SampleTable, i: int, data: bytes, padded: bool,
-                crop: tuple[int, int]) -> Sample:
-        """`crop`: (seed, epoch) that choose the augment's box, with the sample index."""
+                crop: tuple[int, int], fields: bool = True) -> Sample:
+        """`crop`: (seed, epoch) that choose the augment's box, with the sample index;
+        `fields=False`: the plain tuple, the caller adding a batch's fields at once."""
         image: Any
         if self.augment is not None:
             image = decode_augmented(data, self.augment, (*crop, i), self.pixels_shape)
@@ -117,10 +118,10 @@ class _PackedBase:
             image = np.frombuffer(bytearray(data), np.uint8)  # see readers.batching.collate
         else:
             image = decode_record(data, self.decode, self.size, pixels_shape=self.pixels_shape)
-        return self._finish(table, i, image, padded)
+        return self._finish(table, i, image, padded, fields=fields)
 
     def _finish(self, table: SampleTable, i: int, image: Any, padded: bool,
-                label: int | None = None) -> Sample:
+                label: int | None = None, fields: bool = True) -> Sample:
         """`label`: sample i's label when the caller looked up a batch of them at once."""
         if self.transform is not None:
             image = self.transform(image)
@@ -129,9 +130,15 @@ class _PackedBase:
         elif label is None:
             label = int(table.labels[i])
         sample = (image, label, table.key(i)) if self.with_keys else (image, label)
-        if self.fields is None:
+        if self.fields is None or not fields:
             return sample
         return with_fields(sample, self._local().reader, i, self.fields)
+
+    def _add_fields(self, samples: list[Sample], positions: Sequence[int]) -> list[Sample]:
+        """A batch's plain samples as dicts with their fields, read with one fields_many."""
+        if self.fields is None:
+            return samples
+        return with_fields_many(samples, self._local().reader, positions, self.fields)
 
     def close(self) -> None:
         """Release this process's handles of the folder, for every dataset on it.
@@ -237,17 +244,18 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
 
             def make(k: int, image: Any) -> Sample:
                 return self._finish(table, positions[k], image,
-                                    isinstance(indices[k], PaddedIndex), labels[k])
+                                    isinstance(indices[k], PaddedIndex), labels[k], fields=False)
 
-            return gathered_samples(local.gather, positions, self.pixels_shape,
-                                    self.decode == "raw", make,
-                                    recyclable=recyclable)
+            return self._add_fields(gathered_samples(local.gather, positions,
+                                                     self.pixels_shape, self.decode == "raw",
+                                                     make, recyclable=recyclable), positions)
         records = local.cached.read_many(positions)
         crop = (self.seed, self.epoch)  # read once: the whole batch is of one epoch
-        return [
-            self._sample(local.table, i, data, isinstance(original, PaddedIndex), crop)
+        return self._add_fields([
+            self._sample(local.table, i, data, isinstance(original, PaddedIndex), crop,
+                         fields=False)
             for original, i, data in zip(indices, positions, records, strict=True)
-        ]
+        ], positions)
 
     def _position(self, i: int) -> int:
         n = self.index.num_samples

@@ -35,7 +35,7 @@ from packer.formats.base import RecordReader
 
 FieldNames = Sequence[str] | Literal["all"] | None
 
-__all__ = ["FieldNames", "chosen_fields", "natural", "with_fields"]
+__all__ = ["FieldNames", "chosen_fields", "natural", "with_fields", "with_fields_many"]
 
 
 def dataset_fields(index: Index) -> tuple[str, ...]:
@@ -62,7 +62,19 @@ def chosen_fields(index: Index, fields: FieldNames, where: Path) -> tuple[str, .
 def with_fields(sample: tuple[Any, ...], reader: RecordReader, i: int,
                 names: tuple[str, ...]) -> dict[str, Any]:
     """(image, label[, key]) of sample i as a dict with its fields."""
-    values = reader.fields(i, names) if names else {}
+    return _as_dict(sample, reader.fields(i, names) if names else {}, names)
+
+
+def with_fields_many(samples: Sequence[tuple[Any, ...]], reader: RecordReader,
+                     positions: Sequence[int], names: tuple[str, ...]) -> list[dict[str, Any]]:
+    """A batch of samples (at `positions`) as dicts, their fields read in one call."""
+    values = reader.fields_many(positions, names) if names else [{} for _ in positions]
+    return [_as_dict(sample, found, names)
+            for sample, found in zip(samples, values, strict=True)]
+
+
+def _as_dict(sample: tuple[Any, ...], values: dict[str, object],
+             names: tuple[str, ...]) -> dict[str, Any]:
     out: dict[str, Any] = {"image": sample[0], "label": sample[1]}
     for name in names:
         out[name] = natural(values.get(name))
@@ -90,8 +102,18 @@ def natural(value: Any) -> Any:
     return value  # strings, bools, objects, None among them: Python values
 
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
 def _float_array(array: np.ndarray) -> np.ndarray:
-    """float32, unless a finite number would overflow it: then float64, every bit kept."""
+    """float32, unless a finite number would overflow it: then float64, every bit kept.
+
+    Narrowing under np.errstate cost most of a boxes field's conversion, so it is done
+    only when some magnitude exceeds float32's largest (`fmax` skips NaN, which a plain
+    max would return, hiding a 1e300 beside it).
+    """
+    if not array.size or not float(np.fmax.reduce(np.abs(array), axis=None)) > _FLOAT32_MAX:
+        return array.astype(np.float32)
     with np.errstate(over="ignore"):
         narrow = array.astype(np.float32)
     if np.isinf(narrow).any() and (np.isinf(narrow) & np.isfinite(array)).any():

@@ -16,6 +16,7 @@ dataset folder never stores the records: the format's files hold the values.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,12 @@ class FieldRows:
 
     def digest(self, i: int) -> bytes:
         return bytes(self._digests[i])
+
+    def digests(self, indices: Sequence[int]) -> list[bytes]:
+        """The digests of several samples, with one lookup for all of them."""
+        joined = self._digests[np.asarray(indices, dtype=np.intp)].tobytes()
+        size = self._digests.shape[1]
+        return [joined[k : k + size] for k in range(0, len(joined), size)]
 
     def location(self, i: int) -> tuple[int, int]:
         return int(self._offsets[i]), int(self._sizes[i])

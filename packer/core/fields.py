@@ -21,6 +21,7 @@ record b"" everywhere, and then nothing about fields is written at all.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -176,11 +177,32 @@ def unpack_record(record: bytes | memoryview, count: int) -> list[bytes | None]:
 def decode_record(specs: Sequence[FieldSpec], record: bytes | memoryview,
                   names: Iterable[str] | None = None) -> dict[str, object]:
     """A fields record as {name: natural value or None}, for `names` (default: all)."""
-    values = dict(zip((spec.name for spec in specs), unpack_record(record, len(specs)),
-                      strict=True))
-    return {spec.name: None if values[spec.name] is None
-            else decode_value(spec.type, values[spec.name])  # type: ignore[arg-type]
-            for spec in select(specs, names)}
+    return decode_values(specs, unpack_record(record, len(specs)), names)
+
+
+def decode_values(specs: Sequence[FieldSpec], values: Sequence[bytes | None],
+                  names: Iterable[str] | None = None) -> dict[str, object]:
+    """The values of a record (every field's, in the specs' order) as {name: natural value
+    or None}, for `names` (default: all); only the names asked are decoded."""
+    return decode_numbered(numbered(tuple(specs), None if names is None else tuple(names)),
+                           values)
+
+
+def decode_numbered(chosen: Sequence[tuple[int, FieldSpec]],
+                    values: Sequence[bytes | None]) -> dict[str, object]:
+    """decode_values with the fields chosen once (`numbered`) for a whole batch."""
+    return {spec.name: None if values[number] is None
+            else decode_value(spec.type, values[number])  # type: ignore[arg-type]
+            for number, spec in chosen}
+
+
+@functools.lru_cache(maxsize=256)
+def numbered(specs: tuple[FieldSpec, ...], names: tuple[str, ...] | None
+             ) -> tuple[tuple[int, FieldSpec], ...]:
+    """(position in the record, spec) of each of `names` (all when None), as `select`
+    (and its KeyError); cached: a dataset asks for the same names for every sample."""
+    position = {spec.name: number for number, spec in enumerate(specs)}
+    return tuple((position[spec.name], spec) for spec in select(specs, names))
 
 
 def select(specs: Sequence[FieldSpec], names: Iterable[str] | None) -> tuple[FieldSpec, ...]:

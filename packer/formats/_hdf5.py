@@ -31,7 +31,7 @@ from packer.core.index import Index, SampleTable
 from packer.errors import CorruptDatasetError
 from packer.formats._hdf5_fields import FieldDatasets
 from packer.formats._hdf5_writer import Hdf5Writer
-from packer.formats.base import WriterPlan, checked, checked_fields, no_fields
+from packer.formats.base import WriterPlan, checked, checked_fields, fields_each, no_fields
 
 NAME = "hdf5"
 FILE = "data.h5"
@@ -112,6 +112,10 @@ class Hdf5Reader:
             raise CorruptDatasetError(f"{self.path}: cannot read the fields of sample {i} "
                                       f"({exc}); reconvert") from exc
         return checked_fields(self.index, self.table, i, values, self.path, names)
+
+    def fields_many(self, indices: Sequence[int], names: Sequence[str] | None = None
+                    ) -> list[dict[str, object]]:
+        return fields_each(self, indices, names)
 
     def close(self) -> None:
         if self._h5 is not None and self._h5[0] == os.getpid():

@@ -38,7 +38,13 @@ from packer.core.fields import unpack_record
 from packer.core.index import Index, SampleTable, ShardInfo
 from packer.core.record import Record
 from packer.errors import CorruptDatasetError, UnstorableRecord
-from packer.formats.base import Location, WriterPlan, checked, checked_fields, no_fields
+from packer.formats.base import (
+    Location,
+    WriterPlan,
+    checked,
+    checked_fields_many,
+    no_fields,
+)
 from packer.storage.atomic import commit, fsync_dir, partial_path
 from packer.storage.filestream import Writeback, hash_while
 
@@ -234,16 +240,22 @@ class LmdbReader:
 
     def fields(self, i: int, names: Sequence[str] | None = None) -> dict[str, object]:
         """One get per field of the dataset (all are read: the digest covers them all)."""
+        return self.fields_many([i], names)[0]
+
+    def fields_many(self, indices: Sequence[int], names: Sequence[str] | None = None
+                    ) -> list[dict[str, object]]:
+        """Every sample's fields in one read transaction."""
         if self.table.fields is None:
-            return no_fields(self.index, names)
-        key = self.table.key(i).encode("utf-8")
+            return [no_fields(self.index, names) for _ in indices]
+        specs = self.index.fields
         try:
             with self.env.begin() as txn:
-                values = [txn.get(field_key(key, spec.name)) for spec in self.index.fields]
+                batch = [[txn.get(field_key(self.table.key(i).encode("utf-8"), spec.name))
+                          for spec in specs] for i in indices]
         except lmdb.Error as exc:
             raise CorruptDatasetError(f"{self.data}: damaged ({exc}); restore it or "
                                       "reconvert") from exc
-        return checked_fields(self.index, self.table, i, values, self.data, names)
+        return checked_fields_many(self.index, self.table, indices, batch, self.data, names)
 
     def close(self) -> None:
         self.env.close()

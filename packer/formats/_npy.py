@@ -28,7 +28,7 @@ from packer.errors import CorruptDatasetError
 from packer.formats._field_columns import columns
 from packer.formats._npy_fields import FOLDER as FIELDS_FOLDER
 from packer.formats._npy_fields import FieldArrays, field_files, write_fields
-from packer.formats.base import Location, WriterPlan, checked, checked_fields, no_fields
+from packer.formats.base import Location, WriterPlan, checked, checked_fields_many, no_fields
 from packer.storage.atomic import atomic_writer, commit, partial_path
 from packer.storage.filestream import StreamHash, hash_while
 from packer.storage.hashing import digest_of
@@ -205,8 +205,15 @@ class NpyReader:
     def fields(self, i: int, names: Sequence[str] | None = None) -> dict[str, object]:
         if self.table.fields is None:
             return no_fields(self.index, names)
-        values = self._fields.values(i)
-        return checked_fields(self.index, self.table, i, values, self._fields.folder, names)
+        return self.fields_many([i], names)[0]
+
+    def fields_many(self, indices: Sequence[int], names: Sequence[str] | None = None
+                    ) -> list[dict[str, object]]:
+        """Every field's column read once for the batch (numpy fancy indexing)."""
+        if self.table.fields is None:
+            return [no_fields(self.index, names) for _ in indices]
+        return checked_fields_many(self.index, self.table, indices,
+                                   self._fields.values_many(indices), self._fields.folder, names)
 
     def close(self) -> None:
         self.images = np.empty((0, 0, 0, 3), np.uint8)  # drops the memmap

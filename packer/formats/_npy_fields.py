@@ -74,23 +74,33 @@ class FieldArrays:
         arrays = {}
         for spec in self.specs:
             paths = [self.folder.parent / name for name in field_files([spec])]
-            arrays[spec.name] = tuple(load_array(path) for path in paths)
+            # Plain ndarray views of the memmaps: indexing a memmap makes a memmap object
+            # each time, which cost more than the rest of reading a value.
+            arrays[spec.name] = tuple(load_array(path).view(np.ndarray) for path in paths)
             if len(arrays[spec.name][0]) != self.count:
                 raise CorruptDatasetError(f"{paths[0]}: not one row per sample; reconvert")
         return arrays
 
-    def values(self, i: int) -> list[bytes | None]:
-        """Sample i's field values in byte form (None: no value)."""
+    def values_many(self, indices: Sequence[int]) -> list[list[bytes | None]]:
+        """Each sample's field values in byte form (None: no value), one lookup per
+        column for the whole batch."""
         if self._arrays is None:
             self._arrays = self._open()
-        values: list[bytes | None] = []
-        for spec in self.specs:
-            present, *rest = self._arrays[spec.name]
-            if not present[i]:
-                values.append(None)
-            elif len(rest) == 1:
-                values.append(value_bytes(spec.type, rest[0][i]))
-            else:
-                offsets, data = rest
-                values.append(bytes(data[int(offsets[i]) : int(offsets[i + 1])]))
-        return values
+        wanted = np.asarray(indices, dtype=np.intp)
+        columns = [self._column(spec, self._arrays[spec.name], wanted) for spec in self.specs]
+        return [list(row) for row in zip(*columns, strict=True)] if columns \
+            else [[] for _ in indices]
+
+    @staticmethod
+    def _column(spec: FieldSpec, arrays: tuple[np.ndarray, ...],
+                wanted: np.ndarray) -> list[bytes | None]:
+        present, *rest = arrays
+        flags = present[wanted].tolist()
+        if len(rest) == 1:
+            numbers = rest[0][wanted].tolist()
+            return [value_bytes(spec.type, number) if flag else None
+                    for flag, number in zip(flags, numbers, strict=True)]
+        offsets, data = rest
+        starts, stops = offsets[wanted].tolist(), offsets[wanted + 1].tolist()
+        return [bytes(data[start:stop]) if flag else None
+                for flag, start, stop in zip(flags, starts, stops, strict=True)]

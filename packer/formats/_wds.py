@@ -35,7 +35,14 @@ from packer.formats._tar import member_header, padding
 from packer.formats._wds_fields import field_members, span_values
 from packer.formats._wds_names import remove_strays, shard_name
 from packer.formats._wids import index_extra, member_types
-from packer.formats.base import Location, WriterPlan, checked, checked_fields, no_fields
+from packer.formats.base import (
+    Location,
+    WriterPlan,
+    checked,
+    checked_fields,
+    checked_fields_many,
+    no_fields,
+)
 from packer.storage.atomic import commit, partial_path
 from packer.storage.filestream import ShardFile
 
@@ -152,6 +159,19 @@ def open_writer(plan: WriterPlan) -> WdsWriter:
     return WdsWriter(plan)
 
 
+class _ShardName:
+    """A shard's path, joined only when an error message prints it (per read, joining
+    a Path cost as much as the rest of reading a sample's fields)."""
+
+    __slots__ = ("folder", "name")
+
+    def __init__(self, folder: Path, name: str) -> None:
+        self.folder, self.name = folder, name
+
+    def __str__(self) -> str:
+        return str(self.folder / self.name)
+
+
 class WdsReader:
     """Reads images from tar shards by the offsets recorded at pack time.
 
@@ -187,7 +207,7 @@ class WdsReader:
 
     def _pread(self, shard: int, offset: int, size: int, sample: int) -> bytes:
         fd, file_size = self._open(shard)
-        name = self.folder / self.index.shards[shard].name
+        name = _ShardName(self.folder, self.index.shards[shard].name)  # a Path only for errors
         if size < 0 or offset < 0 or offset + size > file_size:
             raise CorruptDatasetError(
                 f"{name}: truncated at sample {sample} ({self.table.key(sample)!r}); "
@@ -233,12 +253,38 @@ class WdsReader:
         """One pread of the sample's field members, walked header by header."""
         if self.table.fields is None:
             return no_fields(self.index, names)
-        shard = self.index.shard_of(i)
+        return self._fields_in(self.index.shard_of(i), i, names)
+
+    def fields_many(self, indices: Sequence[int], names: Sequence[str] | None = None
+                    ) -> list[dict[str, object]]:
+        """`fields` of each sample, their shards looked up at once for the batch."""
+        if self.table.fields is None:
+            return [no_fields(self.index, names) for _ in indices]
+        found = np.searchsorted(self.index.shard_starts, np.asarray(indices, np.int64),
+                                side="right") - 1
+        shards: list[int] = found.tolist()
+        shard_of = dict(zip(indices, shards, strict=True))
+
+        def where(i: int) -> Path:
+            return self.folder / self.index.shards[shard_of[i]].name
+
+        batch = [self._values_in(shard, i) for shard, i in zip(shards, indices, strict=True)]
+        return checked_fields_many(self.index, self.table, indices, batch, where, names)
+
+    def _fields_in(self, shard: int, i: int, names: Sequence[str] | None) -> dict[str, object]:
+        def where() -> Path:
+            return self.folder / self.index.shards[shard].name
+
+        return checked_fields(self.index, self.table, i, self._values_in(shard, i), where,
+                              names)
+
+    def _values_in(self, shard: int, i: int) -> list[bytes | None]:
+        """Sample i's field values (in shard `shard`), one pread of its members."""
+        assert self.table.fields is not None
         offset, size = self.table.fields.location(i)
-        where = self.folder / self.index.shards[shard].name
         span = self._pread(shard, offset, size, i) if size else b""
-        values = span_values(span, self.index.fields, str(where))
-        return checked_fields(self.index, self.table, i, values, where, names)
+        return span_values(span, self.index.fields,
+                           lambda: self.folder / self.index.shards[shard].name)
 
     def close(self, _close: Callable[[int], None] = os.close) -> None:
         """Close every shard file. `os.close` is bound here, at definition: a reader kept

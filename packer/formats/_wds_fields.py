@@ -20,7 +20,8 @@ reads with one pread and walks header by header.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import functools
+from collections.abc import Callable, Iterator, Sequence
 
 from packer.core.fields import FieldSpec, FieldType, unpack_record
 from packer.errors import CorruptDatasetError
@@ -47,21 +48,34 @@ def field_members(name: str, specs: Sequence[FieldSpec], record: bytes) -> list[
     return pieces
 
 
-def span_values(span: bytes, specs: Sequence[FieldSpec], where: str) -> list[bytes | None]:
-    """The field values in a span of field members (None for a field without a member)."""
-    by_suffix = {member_suffix(spec): n for n, spec in enumerate(specs)}
+def span_values(span: bytes, specs: Sequence[FieldSpec],
+                where: str | Callable[[], object]) -> list[bytes | None]:
+    """The field values in a span of field members (None for a field without a member).
+
+    `where` names the shard in an error (a function: called only then)."""
+    by_suffix = _suffixes(tuple(specs))
     values: list[bytes | None] = [None] * len(specs)
     for member, data in _members(span, where):
         suffix = member.split(".", 1)[1] if "." in member else ""
         number = by_suffix.get(suffix.rsplit("/", 1)[-1])
         if number is None:
-            raise CorruptDatasetError(f"{where}: unexpected member {member!r} among the "
-                                      "fields; the shard is damaged, reconvert")
+            raise CorruptDatasetError(f"{_named(where)}: unexpected member {member!r} among "
+                                      "the fields; the shard is damaged, reconvert")
         values[number] = data
     return values
 
 
-def _members(span: bytes, where: str) -> Iterator[tuple[str, bytes]]:
+@functools.lru_cache(maxsize=64)
+def _suffixes(specs: tuple[FieldSpec, ...]) -> dict[str, int]:
+    """{member suffix: position} of a dataset's fields (the same for every sample)."""
+    return {member_suffix(spec): n for n, spec in enumerate(specs)}
+
+
+def _named(where: str | Callable[[], object]) -> str:
+    return str(where() if callable(where) else where)
+
+
+def _members(span: bytes, where: str | Callable[[], object]) -> Iterator[tuple[str, bytes]]:
     """(base name, bytes) of each regular member in `span`, pax headers applied."""
     at = 0
     long_name: str | None = None
@@ -70,11 +84,11 @@ def _members(span: bytes, where: str) -> Iterator[tuple[str, bytes]]:
         try:
             size = int(header[124:136].rstrip(b"\0 ") or b"0", 8)
         except ValueError as exc:
-            raise CorruptDatasetError(f"{where}: a damaged tar header among the fields; "
+            raise CorruptDatasetError(f"{_named(where)}: a damaged tar header among the fields; "
                                       "reconvert") from exc
         data = span[at + BLOCK : at + BLOCK + size]
         if len(data) != size:
-            raise CorruptDatasetError(f"{where}: a field member is truncated; reconvert")
+            raise CorruptDatasetError(f"{_named(where)}: a field member is truncated; reconvert")
         at += BLOCK + size + (-size % BLOCK)
         if header[156:157] == b"x":  # pax: the next member's long or non-ASCII name
             long_name = _pax_path(data)

@@ -8,14 +8,21 @@ part ends with the file and an interrupted run redoes them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeVar
 
 import numpy as np
 
-from packer.core.fields import FieldSpec, decode_record, pack_record, select
+from packer.core.fields import (
+    FieldSpec,
+    decode_numbered,
+    decode_values,
+    numbered,
+    pack_record,
+    select,
+)
 from packer.core.index import Index, SampleTable, ShardInfo
 from packer.core.record import Record
 from packer.errors import CorruptDatasetError
@@ -103,6 +110,11 @@ class RecordReader(Protocol):
         Checked against the sample's field digest; {} for a dataset without fields.
         """
 
+    def fields_many(self, indices: Sequence[int], names: Sequence[str] | None = None
+                    ) -> list[dict[str, object]]:
+        """`fields` of several samples, batched where the format allows it (one lmdb
+        transaction, one pass over npy columns); each one checked against its digest."""
+
     def close(self) -> None:
         """Release file handles."""
 
@@ -138,19 +150,48 @@ def checked(table: SampleTable, i: int, data: Data, where: Path) -> Data:
 
 
 def checked_fields(index: Index, table: SampleTable, i: int, values: Sequence[bytes | None],
-                   where: Path, names: Sequence[str] | None) -> dict[str, object]:
+                   where: Path | Callable[[], Path], names: Sequence[str] | None
+                   ) -> dict[str, object]:
     """Decode sample i's field values (all of the dataset's, in its order), checked against
-    its field digest; only `names` when given."""
-    record = pack_record(values)
-    if table.fields is None or digest_of(record) != table.fields.digest(i):
+    its field digest; only `names` when given. `where` may be a function that names the
+    file, called only for the error (building a shard's Path per sample cost more than
+    checking the digest)."""
+    if table.fields is None or digest_of(pack_record(values)) != table.fields.digest(i):
+        place = where() if callable(where) else where
         raise CorruptDatasetError(
-            f"{where}: the fields of sample {i} ({table.key(i)!r}) do not match their "
+            f"{place}: the fields of sample {i} ({table.key(i)!r}) do not match their "
             "digest; the file is damaged, restore it or reconvert the dataset"
         )
-    return decode_record(index.fields, record, names)
+    return decode_values(index.fields, values, names)
+
+
+def checked_fields_many(index: Index, table: SampleTable, indices: Sequence[int],
+                        batch: Sequence[Sequence[bytes | None]],
+                        where: Path | Callable[[int], Path],
+                        names: Sequence[str] | None) -> list[dict[str, object]]:
+    """checked_fields for a batch: the digests looked up and the names chosen once; each
+    sample's values are still hashed and compared with its own digest. `where` may be a
+    function of the sample that names its file (called only for the error)."""
+    if table.fields is None:
+        raise CorruptDatasetError(f"{where if isinstance(where, Path) else where(indices[0])}:"
+                                  " the dataset's field table is missing; reconvert")
+    chosen = numbered(index.fields, None if names is None else tuple(names))
+    out = []
+    for i, values, digest in zip(indices, batch, table.fields.digests(indices), strict=True):
+        if digest_of(pack_record(values)) != digest:  # raises, naming the file and sample
+            checked_fields(index, table, i, values, where if isinstance(where, Path)
+                           else where(i), names)
+        out.append(decode_numbered(chosen, values))
+    return out
 
 
 def no_fields(index: Index, names: Sequence[str] | None) -> dict[str, object]:
     """What `fields` returns for a dataset without fields (KeyError for any name asked)."""
     select(index.fields, names)
     return {}
+
+
+def fields_each(reader: RecordReader, indices: Sequence[int],
+                names: Sequence[str] | None) -> list[dict[str, object]]:
+    """`fields_many` for a format with nothing to share between samples: one at a time."""
+    return [reader.fields(i, names) for i in indices]

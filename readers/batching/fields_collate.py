@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import default_collate
 
 from readers.batching._shm_pool import PooledBatch, PooledDict
@@ -100,10 +99,12 @@ def _array_batch(name: str, arrays: list[torch.Tensor], values: list[Any]) -> di
     dtype = first.dtype
     for array in arrays[1:]:
         dtype = torch.promote_types(dtype, array.dtype)
-    rows = [array.to(dtype) if array.numel() else array.new_zeros((0, *trailing), dtype=dtype)
-            for array in arrays]
-    lengths = torch.tensor([len(row) for row in rows], dtype=torch.int64)
-    return {name: pad_sequence(rows, batch_first=True), name + LENGTHS_SUFFIX: lengths}
+    counts = [len(array) if array.numel() else 0 for array in arrays]
+    padded = torch.zeros((len(arrays), max(counts), *trailing), dtype=dtype)
+    for row, (array, count) in enumerate(zip(arrays, counts, strict=True)):
+        if count:
+            padded[row, :count] = array  # one preallocated batch: no per-row casts
+    return {name: padded, name + LENGTHS_SUFFIX: torch.tensor(counts, dtype=torch.int64)}
 
 
 def _trailing_shape(arrays: list[torch.Tensor]) -> tuple[int, ...] | None:

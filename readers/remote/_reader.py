@@ -37,17 +37,28 @@ class RemoteReader:
     def read_many(self, indices: Sequence[int]) -> list[bytes]:
         if not len(indices):
             return []
-        shards = np.searchsorted(self.index.shard_starts, np.asarray(indices), side="right") - 1
-        for shard in sorted({int(s) for s in shards}):
-            self.cache.pin(shard)
+        self._pin_shards(indices)
         data = self.inner.read_many(indices)
         self._trim()
         return data
+
+    def _pin_shards(self, indices: Sequence[int]) -> None:
+        shards = np.searchsorted(self.index.shard_starts, np.asarray(indices), side="right") - 1
+        for shard in sorted({int(s) for s in shards}):
+            self.cache.pin(shard)
 
     def fields(self, i: int, names: Sequence[str] | None = None) -> dict[str, object]:
         """Sample i's fields (readers.fields), read as its bytes are: its shard pinned."""
         self.cache.pin(self.index.shard_of(i))
         values = self.inner.fields(i, names)
+        self._trim()
+        return values
+
+    def fields_many(self, indices: Sequence[int], names: Sequence[str] | None = None
+                    ) -> list[dict[str, object]]:
+        """The fields of several samples, their shards pinned as read_many pins them."""
+        self._pin_shards(indices)
+        values = self.inner.fields_many(indices, names)
         self._trim()
         return values
 
