@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 from hypothesis import settings
 
 from packer.testing import make_sample_folder
@@ -24,6 +25,7 @@ from tests.helpers import (
     run_pack,
 )
 from tests.s3_server import endpoint, uploaded  # noqa: F401 - fixtures for the S3 tests
+from tests.shm_pool_support import pack_small, read_by_key
 
 # Property tests check what holds, not how fast: on a loaded 2-core machine hypothesis's
 # default 200 ms deadline per example fails tests that are right.
@@ -45,6 +47,18 @@ def packed_wds(src: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     result = run_pack("convert", src, dst, "--to", "wds", "--shard-samples", "6", "--workers", "0")
     assert result.exit_code == 0, result.output
     return dst
+
+
+@pytest.fixture(scope="session")
+def pool_packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """npy and wds copies of a small folder, for the shared-memory batch tests."""
+    return pack_small(tmp_path_factory.mktemp("pool"), ("npy", "wds"))
+
+
+@pytest.fixture(scope="session")
+def pool_want(pool_packed: dict[str, Path]) -> dict[str, torch.Tensor]:
+    """pool_packed's npy images by key, read without the pool."""
+    return read_by_key(pool_packed["npy"])
 
 
 @pytest.fixture(scope="session")

@@ -33,17 +33,6 @@ from readers.options import SplitOptions
 from tests import shm_pool_support as support
 
 
-@pytest.fixture(scope="module")
-def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return support.pack_small(tmp_path_factory.mktemp("pool"), ("npy", "wds"))
-
-
-@pytest.fixture(scope="module")
-def want(packed: dict[str, Path]) -> dict[str, torch.Tensor]:
-    return support.read_by_key(packed["npy"])
-
-
-
 def _slot_collate(batch: Sequence[tuple[Any, ...]]) -> tuple[Any, list[Any]]:
     """readers.collate, plus (worker pid, pool slot) of the batch (slot None: not pooled)."""
     out = collate(batch)
@@ -62,9 +51,9 @@ def _assert_reused(slots: list[Any]) -> None:
     assert len(pooled) > len(set(pooled)), "no buffer was ever reused: the test proves nothing"
 
 
-def _assert_images(images: Any, keys: Sequence[str], want: dict[str, torch.Tensor]) -> None:
+def _assert_images(images: Any, keys: Sequence[str], pool_want: dict[str, torch.Tensor]) -> None:
     for image, key in zip(torch.as_tensor(images), keys, strict=True):
-        assert torch.equal(image, want[key]), f"the image of {key} changed"
+        assert torch.equal(image, pool_want[key]), f"the image of {key} changed"
 
 
 def _loader(path: Path, **kwargs: Any) -> DataLoader[Any]:
@@ -74,8 +63,8 @@ def _loader(path: Path, **kwargs: Any) -> DataLoader[Any]:
     return DataLoader(PackedDataset(path, with_keys=True), **options)
 
 
-def test_views_outlive_their_batch(packed: dict[str, Path],
-                                   want: dict[str, torch.Tensor]) -> None:
+def test_views_outlive_their_batch(pool_packed: dict[str, Path],
+                                   pool_want: dict[str, torch.Tensor]) -> None:
     """Only a view, a numpy array, a storage or a DLPack tensor of each batch is kept."""
     views = [
         lambda images: images[1:3],
@@ -88,7 +77,7 @@ def test_views_outlive_their_batch(packed: dict[str, Path],
         lambda images: images.as_subclass(torch.Tensor),
     ]
     slots: list[Any] = []
-    loader = _loader(packed["npy"], persistent_workers=True)
+    loader = _loader(pool_packed["npy"], persistent_workers=True)
     held = []
     for _epoch in range(4):
         for n, (images, _, keys) in enumerate(_batches(loader, slots)):
@@ -101,51 +90,51 @@ def test_views_outlive_their_batch(packed: dict[str, Path],
     for k, view, copy, keys in held:
         expected = views[k](copy)
         assert np.array_equal(np.asarray(view), np.asarray(expected)), f"view {k} changed"
-        _assert_images(copy, keys, want)
+        _assert_images(copy, keys, pool_want)
 
 
-def test_early_breaks_new_iterators_and_deep_prefetch(packed: dict[str, Path],
-                                                      want: dict[str, torch.Tensor]) -> None:
+def test_early_breaks_new_iterators_and_deep_prefetch(pool_packed: dict[str, Path],
+                                                      pool_want: dict[str, torch.Tensor]) -> None:
     slots: list[Any] = []
-    loader = _loader(packed["npy"], persistent_workers=True, prefetch_factor=6)
+    loader = _loader(pool_packed["npy"], persistent_workers=True, prefetch_factor=6)
     held = []
     for epoch in range(8):
         for k, (images, _, keys) in enumerate(_batches(loader, slots)):
-            _assert_images(images, keys, want)
+            _assert_images(images, keys, pool_want)
             if k % 3 == 1:
                 held.append((images, keys))
             if k == 2 + epoch % 4:  # abandon the pass: prefetched batches are drained
                 break
     _assert_reused(slots)
     for images, keys in held:
-        _assert_images(images, keys, want)
+        _assert_images(images, keys, pool_want)
 
 
 def test_short_last_batches_two_loaders_and_restarted_workers(
-        packed: dict[str, Path], want: dict[str, torch.Tensor]) -> None:
+        pool_packed: dict[str, Path], pool_want: dict[str, torch.Tensor]) -> None:
     """A persistent loader with a short last batch beside one that forks new workers each
     pass, while the main process holds batches of workers that already exited."""
     slots: list[Any] = []
-    steady = _loader(packed["npy"], batch_size=5, drop_last=False, persistent_workers=True)
-    restarted = _loader(packed["npy"], num_workers=1)
+    steady = _loader(pool_packed["npy"], batch_size=5, drop_last=False, persistent_workers=True)
+    restarted = _loader(pool_packed["npy"], num_workers=1)
     held = []
     for _epoch in range(4):
         pairs = zip(_batches(steady, slots), _batches(restarted, slots), strict=False)
         for k, ((images, _, keys), (other, _, other_keys)) in enumerate(pairs):
-            _assert_images(images, keys, want)
-            _assert_images(other, other_keys, want)
+            _assert_images(images, keys, pool_want)
+            _assert_images(other, other_keys, pool_want)
             if len(keys) < 5 or k % 4 == 0:
                 held.append((images, keys))
             if k % 4 == 1:
                 held.append((other, other_keys))
     _assert_reused(slots)
     for images, keys in held:
-        _assert_images(images, keys, want)
+        _assert_images(images, keys, pool_want)
 
 
-def test_chunk_sampler_with_padding(packed: dict[str, Path],
-                                    want: dict[str, torch.Tensor]) -> None:
-    dataset = PackedDataset(packed["npy"], with_keys=True)
+def test_chunk_sampler_with_padding(pool_packed: dict[str, Path],
+                                    pool_want: dict[str, torch.Tensor]) -> None:
+    dataset = PackedDataset(pool_packed["npy"], with_keys=True)
     sampler = ChunkSampler(dataset,
                            split=SplitOptions(drop_last=False, rank=1, world_size=5, buffer_size=8))
     loader = DataLoader(dataset, batch_size=3, num_workers=2, sampler=sampler,
@@ -156,39 +145,39 @@ def test_chunk_sampler_with_padding(packed: dict[str, Path],
     for epoch in range(6):
         sampler.set_epoch(epoch)
         for k, (images, labels, keys) in enumerate(_batches(loader, slots)):
-            _assert_images(images, keys, want)
+            _assert_images(images, keys, pool_want)
             if k % 2 == 0:
                 held.append((images, keys))
             assert labels.shape == (len(keys),)
     _assert_reused(slots)
     for images, keys in held:
-        _assert_images(images, keys, want)
+        _assert_images(images, keys, pool_want)
 
 
 def test_a_full_pool_mixes_fresh_and_recycled_buffers_correctly(
-        packed: dict[str, Path], want: dict[str, torch.Tensor],
+        pool_packed: dict[str, Path], pool_want: dict[str, torch.Tensor],
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Two slots a worker (the forked workers inherit the patch) and 12 batches in flight."""
     monkeypatch.setattr(shm_pool, "POOL_BYTES", 1)
     slots: list[Any] = []
-    loader = _loader(packed["npy"], persistent_workers=True, prefetch_factor=6)
+    loader = _loader(pool_packed["npy"], persistent_workers=True, prefetch_factor=6)
     held = []
     for _epoch in range(4):
         for k, (images, _, keys) in enumerate(_batches(loader, slots)):
-            _assert_images(images, keys, want)
+            _assert_images(images, keys, pool_want)
             if k % 5 == 0:
                 held.append((images, keys))
     _assert_reused(slots)
     assert any(slot[1] is None for slot in slots), "the pool never ran full"
     assert {slot[1] for slot in slots} <= {None, 0, 1}
     for images, keys in held:
-        _assert_images(images, keys, want)
+        _assert_images(images, keys, pool_want)
 
 
-def test_iterable_dataset_batches_stay_put(packed: dict[str, Path]) -> None:
+def test_iterable_dataset_batches_stay_put(pool_packed: dict[str, Path]) -> None:
     """Decoded JPEGs stacked by collate into recycled buffers (wds, PackedIterableDataset)."""
-    want = support.read_by_key(packed["wds"])
-    dataset = PackedIterableDataset(packed["wds"], with_keys=True)
+    pool_want = support.read_by_key(pool_packed["wds"])
+    dataset = PackedIterableDataset(pool_packed["wds"], with_keys=True)
     loader = DataLoader(dataset, batch_size=4, num_workers=2, collate_fn=_slot_collate,
                         persistent_workers=True, multiprocessing_context="fork")
     slots: list[Any] = []
@@ -201,7 +190,7 @@ def test_iterable_dataset_batches_stay_put(packed: dict[str, Path]) -> None:
     _assert_reused(slots)
     for images, keys in held:
         assert images.shape == (len(keys), 3, *support.SIZE)
-        _assert_images(images, keys, want)
+        _assert_images(images, keys, pool_want)
 
 
 def test_a_reference_held_only_in_cpp_keeps_the_slot_busy() -> None:

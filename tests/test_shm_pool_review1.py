@@ -18,17 +18,6 @@ from torch.utils.data import ConcatDataset, DataLoader, Dataset, TensorDataset, 
 from readers import PackedDataset, collate
 from readers.batching import _shm_pool as shm_pool
 from readers.batching._shm_pool import FREE, SlotPool
-from tests import shm_pool_support as support
-
-
-@pytest.fixture(scope="module")
-def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return support.pack_small(tmp_path_factory.mktemp("pool"), ("npy", "wds"))
-
-
-@pytest.fixture(scope="module")
-def want(packed: dict[str, Path]) -> dict[str, torch.Tensor]:
-    return support.read_by_key(packed["npy"])
 
 
 class _CachingWrapper(Dataset[Any]):
@@ -48,15 +37,15 @@ class _CachingWrapper(Dataset[Any]):
         return [self.cache[i] for i in indices]
 
 
-def test_samples_the_worker_keeps_are_not_overwritten(packed: dict[str, Path],
-                                                      want: dict[str, torch.Tensor]) -> None:
-    loader = DataLoader(_CachingWrapper(PackedDataset(packed["npy"], with_keys=True)),
+def test_samples_the_worker_keeps_are_not_overwritten(pool_packed: dict[str, Path],
+                                                      pool_want: dict[str, torch.Tensor]) -> None:
+    loader = DataLoader(_CachingWrapper(PackedDataset(pool_packed["npy"], with_keys=True)),
                         batch_size=4, num_workers=1, collate_fn=collate,
                         persistent_workers=True, multiprocessing_context="fork")
     changed = 0
     for _epoch in range(3):  # epochs 2 and 3 come from the worker's cache
         for images, _, keys in loader:
-            changed += sum(not torch.equal(image, want[key])
+            changed += sum(not torch.equal(image, pool_want[key])
                            for image, key in zip(images, keys, strict=True))
     del loader  # its workers end now, not while a failure is reported
     assert changed == 0, f"{changed} cached images changed"
@@ -121,10 +110,10 @@ def _same(a: Any, b: Any) -> bool:
 def test_collate_in_a_worker_keeps_the_batch_structure(kind: str) -> None:
     images = torch.arange(8 * 3 * 4 * 4, dtype=torch.uint8).reshape(8, 3, 4, 4)
     dataset = TensorDataset(images) if kind == "one" else _Samples(kind)
-    want = list(DataLoader(dataset, batch_size=4, collate_fn=default_collate))
+    pool_want = list(DataLoader(dataset, batch_size=4, collate_fn=default_collate))
     got = list(DataLoader(dataset, batch_size=4, num_workers=1, collate_fn=collate,
                           multiprocessing_context="fork"))
-    assert all(_same(a, b) for a, b in zip(got, want, strict=True))
+    assert all(_same(a, b) for a, b in zip(got, pool_want, strict=True))
 
 
 def _pool_rows_collate(batch: Sequence[tuple[Any, ...]]) -> tuple[Any, list[Any]]:
@@ -134,10 +123,10 @@ def _pool_rows_collate(batch: Sequence[tuple[Any, ...]]) -> tuple[Any, list[Any]
     return sorted(buffer.shape[0] for buffer in pool.buffers) if pool is not None else [], out
 
 
-def test_single_sample_reads_do_not_use_up_the_pool(packed: dict[str, Path]) -> None:
+def test_single_sample_reads_do_not_use_up_the_pool(pool_packed: dict[str, Path]) -> None:
     """ConcatDataset has no __getitems__: each sample is read alone through __getitem__.
     The pool should hold the batches collate stacks, not one slot per sample read."""
-    dataset = ConcatDataset([PackedDataset(packed["npy"]), PackedDataset(packed["npy"])])
+    dataset = ConcatDataset([PackedDataset(pool_packed["npy"]), PackedDataset(pool_packed["npy"])])
     loader = DataLoader(dataset, batch_size=4, num_workers=1, collate_fn=_pool_rows_collate,
                         multiprocessing_context="fork")
     rows = [rows for rows, _ in loader][-1]
