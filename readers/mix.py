@@ -26,8 +26,8 @@ import numpy as np
 from torch.utils.data import IterableDataset
 
 from packer.formats.base import RecordReader
+from readers._base import Sample, _PackedBase
 from readers._stream import pass_records
-from readers.datasets import Sample, _PackedBase
 from readers.epochs import PassEpochs
 from readers.mixing import GroupPlan, largest_remainder
 from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_SPLIT, SplitOptions

@@ -1,0 +1,105 @@
+"""PackedIterableDataset: streams this rank's chunks, split exactly once among workers
+(see readers.datasets for what both datasets share)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from torch.utils.data import IterableDataset
+
+from readers._base import Sample, Transform, _PackedBase
+from readers._stream import pass_records
+from readers.augment import Augment
+from readers.decode import Mode
+from readers.epochs import PassEpochs
+from readers.fields import FieldNames, chosen_fields
+from readers.in_memory import in_memory_copy
+from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_SPLIT, RemoteOptions, SplitOptions
+from readers.options.legacy import REMOTE_MOVES, SPLIT_MOVES, accepts_legacy
+from readers.passes import SplitPasses
+from readers.remote import remote_source
+from readers.resume import PendingResume
+from readers.sharding import ShardPlan, Spans, epoch_rng
+from readers.weighted import ClassWeights, weighted_split
+from readers.world import LateWorld, RankWorld
+
+
+class PackedIterableDataset(_PackedBase, SplitPasses, IterableDataset[Sample]):
+    """Streams this rank's share of chunks, split among DataLoader workers.
+
+    Chunks are read in order with `read_range` (tar shards sequentially) and shuffled
+    within `buffer_size` samples; the buffer then holds about buffer_size / chunk_size
+    chunks, which sets how well classes mix (index order is sorted by key). `len()` is
+    the exact number of samples this rank yields per epoch.
+
+    `path` may be a URL (s3://bucket/prefix, file://...): index.json and the tables are
+    fetched now, shards on demand into `cache_dir`, least recently used ones evicted
+    beyond `cache_bytes` (default 8 GiB, shared by the processes of the machine);
+    `storage_options` go to fsspec (see readers.remote).
+
+    `augment` (readers.RandomResizedCrop or CenterCrop) crops every sample at decode, the
+    box a pure function of (seed, epoch of the pass, sample index).
+
+    `in_memory=True` copies the dataset (a URL: downloads it) once per node into shared
+    RAM that every worker and rank reads (readers.in_memory).
+    """
+
+    @accepts_legacy(("shuffle", "seed", "decode", "size", "transform", "with_keys",
+                     "drop_last", "rank", "world_size", "chunk_size", "buffer_size"),
+                    {"cache_bytes": ("remote", "max_cache_bytes"), **SPLIT_MOVES, **REMOTE_MOVES})
+    def __init__(self, path: str | Path, *, shuffle: bool = True, seed: int = 0,
+                 decode: Mode = "rgb8", size: tuple[int, int] | None = None,
+                 augment: Augment | None = None, transform: Transform | None = None,
+                 with_keys: bool = False, batch_size: int | None = None,
+                 split: SplitOptions = DEFAULT_SPLIT,
+                 remote: RemoteOptions | None = None, in_memory: bool = False,
+                 class_weights: ClassWeights | None = None,
+                 fields: FieldNames = None) -> None:
+        self._ram = in_memory_copy(path, remote) if in_memory else None  # readers.in_memory
+        source = None if self._ram else remote_source(path, remote)
+        super().__init__(self._ram.folder if self._ram else path, decode, size, transform,
+                         with_keys, split.chunk_size_or(DEFAULT_CHUNK_SIZE), cache_bytes=0,
+                         remote=source, augment=augment)
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1 (or None), not {batch_size}")
+        self.split = split
+        self._world = LateWorld.of(split.rank, split.world_size)
+        self._sent: RankWorld | None = None  # the world when sent to a spawned worker
+        self._split = (shuffle, split.drop_last, seed)
+        self._weights = weighted_split(self, class_weights, None, self.chunk_size)
+        self._plan_for(self._world.now()[1])  # bad arguments fail here
+        self.buffer_size = split.buffer_size
+        self.batch_size = batch_size
+        self._epochs = PassEpochs()
+        self._resume: PendingResume | None = None
+        self._pass: tuple[int, int, int] | None = None  # (epoch, worker, num_workers) ...
+        self._seen = 0  # ... of this process's latest pass, and the samples it yielded
+        self.fields = chosen_fields(self.index, fields, self.path)
+
+    def _plan_for(self, world_size: int) -> ShardPlan:
+        shuffle, drop_last, seed = self._split
+        if self._weights is not None:  # readers.weighted: a per-class chunk schedule
+            return self._weights.plan(self.index.num_samples, self.chunk_size, world_size,
+                                      shuffle, drop_last, seed)
+        return ShardPlan(self.index.num_samples, self.chunk_size, world_size, shuffle,
+                         drop_last, seed)
+
+    def _stream(self, spans: Spans, plan: ShardPlan, where: tuple[int, int, int],
+                skip: int) -> Iterator[Sample]:
+        """`where`: (epoch, rank, worker) of the pass, which seed its shuffle buffer."""
+        local = self._local()
+        rng = epoch_rng(plan.seed, *where, 2) if plan.shuffle else None
+        records = pass_records(local.reader, spans, self.buffer_size, rng, skip)
+        crop = (plan.seed, where[0])
+        for i, padded, data in records:
+            sample = self._sample(local.table, i, data, padded, crop)
+            self._seen += 1
+            yield sample
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Spawned workers cannot ask the process group: send them the world as of now."""
+        state = super().__getstate__()
+        state["_sent"] = self._world.now(self._sent_here())
+        return state
