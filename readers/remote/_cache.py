@@ -101,13 +101,15 @@ class ShardCache:
             except FileNotFoundError:
                 continue
             present.append(Present(info.st_mtime_ns, shard, info.st_size))
-        total = sum(entry.size for entry in present)
-        sizes = {entry.shard: entry.size for entry in present}
-        for shard in victims(present, {keep, *self.pinned}, self.source.cache_bytes):
-            if total <= self.source.cache_bytes:
-                break
-            if self._evict_one(shard):  # else another process reads it: it stays
-                total -= sizes[shard]
+        busy = {keep, *self.pinned}  # plus, as found, shards another process reads
+        while chosen := victims(present, busy, self.source.cache_bytes):
+            for shard in chosen:
+                if not self._evict_one(shard):
+                    busy.add(shard)  # the next-oldest takes its place
+                    break
+                present = [entry for entry in present if entry.shard != shard]
+            else:
+                return
 
     def _evict_one(self, shard: int) -> bool:
         with self.locks.unused(shard) as unused:
