@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 from packer.testing import make_sample_folder
 from tests.helpers import (
@@ -28,8 +28,10 @@ from tests.s3_server import endpoint, uploaded  # noqa: F401 - fixtures for the 
 from tests.shm_pool_support import pack_small, read_by_key
 
 # Property tests check what holds, not how fast: on a loaded 2-core machine hypothesis's
-# default 200 ms deadline per example fails tests that are right.
-settings.register_profile("packer", deadline=None)
+# default 200 ms deadline per example, and its too-slow check of data generation, fail
+# tests that are right.
+settings.register_profile("packer", deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("packer")
 
 
