@@ -74,6 +74,13 @@ def test_unnamed_passes_are_new_epochs_read_exactly_once(path: Path, workers: in
     assert keys_of(make_loader(reference, workers, context, persistent)) == passes[2]
 
 
+# Stopping spawned workers mid-start is the point of this test. Under load, torch's
+# shutdown of such a worker sometimes ends it with SIGABRT ("terminate called without an
+# active exception" while its interpreter finalizes), which the dropped iterator's
+# __del__ reports as unraisable; that is torch's, and the assertions below are not affected.
+@pytest.mark.filterwarnings(
+    "ignore:Exception ignored in.*_MultiProcessingDataLoaderIter.__del__"
+    ":pytest.PytestUnraisableExceptionWarning")
 def test_a_pass_stopped_early_still_counts(path: Path) -> None:
     it = iterable(path)
     loader = make_loader(it, 2, "spawn", False)
