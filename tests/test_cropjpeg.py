@@ -106,7 +106,8 @@ def test_corrupt_entropy_data_raises() -> None:
 @pytest.mark.parametrize(("box", "factor", "words"), [
     ((0, 0, HEIGHT + 1, WIDTH), 1, "outside the 203x317 image at 1/1"),
     ((0, 1, 1, WIDTH), 1, "outside"),
-    ((0, 0, 0, 5), 1, "outside"),
+    ((0, 0, 0, 5), 1, "outside any JPEG"),
+    ((-1, 0, 5, 5), 1, "outside any JPEG"),
     ((0, 0, 27, 40), 8, "outside the 26x40 image at 1/8"),
     ((0, 0, 1, 1), 3, "scale_denom must be 1, 2, 4 or 8, not 3"),
 ])
@@ -170,3 +171,20 @@ def test_pillow_still_decodes_what_the_fast_path_declines() -> None:
     data = jpeg_bytes(Image.new("CMYK", (64, 48), (0, 50, 100, 0)))
     out = decode_augmented(data, RandomResizedCrop(16), (0, 0, 0))
     assert out.shape == (3, 16, 16)
+
+
+def test_only_a_part_of_the_image_takes_the_cropped_decode(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[int, ...]] = []
+
+    def spy(data: bytes, *box_and_factor: int) -> bytearray:
+        calls.append(box_and_factor)
+        return cropjpeg.decode_crop(data, *box_and_factor)
+
+    monkeypatch.setattr(jpeg, "CROPPED_DECODE", spy)
+    data = SAMPLES["4:2:0"]
+    whole = jpeg.decode_box(data, (HEIGHT, WIDTH), 2, (0, 0, 102, 159))
+    part = jpeg.decode_box(data, (HEIGHT, WIDTH), 2, (1, 0, 101, 159))
+    assert whole is not None and part is not None
+    assert np.array_equal(whole[1:], part)
+    assert calls == [(1, 0, 101, 159, 2)]

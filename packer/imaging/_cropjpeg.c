@@ -87,7 +87,7 @@ static int run_crop(crop_job *job) {
     cinfo.scale_denom = job->denom;
     jpeg_start_decompress(&cinfo);
     if (job->top + job->height > cinfo.output_height ||
-        job->left + job->width > cinfo.output_width || job->height == 0 || job->width == 0) {
+        job->left + job->width > cinfo.output_width) {
         snprintf(job->message, sizeof(job->message),
                  "box %ux%u at (%u, %u) is outside the %ux%u image at 1/%u",
                  job->height, job->width, job->top, job->left, cinfo.output_height,
@@ -114,7 +114,11 @@ static int run_crop(crop_job *job) {
     }
     skip = job->top;
     while (skip > 0) {
-        skip -= jpeg_skip_scanlines(&cinfo, skip);
+        JDIMENSION skipped = jpeg_skip_scanlines(&cinfo, skip);
+        if (skipped == 0) {
+            break; /* the image ended early: the read below says so */
+        }
+        skip -= skipped;
     }
     for (row = 0; row < job->height; row += got) {
         JSAMPROW targets[BATCH_ROWS];
@@ -124,6 +128,13 @@ static int run_crop(crop_job *job) {
                                 : rows + (size_t)i * cinfo.output_width * 3;
         }
         got = jpeg_read_scanlines(&cinfo, targets, want);
+        if (got == 0) {
+            snprintf(job->message, sizeof(job->message),
+                     "libjpeg: no rows left at row %u of the box", row);
+            jpeg_destroy_decompress(&cinfo);
+            free(rows);
+            return -1;
+        }
         for (i = 0; !direct && i < got; i++) {
             memcpy(job->out + (size_t)(row + i) * job->width * 3, targets[i] + offset,
                    (size_t)job->width * 3);
@@ -138,19 +149,27 @@ static int run_crop(crop_job *job) {
 
 static PyObject *decode_crop(PyObject *self, PyObject *args) {
     Py_buffer data;
-    unsigned int top, left, height, width, denom;
+    Py_ssize_t top, left, height, width, denom;
     PyObject *out;
     crop_job job;
     int rc;
     (void)self;
 
-    if (!PyArg_ParseTuple(args, "y*IIIII:decode_crop", &data, &top, &left, &height, &width,
+    if (!PyArg_ParseTuple(args, "y*nnnnn:decode_crop", &data, &top, &left, &height, &width,
                           &denom)) {
         return NULL;
     }
     if (denom != 1 && denom != 2 && denom != 4 && denom != 8) {
         PyBuffer_Release(&data);
-        PyErr_Format(PyExc_ValueError, "scale_denom must be 1, 2, 4 or 8, not %u", denom);
+        PyErr_Format(PyExc_ValueError, "scale_denom must be 1, 2, 4 or 8, not %zd", denom);
+        return NULL;
+    }
+    if (top < 0 || left < 0 || height < 1 || width < 1 || top + height > JPEG_MAX_DIMENSION ||
+        left + width > JPEG_MAX_DIMENSION) {
+        PyBuffer_Release(&data);
+        PyErr_Format(PyExc_ValueError,
+                     "box %zdx%zd at (%zd, %zd) is outside any JPEG (sides 1 to %ld)", height,
+                     width, top, left, JPEG_MAX_DIMENSION);
         return NULL;
     }
     out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)height * width * 3);
@@ -160,11 +179,11 @@ static PyObject *decode_crop(PyObject *self, PyObject *args) {
     }
     job.data = (const unsigned char *)data.buf;
     job.size = (unsigned long)data.len;
-    job.top = top;
-    job.left = left;
-    job.height = height;
-    job.width = width;
-    job.denom = denom;
+    job.top = (unsigned int)top;
+    job.left = (unsigned int)left;
+    job.height = (unsigned int)height;
+    job.width = (unsigned int)width;
+    job.denom = (unsigned int)denom;
     job.out = (unsigned char *)PyByteArray_AS_STRING(out);
     job.message[0] = '\0';
     Py_BEGIN_ALLOW_THREADS

@@ -136,9 +136,11 @@ def decode_box(data: Buffer, full: tuple[int, int], factor: int,
 
     Only a file that ends in EOI takes the cropped decode: one that stops early (truncated)
     must fail as the full strict decode fails, whichever box the epoch drew, not only when
-    the box reaches the missing rows.
+    the box reaches the missing rows. A box of the whole image gains nothing from it.
     """
-    if CROPPED_DECODE is not None and data[-2:] == EOI:
+    scaled_size = (-(-full[0] // factor), -(-full[1] // factor))
+    whole = box == (0, 0, *scaled_size)
+    if CROPPED_DECODE is not None and not whole and data[-2:] == EOI:
         try:
             pixels = CROPPED_DECODE(data, *box, factor)
         except ValueError:  # any libjpeg error or warning: Pillow judges
