@@ -5,7 +5,7 @@ libjpeg-turbo decodes at the coarsest DCT scale (1/2, 1/4, 1/8) that still keeps
 at least OVERSAMPLE (2) times the output (readers.decode.dct_factor, shared with size=),
 and only the pixels under the box and the filter's reach around it
 (packer.imaging.jpeg.decode_box: the compiled extension where built, the same pixels as
-the full decode; RandomResizedCrop(224) on the bench photos 1.15-1.2x per CPU-second;
+the full decode; RandomResizedCrop(224) on the bench photos ~1.2x per CPU-second;
 CenterCrop, resized whole as torchvision does, decodes it whole);
 then one antialiased bilinear resize of the box straight to the output (torch's uint8
 kernel on a view at full scale, or of the whole image for CenterCrop; Pillow's, which
@@ -28,7 +28,7 @@ import math
 import numpy as np
 import torch
 
-from packer.imaging.jpeg import decode_box, fast_size
+from packer.imaging.jpeg import decode_box, fast_size, scaled_size
 from readers.augment import Augment, Box, CenterCrop
 from readers.decode import (
     Buffer,
@@ -60,7 +60,7 @@ def _from_jpeg(data: Buffer, augment: Augment,
     box = augment.params(*where, size)
     factor = dct_factor((box.height, box.width), augment.output_size)
     plan = _whole_image_plan(augment, size, factor)
-    region = (0, 0, -(-size[0] // factor), -(-size[1] // factor)) if plan else _region(
+    region = (0, 0, *scaled_size(size, factor)) if plan else _region(
         box, factor, augment.output_size, size)
     pixels = decode_box(data, size, factor, region)
     if pixels is None:
@@ -81,7 +81,7 @@ def _region(box: Box, factor: int, output_size: tuple[int, int],
         return int(box.top), int(box.left), int(box.height), int(box.width)
     span = max(box.height / output_size[0], box.width / output_size[1]) / factor
     margin = math.ceil(max(span, 1.0)) + 1
-    scaled = (-(-image_size[0] // factor), -(-image_size[1] // factor))
+    scaled = scaled_size(image_size, factor)
     top = max(0, math.floor(box.top / factor) - margin)
     left = max(0, math.floor(box.left / factor) - margin)
     bottom = min(scaled[0], math.ceil((box.top + box.height) / factor) + margin)

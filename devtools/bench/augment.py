@@ -96,6 +96,9 @@ def augment_cases(case: Callable[..., Any], src: Path, packed: dict[str, Path],
     """`case` builds a read.Case; `one_thread` is baselines.one_thread_rate. With the
     extension built, the one-thread and map-style cases have an -uncropped twin."""
     twins = (True, False) if EXTENSION is not None else (True,)
+    loaders = [(PackedDataset, True), (PackedIterableDataset, True)]
+    if EXTENSION is not None:
+        loaders.append((PackedDataset, False))
     cases = []
     for name, augment in augments(size).items():
         shown = f"{type(augment).__name__} {size[0]}x{size[1]}"
@@ -108,8 +111,7 @@ def augment_cases(case: Callable[..., Any], src: Path, packed: dict[str, Path],
                               "bytes", shown, cropped(on, lambda a=augment: one_thread(
                                   samples, crop_decoder(a)))))
         for fmt in (f for f in JPEG_FORMATS if f in packed):
-            for cls, on in [(PackedDataset, True), (PackedIterableDataset, True),
-                            *[(PackedDataset, False) for on in twins if not on]]:
+            for cls, on in loaders:
                 tail = "" if on else "-uncropped"
                 cases.append(case(
                     f"{fmt}-{cls.__name__}-{name}{tail}",

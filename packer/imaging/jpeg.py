@@ -123,10 +123,14 @@ def decode_rgb(data: Buffer, least: tuple[int, int], min_factor: float,
     return pixels
 
 
+def scaled_size(full: tuple[int, int], factor: int) -> tuple[int, int]:
+    """(H, W) of the `full`-size image decoded at 1/factor: libjpeg rounds each side up."""
+    return -(-full[0] // factor), -(-full[1] // factor)
+
+
 def decode_scaled(data: Buffer, full: tuple[int, int], factor: int) -> np.ndarray | None:
     """Exactly 1/factor of the (H, W) `full` image (each side rounded up); None if declined."""
-    least = (-(-full[0] // factor), -(-full[1] // factor))
-    return decode_rgb(data, least, float(factor))
+    return decode_rgb(data, scaled_size(full, factor), float(factor))
 
 
 def decode_box(data: Buffer, full: tuple[int, int], factor: int,
@@ -138,8 +142,7 @@ def decode_box(data: Buffer, full: tuple[int, int], factor: int,
     must fail as the full strict decode fails, whichever box the epoch drew, not only when
     the box reaches the missing rows. A box of the whole image gains nothing from it.
     """
-    scaled_size = (-(-full[0] // factor), -(-full[1] // factor))
-    whole = box == (0, 0, *scaled_size)
+    whole = box == (0, 0, *scaled_size(full, factor))
     if CROPPED_DECODE is not None and not whole and data[-2:] == EOI:
         try:
             pixels = CROPPED_DECODE(data, *box, factor)
