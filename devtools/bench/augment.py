@@ -5,6 +5,8 @@
     pil-center   ImageFolder + Resize(256/224 x size) + CenterCrop(size) with Pillow
     crop-1t      our decode + crop + resize + flip alone on one core: the ceiling
     <fmt>-...    PackedDataset / PackedIterableDataset with augment=, readers.collate
+    ...-uncropped  the same without the compiled cropped decode (packer.imaging._cropjpeg):
+                 full decode, then crop; side by side, what decoding only the box gains
 
 Targets (the issue's): ours at least 2.5x the Pillow baseline and 0.8x (one-thread
 ceiling x workers).
@@ -27,6 +29,7 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
+from packer.imaging import jpeg
 from packer.source.scan import scan
 from readers import CenterCrop, PackedDataset, PackedIterableDataset, RandomResizedCrop, collate
 from readers.augment import Augment
@@ -75,22 +78,45 @@ def crop_decoder(augment: Augment) -> Callable[[bytes], object]:
     return lambda data: decode_augmented(data, augment, (0, 0, next(indices)))
 
 
+EXTENSION = jpeg.CROPPED_DECODE  # None where the extension is not built
+
+
+def cropped(enabled: bool, make: Callable[..., Any]) -> Callable[[], Any]:
+    """`make`, with the compiled cropped decode on or off: every case sets it, and the
+    DataLoader forks its workers after `make`, so they inherit it."""
+    def made() -> Any:
+        jpeg.CROPPED_DECODE = EXTENSION if enabled else None
+        return make()
+    return made
+
+
 def augment_cases(case: Callable[..., Any], src: Path, packed: dict[str, Path],
                   size: tuple[int, int], samples: Sequence[bytes],
                   one_thread: Callable[..., Any], workers: int = 2) -> list[Any]:
-    """`case` builds a read.Case; `one_thread` is baselines.one_thread_rate."""
+    """`case` builds a read.Case; `one_thread` is baselines.one_thread_rate. With the
+    extension built, the one-thread and map-style cases have an -uncropped twin."""
+    twins = (True, False) if EXTENSION is not None else (True,)
+    loaders = [(PackedDataset, True), (PackedIterableDataset, True)]
+    if EXTENSION is not None:
+        loaders.append((PackedDataset, False))
     cases = []
     for name, augment in augments(size).items():
         shown = f"{type(augment).__name__} {size[0]}x{size[1]}"
         cases.append(case(f"pil-{name}", "PIL ImageFolder + crop", "folder", shown,
-                          lambda a=augment: PilCropFolderDataset(src, a), shuffle=True))
-        cases.append(case(f"crop-1t-{name}", "readers crop decode, 1 thread", "bytes", shown,
-                          lambda a=augment: one_thread(samples, crop_decoder(a))))
+                          cropped(True, lambda a=augment: PilCropFolderDataset(src, a)),
+                          shuffle=True))
+        for on in twins:
+            tail = "" if on else "-uncropped"
+            cases.append(case(f"crop-1t-{name}{tail}", f"readers crop decode{tail}, 1 thread",
+                              "bytes", shown, cropped(on, lambda a=augment: one_thread(
+                                  samples, crop_decoder(a)))))
         for fmt in (f for f in JPEG_FORMATS if f in packed):
-            for cls in (PackedDataset, PackedIterableDataset):
+            for cls, on in loaders:
+                tail = "" if on else "-uncropped"
                 cases.append(case(
-                    f"{fmt}-{cls.__name__}-{name}", f"{cls.__name__} + readers.collate",
-                    fmt, shown, lambda c=cls, p=packed[fmt], a=augment: c(p, augment=a),
+                    f"{fmt}-{cls.__name__}-{name}{tail}",
+                    f"{cls.__name__}{tail} + readers.collate", fmt, shown,
+                    cropped(on, lambda c=cls, p=packed[fmt], a=augment: c(p, augment=a)),
                     shuffle=cls is PackedDataset,
                     targets=((f"pil-{name}", 2.5), (f"crop-1t-{name}", 0.8 * workers)),
                     collate=collate))
@@ -107,10 +133,11 @@ def stored_cases(case: Callable[..., Any], packed: dict[int, Path], size: tuple[
         raw = PackedDataset(path, decode="raw")
         samples = [bytes(raw[i][0]) for i in range(len(raw))]
         cases.append(case(f"crop-1t-resize{side}", f"crop decode, 1 thread, --resize {side}",
-                          "bytes", shown, lambda s=samples: one_thread(s, crop_decoder(augment))))
+                          "bytes", shown, cropped(True, lambda s=samples: one_thread(
+                              s, crop_decoder(augment)))))
         cases.append(case(f"lmdb-resize{side}", f"PackedDataset + collate, --resize {side}",
-                          "lmdb", shown, lambda p=path: PackedDataset(p, augment=augment),
-                          shuffle=True, collate=collate))
+                          "lmdb", shown, cropped(True, lambda p=path: PackedDataset(
+                              p, augment=augment)), shuffle=True, collate=collate))
     return cases
 
 

@@ -9,11 +9,19 @@ upright, too many pixels, any libjpeg warning), the caller falls back to
 Pillow, which gives the verdict and the worded reason; so on unusual files the behaviour
 is exactly Pillow's. `fast_size` is the one decision; how far to scale is the caller's
 (pack: `load_rgb_fast`; readers.decode: powers of two kept OVERSAMPLE x the target).
+
+`decode_box` decodes only a crop (readers.crop_decode) through the optional compiled
+extension `_cropjpeg` (libjpeg-turbo's jpeg_skip_scanlines / jpeg_crop_scanline, built by
+`pip install` where a C compiler and jpeglib.h exist): the same pixels as the full decode
+cut to the box, without the inverse DCT and colour conversion outside it nor any decoding
+below it. Without the extension it is that full decode, cut.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -25,12 +33,29 @@ from packer.imaging.pillow import Fit, open_image, target_scale
 
 Buffer = bytes | bytearray | memoryview
 SOI = b"\xff\xd8"
+EOI = b"\xff\xd9"
+CropDecode = Callable[[Buffer, int, int, int, int, int], bytearray]
 FAST_COLORSPACES = frozenset({"YCbCr", "Gray"})
 ORIENTATION = 0x0112
 # Only power-of-two DCT scales are fast in libjpeg-turbo (5/8 or 7/8 decode slower than
 # the full image), coarsest first; none between 1/2 and 1.
 DCT_FACTORS = (8, 4, 2)
 MIN_DCT_FACTOR = 2.0
+
+
+def _load_crop_extension() -> CropDecode | None:
+    """The compiled cropped decode, or None where `pip install` could not build it.
+
+    Imported by name: the import-layer checker cannot see into a compiled module."""
+    try:
+        module = importlib.import_module("packer.imaging._cropjpeg")
+    except ImportError:
+        return None
+    decode_crop: CropDecode = module.decode_crop
+    return decode_crop
+
+
+CROPPED_DECODE = _load_crop_extension()
 
 
 class Header(NamedTuple):
@@ -98,10 +123,35 @@ def decode_rgb(data: Buffer, least: tuple[int, int], min_factor: float,
     return pixels
 
 
+def scaled_size(full: tuple[int, int], factor: int) -> tuple[int, int]:
+    """(H, W) of the `full`-size image decoded at 1/factor: libjpeg rounds each side up."""
+    return -(-full[0] // factor), -(-full[1] // factor)
+
+
 def decode_scaled(data: Buffer, full: tuple[int, int], factor: int) -> np.ndarray | None:
     """Exactly 1/factor of the (H, W) `full` image (each side rounded up); None if declined."""
-    least = (-(-full[0] // factor), -(-full[1] // factor))
-    return decode_rgb(data, least, float(factor))
+    return decode_rgb(data, scaled_size(full, factor), float(factor))
+
+
+def decode_box(data: Buffer, full: tuple[int, int], factor: int,
+               box: tuple[int, int, int, int]) -> np.ndarray | None:
+    """The (height, width, 3) pixels of `box` (top, left, height, width, in pixels of the
+    1/factor image) of the `full`-size JPEG; None if declined, as decode_scaled.
+
+    Only a file that ends in EOI takes the cropped decode: one that stops early (truncated)
+    must fail as the full strict decode fails, whichever box the epoch drew, not only when
+    the box reaches the missing rows. A box of the whole image gains nothing from it.
+    """
+    whole = box == (0, 0, *scaled_size(full, factor))
+    if CROPPED_DECODE is not None and not whole and data[-2:] == EOI:
+        try:
+            pixels = CROPPED_DECODE(data, *box, factor)
+        except ValueError:  # any libjpeg error or warning: Pillow judges
+            return None
+        return np.frombuffer(pixels, np.uint8).reshape(box[2], box[3], 3)
+    scaled = decode_scaled(data, full, factor)
+    top, left, height, width = box
+    return None if scaled is None else scaled[top:top + height, left:left + width]
 
 
 def decoded_size(width: int, height: int, scale: float) -> tuple[int, int]:
