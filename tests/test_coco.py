@@ -185,3 +185,59 @@ def test_verify_compares_the_annotations(tmp_path: Path) -> None:
     assert "a.png: fields (boxes," in changed.stderr, changed.stderr
     alone = run_pack("verify", dst, "--annotations", annotations)
     assert alone.exit_code == 2 and "--annotations needs --source" in alone.output
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    ({"bbox": None}, "has no `bbox`"),
+    ({"bbox": [1, 2, 3]}, "`bbox` [1, 2, 3], not 4 numbers"),
+    ({"bbox": [1, 2, "3", 4]}, "not 4 numbers"),
+    ({"bbox": [1, 2, -3, 4]}, "width and height >= 0"),
+    ({"category_id": None}, "has no `category_id`"),
+    ({"category_id": "3"}, "`category_id` \"3\", not an integer"),
+    ({"category_id": 4}, "`category_id` 4, which `categories` does not list"),
+    ({"iscrowd": 2}, "`iscrowd` 2, not 0 or 1"),
+])
+def test_a_bad_annotation_rejects_its_image(tmp_path: Path, change: dict[str, Any],
+                                            said: str) -> None:
+    """Nothing is filled in: the image of a bad annotation is a reject naming the id."""
+    bad = dict(ANNOTATIONS[2])  # id 9, on image 1 (a.png), beside the good id 7
+    for name, value in change.items():
+        if value is None:
+            del bad[name]
+        else:
+            bad[name] = value
+    folder, annotations = coco_folder(tmp_path, [ANNOTATIONS[0], ANNOTATIONS[1], bad])
+    dst = tmp_path / "out.wds"
+    index = convert(folder, dst, "wds", run=ConvertOptions(
+        fields=FieldChoice(annotations=str(annotations))))
+    assert index.num_samples == 2 and index.num_rejected == 1
+    assert set(read_back(dst)) == {"sub/b", "c"}
+    (reject,) = map(json.loads, (dst / "rejects.jsonl").read_text().splitlines())
+    assert reject["path"] == str(folder / "a.png")
+    assert reject["reason"].startswith("image id 1: annotation 9 has"), reject["reason"]
+    assert said in reject["reason"], reject["reason"]
+    assert str(annotations) in reject["reason"] and "fix or delete" in reject["reason"]
+    result = run_pack("convert", folder, tmp_path / "fail.wds", "--to", "wds",
+                      "--annotations", annotations, "--on-error", "fail")
+    assert_one_line_error(result, 1, "a.png", "annotation 9", "instances.json", said)
+    assert not (tmp_path / "fail.wds" / "index.json").exists()
+
+
+def test_every_bad_annotation_of_an_image_is_counted(tmp_path: Path) -> None:
+    anns = [{**a, "bbox": [0, 0]} if a["image_id"] == 1 else a for a in ANNOTATIONS]
+    folder, annotations = coco_folder(tmp_path, anns)
+    dst = tmp_path / "out.wds"
+    convert(folder, dst, "wds", run=ConvertOptions(
+        fields=FieldChoice(annotations=str(annotations))))
+    (reject,) = map(json.loads, (dst / "rejects.jsonl").read_text().splitlines())
+    assert "annotation 7 has `bbox` [0, 0]" in reject["reason"]
+    assert "(and 1 more bad annotations)" in reject["reason"]
+
+
+def test_an_annotation_without_an_id_stops_naming_its_position(tmp_path: Path) -> None:
+    anns = [ANNOTATIONS[0], {k: v for k, v in ANNOTATIONS[1].items() if k != "id"}]
+    folder, annotations = coco_folder(tmp_path, anns)
+    result = run_pack("convert", folder, tmp_path / "out.wds", "--to", "wds",
+                      "--annotations", annotations)
+    assert_one_line_error(result, 1, "instances.json", "annotations[1]", "integer `id`",
+                          "fix the file")
