@@ -4,6 +4,7 @@ iscrowd and segmentation per image, categories in the index, rejects by id."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,15 +44,18 @@ FIELDS = ("boxes", "category_ids", "annotation_ids", "iscrowd", "segmentation")
 
 
 def coco_folder(root: Path, annotations: list[dict[str, Any]] | None = None,
-                images: list[dict[str, Any]] | None = None) -> tuple[Path, Path]:
-    """An image folder and its instances.json (beside it, not inside)."""
-    folder = root / "images"
-    for n, name in enumerate(NAMES):
+                images: list[dict[str, Any]] | None = None,
+                names: Sequence[str] = NAMES, folder_name: str = "images"
+                ) -> tuple[Path, Path]:
+    """An image folder and its instances.json (beside it, not inside); image id n + 1
+    is `names[n]`."""
+    folder = root / folder_name
+    for n, name in enumerate(names):
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_bytes(png_bytes(random_image(8, 6, seed=n)))
     data = {"images": images if images is not None else
             [{"id": n + 1, "file_name": name, "width": 8, "height": 6}
-             for n, name in enumerate(NAMES)],
+             for n, name in enumerate(names)],
             "annotations": ANNOTATIONS if annotations is None else annotations,
             "categories": [{"id": 3, "name": "cat"}, {"id": 5, "name": "dog"}]}
     path = root / "instances.json"
@@ -214,9 +218,10 @@ def test_a_bad_annotation_rejects_its_image(tmp_path: Path, change: dict[str, An
     assert set(read_back(dst)) == {"sub/b", "c"}
     (reject,) = map(json.loads, (dst / "rejects.jsonl").read_text().splitlines())
     assert reject["path"] == str(folder / "a.png")
-    assert reject["reason"].startswith("image id 1: annotation 9 has"), reject["reason"]
+    assert reject["reason"].startswith(f"image id 1 in {annotations}: annotation 9 has"), \
+        reject["reason"]
     assert said in reject["reason"], reject["reason"]
-    assert str(annotations) in reject["reason"] and "fix or delete" in reject["reason"]
+    assert "fix or delete" in reject["reason"]
     result = run_pack("convert", folder, tmp_path / "fail.wds", "--to", "wds",
                       "--annotations", annotations, "--on-error", "fail")
     assert_one_line_error(result, 1, "a.png", "annotation 9", "instances.json", said)

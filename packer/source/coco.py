@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -36,9 +35,11 @@ import numpy.typing as npt
 from packer.core.fields import FieldSpec, encode_value, pack_record
 from packer.core.record import Reject
 from packer.errors import SourceError
+from packer.source.coco_images import ImageFiles, Missing
 from packer.source.fields import FieldChoice
 from packer.source.items import ItemsBuilder, SourceItems
 from packer.source.manifest import key_of
+from packer.source.members import ArchiveSource
 from packer.storage.hashing import sha256_file
 
 BASE_FIELDS = (FieldSpec("boxes", "json"), FieldSpec("category_ids", "json"),
@@ -53,16 +54,18 @@ class CocoScan:
 
     def __init__(self, items: SourceItems, class_names: tuple[str, ...],
                  rejects: list[Reject], fields: tuple[FieldSpec, ...],
-                 extra: dict[str, Any]) -> None:
+                 extra: dict[str, Any], archive: ArchiveSource | None) -> None:
         self.items = items
+        self.archive = archive  # set when the images are members of an archive
         self.class_names = class_names
         self.rejects = rejects
         self.fields = fields
         self.extra = extra
 
 
-def read_coco(root: Path, annotations: Path, choice: FieldChoice) -> CocoScan:
-    """The images of `root` that `annotations` lists, with their annotations as fields."""
+def read_coco(images_in: ImageFiles, annotations: Path, choice: FieldChoice) -> CocoScan:
+    """The images that `annotations` lists, found in a folder or an archive
+    (packer.source.coco_images), with their annotations as fields."""
     data = _load(annotations)
     images = _section(data, "images", annotations)
     anns = _section(data, "annotations", annotations, required=False)
@@ -77,18 +80,25 @@ def read_coco(root: Path, annotations: Path, choice: FieldChoice) -> CocoScan:
     groups, bad = _group(anns, image_ids, categories, annotations, rejects)
     segmentations = [a.get("segmentation") for a in anns] if has_segmentation else []
     del anns
-    builder = ItemsBuilder(os.path.join(str(root), ""))
+    builder = ItemsBuilder(images_in.prefix)
     for n, entry in enumerate(images):
-        if image_ids[n] in bad:
-            rejects.append(Reject(-1, os.path.join(str(root), str(entry["file_name"])),
-                                  f"image id {image_ids[n]}: {bad[image_ids[n]]}"))
+        image_id, name = image_ids[n], str(entry["file_name"])
+        try:
+            if image_id in bad:
+                raise Missing(bad[image_id])
+            rel, tail = images_in.locate(name)
+        except Missing as exc:
+            rejects.append(Reject(-1, images_in.path_of(name), f"image id {image_id} in "
+                                                               f"{annotations}: {exc}"))
             continue
-        _add_image(builder, root, entry, image_ids[n], groups.get(image_ids[n]), segmentations,
-                   specs, annotations, rejects)
+        values = _values(groups.get(image_id), segmentations)
+        record = pack_record([encode_value("json", values[spec.name]) for spec in specs]) \
+            if specs else b""
+        builder.add(key_of(rel), tail, 0, record)
+    items, archive = images_in.finish(builder.build(rejects), builder.order)
     extra = {CATEGORIES_KEY: categories,
              ANNOTATIONS_KEY: {"file": annotations.name, "sha256": sha256_file(annotations)}}
-    return CocoScan(builder.build(rejects), (root.resolve().name or "images",), rejects,
-                    specs, extra)
+    return CocoScan(items, (images_in.class_name(),), rejects, specs, extra, archive)
 
 
 def _load(annotations: Path) -> Any:
@@ -178,7 +188,7 @@ def _group(anns: list[Any], image_ids: Sequence[int], categories: dict[str, str]
     for rows in np.split(order, edges) if len(order) else []:
         groups[int(owners[rows[0]])] = _Group(rows, ids[rows], cats[rows], crowd[rows],
                                               boxes[rows])
-    return groups, {owner: _bad_reason(found, annotations) for owner, found in problems.items()}
+    return groups, {owner: _bad_reason(found) for owner, found in problems.items()}
 
 
 def _identified(ann: Any, n: int, annotations: Path) -> tuple[int, int]:
@@ -213,10 +223,10 @@ def _problem(ann: dict[str, Any], categories: dict[str, str]) -> str | None:
     return None
 
 
-def _bad_reason(problems: list[str], annotations: Path) -> str:
+def _bad_reason(problems: list[str]) -> str:
     more = f" (and {len(problems) - 1} more bad annotations)" if len(problems) > 1 else ""
-    return (f"{problems[0]} in {annotations}{more}; fix or delete the annotation, "
-            "the image is not packed without it")
+    return (f"{problems[0]}{more}; fix or delete the annotation, the image is not packed "
+            "without it")
 
 
 def _is_int(value: Any) -> bool:
@@ -230,27 +240,6 @@ def _is_number(value: Any) -> bool:
 def _shown(value: Any) -> str:
     text = json.dumps(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _add_image(builder: ItemsBuilder, root: Path, entry: dict[str, Any], image_id: int,
-               group: _Group | None, segmentations: list[Any],
-               specs: Sequence[FieldSpec], annotations: Path, rejects: list[Reject]) -> None:
-    name = str(entry["file_name"])
-    full = os.path.join(str(root), name)
-    rel = os.path.relpath(full, root).replace(os.sep, "/")
-    if os.path.isabs(name) or rel == ".." or rel.startswith("../"):
-        rejects.append(Reject(-1, full, f"image id {image_id} in {annotations}: its file "
-                                        f"{name!r} is outside {root}; file_name is relative "
-                                        "to the image folder"))
-        return
-    if not os.path.isfile(full):
-        rejects.append(Reject(-1, full, f"image id {image_id} in {annotations}: its file "
-                                        f"{name!r} does not exist in {root}"))
-        return
-    values = _values(group, segmentations)
-    record = pack_record([encode_value("json", values[spec.name]) for spec in specs]) \
-        if specs else b""
-    builder.add(key_of(rel), rel, 0, record)
 
 
 def _values(group: _Group | None, segmentations: list[Any]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from packer.core.record import Reject
 from packer.errors import SourceError
 from packer.source.archive import archive_kind, scan_archive
 from packer.source.coco import read_coco
+from packer.source.coco_images import ArchiveImages, FolderImages, ImageFiles
 from packer.source.fields import (
     SIDECARS,
     FieldChoice,
@@ -88,13 +89,19 @@ def scan(src: str | Path, fields: FieldChoice | None = None) -> Source:
 
 
 def scan_coco(root: Path, choice: FieldChoice) -> Source:
-    """An image folder whose images a COCO annotations file lists (packer.source.coco)."""
-    if not root.is_dir():
-        raise SourceError(f"{root}: --annotations needs SRC to be the folder of the images "
-                          "its `file_name`s are relative to")
-    found = read_coco(root, Path(str(choice.annotations)), choice)
+    """An image folder or archive whose images a COCO annotations file lists
+    (packer.source.coco)."""
+    images: ImageFiles
+    if root.is_file() and archive_kind(root) is not None:
+        images = ArchiveImages(root)
+    elif root.is_dir():
+        images = FolderImages(root)
+    else:
+        raise SourceError(f"{root}: --annotations needs SRC to be the folder (or archive) of "
+                          "the images its `file_name`s are relative to")
+    found = read_coco(images, Path(str(choice.annotations)), choice)
     return Source(root, found.items, found.class_names, found.rejects, 0,
-                  fields=found.fields, extra=found.extra)
+                  archive=found.archive, fields=found.fields, extra=found.extra)
 
 
 def scan_packed(folder: Path, choice: FieldChoice | None = None) -> Source:
