@@ -246,3 +246,35 @@ def test_an_annotation_without_an_id_stops_naming_its_position(tmp_path: Path) -
                       "--annotations", annotations)
     assert_one_line_error(result, 1, "instances.json", "annotations[1]", "integer `id`",
                           "fix the file")
+
+
+def test_the_json_as_src_is_a_manifest_of_its_folder(tmp_path: Path) -> None:
+    """`pack convert images/instances.json DST`: file_names relative to the JSON's folder,
+    the dataset that the folder with --annotations gives (an export keeps them together)."""
+    folder, outside = coco_folder(tmp_path)
+    annotations = folder / "_annotations.coco.json"
+    outside.rename(annotations)
+    as_src = run_pack("convert", annotations, tmp_path / "a" / "ds", "--to", "wds")
+    assert as_src.exit_code == 0, as_src.output
+    with_flag = run_pack("convert", folder, tmp_path / "f" / "ds", "--to", "wds",
+                         "--annotations", annotations)
+    assert with_flag.exit_code == 0, with_flag.output
+    assert tree_hashes(tmp_path / "a" / "ds") == tree_hashes(tmp_path / "f" / "ds")
+    assert read_back(tmp_path / "a" / "ds") == EXPECTED
+    again = run_pack("convert", annotations, tmp_path / "a" / "ds", "--to", "wds", "--resume")
+    assert again.exit_code == 0, again.output
+    ok = run_pack("verify", tmp_path / "a" / "ds", "--source", annotations)
+    assert ok.exit_code == 0, ok.output
+    both = run_pack("convert", annotations, tmp_path / "b.wds", "--to", "wds",
+                    "--annotations", annotations)
+    assert_one_line_error(both, 1, "_annotations.coco.json", "drop --annotations")
+
+
+def test_a_json_src_away_from_its_images_says_what_to_pass(tmp_path: Path) -> None:
+    _, annotations = coco_folder(tmp_path)  # instances.json beside images/, not in it
+    result = run_pack("convert", annotations, tmp_path / "out.wds", "--to", "wds")
+    assert_one_line_error(result, 1, "instances.json: none of its images is in",
+                          f"pass the image folder as SRC with --annotations {annotations}")
+    annotations.write_text(json.dumps([{"path": "a.png", "label": 0}]))
+    other = run_pack("convert", annotations, tmp_path / "out.wds", "--to", "wds")
+    assert_one_line_error(other, 1, "instances.json", "JSON object with `images`")
