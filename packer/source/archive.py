@@ -16,8 +16,9 @@ A member is a reject naming `ARCHIVE:MEMBER` when its path escapes the archive (
 absolute), it is a link, a device or an encrypted or unsupported zip member, or its
 name repeats another's; a truncated archive is fatal, naming the last good member.
 A .tar.gz cannot seek: tarfile streams it once for the listing (offsets are then
-uncompressed offsets), its members must be in name order, and packer.source.gzcursor
-reads them in one forward pass. bzip2 and xz tars are refused with how to decompress.
+uncompressed offsets), and packer.source.gzcursor reads the members in one forward
+pass, in whatever order the archive holds them. bzip2 and xz tars are refused with
+how to decompress.
 """
 
 from __future__ import annotations
@@ -274,10 +275,6 @@ class _Listing:
 def member_origin(path: Path, kind: str, before: ArchiveStat, built: SourceItems,
                   labels: npt.NDArray[np.int32], table: MemberTable) -> ArchiveSource:
     """The reader of the items' members, once the archive is known unchanged."""
-    if kind == "tgz" and bool(np.any(np.diff(table.offsets) < 0)):
-        raise SourceError(f"{path}: members are not stored in name order, and a "
-                          "compressed tar is read in one forward pass; decompress it "
-                          "once (gunzip -k) and pass the .tar")
     if stat_archive(path) != before:
         raise SourceError(f"{path}: the archive changed while it was scanned; "
                           "convert again")

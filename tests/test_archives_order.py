@@ -1,0 +1,69 @@
+"""A .tar.gz whose members are not in name order (a plain `tar czf` writes directory
+order): read in one forward pass all the same, members that come early kept in memory
+or a temporary file, and converted like the extracted folder, file for file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from packer import ConvertOptions, convert
+from packer.core.index import INDEX_NAME
+from packer.source import gzcursor
+from packer.source.members import ArchiveSource
+from packer.source.scan import scan
+from tests.archive_support import WDS, make_tgz_any_order, without_job
+from tests.helpers import tree_hashes
+
+
+def test_members_are_really_out_of_name_order(src: Path, tmp_path: Path) -> None:
+    source = scan(make_tgz_any_order(src, tmp_path / "train.tgz"))
+    assert source.archive is not None
+    assert bool(np.any(np.diff(source.archive.table.offsets) < 0))
+    assert [i.key for i in source.items] == [i.key for i in scan(src).items]
+
+
+@pytest.mark.parametrize("memory", [gzcursor.MEMORY, 0])  # 0: every early member spills
+@pytest.mark.parametrize("workers", [0, 2])
+def test_converts_like_the_extracted_folder(src: Path, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch, memory: int,
+                                            workers: int) -> None:
+    monkeypatch.setattr(gzcursor, "MEMORY", memory)
+    archive = make_tgz_any_order(src, tmp_path / "train.tgz")
+    run = ConvertOptions(shards=WDS.shards, workers=workers)
+    convert(archive, tmp_path / "a" / "ds", "wds", run=run)
+    convert(src, tmp_path / "f" / "ds", "wds", run=WDS)
+    ours, theirs = tree_hashes(tmp_path / "a" / "ds"), tree_hashes(tmp_path / "f" / "ds")
+    del ours[INDEX_NAME], theirs[INDEX_NAME]
+    assert ours == theirs
+    assert without_job(tmp_path / "a" / "ds") == without_job(tmp_path / "f" / "ds")
+
+
+def test_cursor_keeps_early_members_in_memory_then_in_a_file(
+        src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    items = scan(make_tgz_any_order(src, tmp_path / "train.tgz")).items
+    expected = [Path(item.path).read_bytes() for item in scan(src).items]
+    monkeypatch.setattr(gzcursor, "MEMORY", sum(map(len, expected)) // 4)
+    origin = items.origin
+    assert isinstance(origin, ArchiveSource)
+    cursor = gzcursor.GzipCursor(origin.path, origin.table.offsets, origin.table.sizes)
+    restarts = 0
+    real_restart = cursor._restart
+
+    def counting() -> None:
+        nonlocal restarts
+        restarts += 1
+        real_restart()
+
+    monkeypatch.setattr(cursor, "_restart", counting)
+    try:
+        assert [cursor.read(i) for i in range(len(items))] == expected
+        assert restarts == 1  # the first read opens the stream: one pass in all
+        assert cursor.spill is not None and int(cursor.spilled.max()) == -1  # all handed out
+        assert not cursor.kept
+        assert cursor.read(0) == expected[0]  # passed and handed out: the stream restarts
+        assert restarts == 2
+    finally:
+        cursor.close()
