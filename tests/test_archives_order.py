@@ -4,6 +4,7 @@ or a temporary file, and converted like the extracted folder, file for file."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +63,7 @@ def test_cursor_keeps_early_members_in_memory_then_in_a_file(
         assert [cursor.read(i) for i in range(len(items))] == expected
         assert restarts == 1  # the first read opens the stream: one pass in all
         assert cursor.spill is not None and int(cursor.spilled.max()) == -1  # all handed out
+        assert cursor.waiting == 0 and os.fstat(cursor.spill.fileno()).st_size == 0
         assert not cursor.kept
         assert cursor.read(0) == expected[0]  # passed and handed out: the stream restarts
         assert restarts == 2

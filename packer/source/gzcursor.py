@@ -6,9 +6,11 @@ order for a tar made by Python's tarfile or `tar --sort=name`, and directory ord
 (any order) for a plain `tar czf`. The stream is read forward once either way: a
 member passed on the way to the one asked for, and not yet asked for itself, is kept
 until it is, in memory up to MEMORY bytes and beyond that in an anonymous temporary
-file (TMPDIR; gone when the cursor closes), so memory stays bounded whatever the
-archive's size and order. At worst (an archive in reverse order) that file holds the
-uncompressed members, what `gunzip -k` would write. Members more than SLACK items
+file (TMPDIR; gone when the cursor closes, emptied whenever all it holds was handed
+out), so memory stays bounded whatever the archive's size and order. The file holds
+what lies between a member's place in the stream and its turn: a folder's worth for
+directory order, and at worst (an archive in reverse order) the uncompressed members,
+what `gunzip -k` would write. Members more than SLACK items
 before the one asked for are passed without keeping them (a resumed conversion never
 asks for them); one asked for after the stream passed it without keeping it restarts
 the stream from the beginning (correct, slow, and not what a conversion does). One
@@ -52,6 +54,7 @@ class GzipCursor:
         self.kept_bytes = 0
         self.spill: BinaryIO | None = None
         self.spilled = np.zeros(0, np.int64)  # item -> its offset in the spill file, or -1
+        self.waiting = 0  # members in the spill file not yet handed out
 
     def read(self, i: int) -> bytes:
         with self.lock:
@@ -98,6 +101,7 @@ class GzipCursor:
         self.spill.seek(0, os.SEEK_END)
         self.spilled[j] = self.spill.tell()
         self.spill.write(data)
+        self.waiting += 1
 
     def _kept(self, i: int) -> bytes | None:
         data = self.kept.pop(i, None)
@@ -108,7 +112,11 @@ class GzipCursor:
             return None
         at, self.spilled[i] = int(self.spilled[i]), -1
         self.spill.flush()
-        return os.pread(self.spill.fileno(), int(self.sizes[i]), at)
+        data = os.pread(self.spill.fileno(), int(self.sizes[i]), at)
+        self.waiting -= 1
+        if not self.waiting:  # every member in it handed out: the file starts over
+            self.spill.truncate(0)
+        return data
 
     def _take(self, i: int) -> bytes:
         assert self.stream is not None  # _restart opened it
@@ -134,5 +142,6 @@ class GzipCursor:
         if self.spill is not None:
             self.spill.close()
             self.spill = None
+            self.waiting = 0
         self.kept.clear()
         self.kept_bytes = 0
