@@ -36,7 +36,7 @@ import numpy.typing as npt
 
 from packer.core.record import Reject
 from packer.errors import SourceError
-from packer.source.items import ItemsBuilder, SourceItems, Strings
+from packer.source.items import ItemsBuilder, SourceItems, Strings, Suffixes
 from packer.source.members import (
     ArchiveSource,
     ArchiveStat,
@@ -245,7 +245,7 @@ class _Listing:
             return
         dot = name.rfind(".")
         try:
-            self.found.add(name[:dot], name, label)
+            self.found.add_file(name[:dot], name[dot:], label)  # a suffix, not the path
         except UnicodeEncodeError:
             printable = name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
             self.rejects.append(Reject(-1, self.prefix + printable,
@@ -288,6 +288,9 @@ def _identity(before: ArchiveStat, items: SourceItems, labels: npt.NDArray[np.in
     digest.update(items.keys.data)
     if isinstance(items.tails, Strings):
         digest.update(items.tails.data)
+    elif isinstance(items.tails, Suffixes):  # each member's extension
+        digest.update("\0".join(items.tails.names).encode("utf-8", "surrogateescape"))
+        digest.update(np.ascontiguousarray(items.tails.ids).tobytes())
     digest.update(labels.astype(np.int32).tobytes())
     table.digest_into(digest.update)
     return digest.hexdigest()
