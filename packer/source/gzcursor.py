@@ -10,11 +10,11 @@ file (TMPDIR; gone when the cursor closes, emptied whenever all it holds was han
 out), so memory stays bounded whatever the archive's size and order. The file holds
 what lies between a member's place in the stream and its turn: a folder's worth for
 directory order, and at worst (an archive in reverse order) the uncompressed members,
-what `gunzip -k` would write. Members more than SLACK items
-before the one asked for are passed without keeping them (a resumed conversion never
-asks for them); one asked for after the stream passed it without keeping it restarts
-the stream from the beginning (correct, slow, and not what a conversion does). One
-lock: a gzip stream decompresses on one thread anyway.
+what `gunzip -k` would write. Members more than SLACK items before the lowest one
+asked for are passed without keeping them (a resumed conversion starts midway and
+never asks for them); one asked for after the stream passed it without keeping it
+restarts the stream from the beginning (correct, slow, and not what a conversion
+does). One lock: a gzip stream decompresses on one thread anyway.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from packer.errors import RejectReason
 
 MEMORY = 64 << 20  # bytes of members kept in memory before they go to the spill file
 MAX_KEPT = 1 << 16  # members kept in memory (tiny members: no object per member)
-SLACK = 4096  # items behind the one asked for that may still be asked for (threads)
+SLACK = 4096  # items before the lowest asked for that threads may still ask for
 
 
 class GzipCursor:
@@ -50,6 +50,7 @@ class GzipCursor:
         self.stream: gzip.GzipFile | None = None
         self.passed = 0  # members of by_offset the stream has gone by
         self.served = np.zeros(len(offsets), np.bool_)
+        self.lowest = len(offsets)  # the lowest item asked for: the run's start
         self.kept: dict[int, bytes] = {}
         self.kept_bytes = 0
         self.spill: BinaryIO | None = None
@@ -58,6 +59,7 @@ class GzipCursor:
 
     def read(self, i: int) -> bytes:
         with self.lock:
+            self.lowest = min(self.lowest, i)
             data = self._kept(i)
             if data is None:
                 if self.stream is None or self._behind(i):
@@ -78,7 +80,7 @@ class GzipCursor:
 
     def _advance_to(self, i: int) -> bytes:
         """Read forward to member i, keeping the members passed that are still wanted."""
-        floor = i - SLACK
+        floor = self.lowest - SLACK
         while self.passed < len(self.by_offset):
             j = int(self.by_offset[self.passed])
             if j == i:
