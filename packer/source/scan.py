@@ -95,8 +95,7 @@ def scan(src: str | Path, fields: FieldChoice | None = None) -> Source:
 
 
 def scan_coco(root: Path, choice: FieldChoice) -> Source:
-    """An image folder or archive whose images a COCO annotations file lists
-    (packer.source.coco)."""
+    """An image folder or archive whose images a COCO file lists (packer.source.coco)."""
     images: ImageFiles
     if root.is_file() and archive_kind(root) is not None:
         images = ArchiveImages(root)
