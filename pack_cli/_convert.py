@@ -84,8 +84,8 @@ def convert_command(src: Path, dst: str, fmt: str, shard_size: str, shard_sample
                     storage_options: tuple[str, ...], staging: Path | None,
                     field_types: tuple[str, ...], keep_fields: str | None, no_fields: bool,
                     annotations: Path | None, quiet: bool) -> None:
-    """Convert SRC (an image folder, a .csv/.jsonl manifest, a .tar/.zip archive or a
-    packed dataset) into DST.
+    """Convert SRC (an image folder, a .csv/.jsonl manifest, a COCO .json, a .tar/.zip
+    archive or a packed dataset) into DST.
 
     \b
     pack convert photos/ out.wds --to wds --shard-size 128MB
@@ -97,6 +97,7 @@ def convert_command(src: Path, dst: str, fmt: str, shard_size: str, shard_sample
     pack convert out.wds out.lmdb --to lmdb
     pack convert captions.csv out.wds --to wds --field score:float --fields caption,score
     pack convert train2017/ out.wds --to wds --annotations instances_train2017.json
+    pack convert train/_annotations.coco.json out.wds --to wds
     pack convert photos/ s3://bucket/photos.wds --to wds --storage-option endpoint_url=URL
     pack convert /shared/photos /shared/out.wds --to wds --executor ray --ray-address auto
     """

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import random
 import tarfile
 import zipfile
 from collections.abc import Callable
@@ -56,9 +57,22 @@ def make_tgz(folder: Path, out: Path) -> Path:
     return out
 
 
+def make_tgz_any_order(folder: Path, out: Path) -> Path:
+    """A .tar.gz as a plain `tar czf` writes one: each folder before what it holds, the
+    files in directory order (here a seeded shuffle), not in name order."""
+    paths = sorted(folder.rglob("*"))
+    files = [path for path in paths if not path.is_dir()]
+    random.Random(len(files)).shuffle(files)
+    with tarfile.open(out, "w:gz") as tar:
+        for path in [*(path for path in paths if path.is_dir()), *files]:
+            tar.add(path, arcname=path.relative_to(folder).as_posix(), recursive=False)
+    return out
+
+
 MAKERS: dict[str, tuple[Maker, str]] = {"tar": (make_tar, ".tar"), "zip": (make_zip, ".zip"),
                                         "tars": (make_tar_of_tars, ".tar"),
-                                        "tgz": (make_tgz, ".tar.gz")}
+                                        "tgz": (make_tgz, ".tar.gz"),
+                                        "tgz-any-order": (make_tgz_any_order, ".tgz")}
 
 
 def add_member(tar: tarfile.TarFile, name: str, data: bytes, kind: bytes = tarfile.REGTYPE,

@@ -177,3 +177,12 @@ def test_threads_give_the_same_output(src: Path, tmp_path: Path, kind: str) -> N
         convert(archive, tmp_path / str(workers) / "ds", "wds",
                 run=ConvertOptions(workers=workers))
     assert tree_hashes(tmp_path / "0" / "ds") == tree_hashes(tmp_path / "2" / "ds")
+
+
+def test_memory_benchmark_archive_is_a_tar_of_tiny_images(tmp_path: Path) -> None:
+    """devtools.bench.archive_memory measures tars like this one (10 classes, N images)."""
+    from devtools.bench.archive_memory import write_tar
+
+    source = scan(write_tar(tmp_path / "tiny.tar", 25))
+    assert len(source.items) == 25 and len(source.class_names) == 10
+    assert source.archive is not None and len(set(source.archive.table.sizes.tolist())) > 1

@@ -131,15 +131,6 @@ def test_truncated_gzip_stream_is_one_error(src: Path, tmp_path: Path) -> None:
     assert f"{archive}: truncated or damaged after member 'class_" in message
 
 
-def test_gzipped_tar_out_of_name_order_is_refused(src: Path, tmp_path: Path) -> None:
-    archive = tmp_path / "train.tar.gz"
-    with tarfile.open(archive, "w:gz") as tar:
-        for path in sorted(src.rglob("*.*"), reverse=True):
-            tar.add(path, arcname=path.relative_to(src).as_posix())
-    with pytest.raises(SourceError, match=r"not stored in name order.*gunzip -k"):
-        scan(archive)
-
-
 def test_gzip_cursor_serves_any_order(src: Path, tmp_path: Path) -> None:
     """Threads ask a little out of order, resume starts midway, verify may go back."""
     archive = make_tgz(src, tmp_path / "train.tar.gz")

@@ -25,7 +25,7 @@ from tests.archive_support import (
 from tests.helpers import count_adds, jpeg_bytes, random_image, tree_hashes
 
 
-@pytest.mark.parametrize("kind", ["tar", "tgz"])
+@pytest.mark.parametrize("kind", ["tar", "tgz", "tgz-any-order"])
 def test_resume_after_interruption_is_byte_identical(mixed_src: Path, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch,
                                                      kind: str) -> None:

@@ -4,6 +4,7 @@ iscrowd and segmentation per image, categories in the index, rejects by id."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,15 +44,18 @@ FIELDS = ("boxes", "category_ids", "annotation_ids", "iscrowd", "segmentation")
 
 
 def coco_folder(root: Path, annotations: list[dict[str, Any]] | None = None,
-                images: list[dict[str, Any]] | None = None) -> tuple[Path, Path]:
-    """An image folder and its instances.json (beside it, not inside)."""
-    folder = root / "images"
-    for n, name in enumerate(NAMES):
+                images: list[dict[str, Any]] | None = None,
+                names: Sequence[str] = NAMES, folder_name: str = "images"
+                ) -> tuple[Path, Path]:
+    """An image folder and its instances.json (beside it, not inside); image id n + 1
+    is `names[n]`."""
+    folder = root / folder_name
+    for n, name in enumerate(names):
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_bytes(png_bytes(random_image(8, 6, seed=n)))
     data = {"images": images if images is not None else
             [{"id": n + 1, "file_name": name, "width": 8, "height": 6}
-             for n, name in enumerate(NAMES)],
+             for n, name in enumerate(names)],
             "annotations": ANNOTATIONS if annotations is None else annotations,
             "categories": [{"id": 3, "name": "cat"}, {"id": 5, "name": "dog"}]}
     path = root / "instances.json"
@@ -185,3 +189,92 @@ def test_verify_compares_the_annotations(tmp_path: Path) -> None:
     assert "a.png: fields (boxes," in changed.stderr, changed.stderr
     alone = run_pack("verify", dst, "--annotations", annotations)
     assert alone.exit_code == 2 and "--annotations needs --source" in alone.output
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    ({"bbox": None}, "has no `bbox`"),
+    ({"bbox": [1, 2, 3]}, "`bbox` [1, 2, 3], not 4 numbers"),
+    ({"bbox": [1, 2, "3", 4]}, "not 4 numbers"),
+    ({"bbox": [1, 2, -3, 4]}, "width and height >= 0"),
+    ({"category_id": None}, "has no `category_id`"),
+    ({"category_id": "3"}, "`category_id` \"3\", not an integer"),
+    ({"category_id": 4}, "`category_id` 4, which `categories` does not list"),
+    ({"iscrowd": 2}, "`iscrowd` 2, not 0 or 1"),
+])
+def test_a_bad_annotation_rejects_its_image(tmp_path: Path, change: dict[str, Any],
+                                            said: str) -> None:
+    """Nothing is filled in: the image of a bad annotation is a reject naming the id."""
+    bad = dict(ANNOTATIONS[2])  # id 9, on image 1 (a.png), beside the good id 7
+    for name, value in change.items():
+        if value is None:
+            del bad[name]
+        else:
+            bad[name] = value
+    folder, annotations = coco_folder(tmp_path, [ANNOTATIONS[0], ANNOTATIONS[1], bad])
+    dst = tmp_path / "out.wds"
+    index = convert(folder, dst, "wds", run=ConvertOptions(
+        fields=FieldChoice(annotations=str(annotations))))
+    assert index.num_samples == 2 and index.num_rejected == 1
+    assert set(read_back(dst)) == {"sub/b", "c"}
+    (reject,) = map(json.loads, (dst / "rejects.jsonl").read_text().splitlines())
+    assert reject["path"] == str(folder / "a.png")
+    assert reject["reason"].startswith(f"image id 1 in {annotations}: annotation 9 has"), \
+        reject["reason"]
+    assert said in reject["reason"], reject["reason"]
+    assert "fix or delete" in reject["reason"]
+    result = run_pack("convert", folder, tmp_path / "fail.wds", "--to", "wds",
+                      "--annotations", annotations, "--on-error", "fail")
+    assert_one_line_error(result, 1, "a.png", "annotation 9", "instances.json", said)
+    assert not (tmp_path / "fail.wds" / "index.json").exists()
+
+
+def test_every_bad_annotation_of_an_image_is_counted(tmp_path: Path) -> None:
+    anns = [{**a, "bbox": [0, 0]} if a["image_id"] == 1 else a for a in ANNOTATIONS]
+    folder, annotations = coco_folder(tmp_path, anns)
+    dst = tmp_path / "out.wds"
+    convert(folder, dst, "wds", run=ConvertOptions(
+        fields=FieldChoice(annotations=str(annotations))))
+    (reject,) = map(json.loads, (dst / "rejects.jsonl").read_text().splitlines())
+    assert "annotation 7 has `bbox` [0, 0]" in reject["reason"]
+    assert "(and 1 more bad annotations)" in reject["reason"]
+
+
+def test_an_annotation_without_an_id_stops_naming_its_position(tmp_path: Path) -> None:
+    anns = [ANNOTATIONS[0], {k: v for k, v in ANNOTATIONS[1].items() if k != "id"}]
+    folder, annotations = coco_folder(tmp_path, anns)
+    result = run_pack("convert", folder, tmp_path / "out.wds", "--to", "wds",
+                      "--annotations", annotations)
+    assert_one_line_error(result, 1, "instances.json", "annotations[1]", "integer `id`",
+                          "fix the file")
+
+
+def test_the_json_as_src_is_a_manifest_of_its_folder(tmp_path: Path) -> None:
+    """`pack convert images/instances.json DST`: file_names relative to the JSON's folder,
+    the dataset that the folder with --annotations gives (an export keeps them together)."""
+    folder, outside = coco_folder(tmp_path)
+    annotations = folder / "_annotations.coco.json"
+    outside.rename(annotations)
+    as_src = run_pack("convert", annotations, tmp_path / "a" / "ds", "--to", "wds")
+    assert as_src.exit_code == 0, as_src.output
+    with_flag = run_pack("convert", folder, tmp_path / "f" / "ds", "--to", "wds",
+                         "--annotations", annotations)
+    assert with_flag.exit_code == 0, with_flag.output
+    assert tree_hashes(tmp_path / "a" / "ds") == tree_hashes(tmp_path / "f" / "ds")
+    assert read_back(tmp_path / "a" / "ds") == EXPECTED
+    again = run_pack("convert", annotations, tmp_path / "a" / "ds", "--to", "wds", "--resume")
+    assert again.exit_code == 0, again.output
+    ok = run_pack("verify", tmp_path / "a" / "ds", "--source", annotations)
+    assert ok.exit_code == 0, ok.output
+    both = run_pack("convert", annotations, tmp_path / "b.wds", "--to", "wds",
+                    "--annotations", annotations)
+    assert_one_line_error(both, 1, "_annotations.coco.json", "drop --annotations")
+
+
+def test_a_json_src_away_from_its_images_says_what_to_pass(tmp_path: Path) -> None:
+    _, annotations = coco_folder(tmp_path)  # instances.json beside images/, not in it
+    result = run_pack("convert", annotations, tmp_path / "out.wds", "--to", "wds")
+    assert_one_line_error(result, 1, "instances.json: none of its images is in",
+                          f"pass the image folder as SRC with --annotations {annotations}")
+    annotations.write_text(json.dumps([{"path": "a.png", "label": 0}]))
+    other = run_pack("convert", annotations, tmp_path / "out.wds", "--to", "wds")
+    assert_one_line_error(other, 1, "instances.json", "JSON object with `images`")

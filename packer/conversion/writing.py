@@ -113,7 +113,10 @@ class WriterLoop:
         if self.on_part is not None:  # e.g. upload the finished shards (packer.conversion.upload)
             self.on_part(tuple(getattr(self.writer, "shards", ())))
         part = self.part.build()
-        self.table.extend(part)
+        if len(self.table):
+            self.table.extend(part)
+        else:  # the first part: its builder goes on as the table's, no copy of its rows
+            self.table = self.part
         self.done.rejects += self.part_rejects
         if self.journal is not None and self.writer.resumable:
             self.done.src_stop = src_stop

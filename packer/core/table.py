@@ -145,7 +145,7 @@ class TableBuilder:
         block = np.empty(count, dtype=SAMPLE_DTYPE)
         for name, column in zip(COLUMNS, self._columns, strict=True):
             block[name] = np.frombuffer(column, dtype=np.int64)
-        block["digest"] = np.frombuffer(bytes(self._digests), np.uint8).reshape(count, -1)
+        block["digest"] = np.frombuffer(self._digests, np.uint8).reshape(count, -1)  # no copy
         self._append_block(block)
         self._columns = tuple(array("q") for _ in COLUMNS)
         self._digests = bytearray()

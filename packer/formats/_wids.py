@@ -35,7 +35,7 @@ from packer.storage.atomic import write_atomic
 
 KIND = "wids-shard-index-v1"
 LABEL_EXT = "cls"
-CHUNK_KEYS = 1 << 16  # keys checked at a time (memory stays small for any table)
+CHUNK_KEYS = 1 << 12  # keys checked at a time: ~20 bytes of arrays a key byte, so ~2 MB
 
 
 def index_extra(folder: Path, stem: str, shards: tuple[ShardInfo, ...], table: SampleTable,

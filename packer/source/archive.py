@@ -16,8 +16,9 @@ A member is a reject naming `ARCHIVE:MEMBER` when its path escapes the archive (
 absolute), it is a link, a device or an encrypted or unsupported zip member, or its
 name repeats another's; a truncated archive is fatal, naming the last good member.
 A .tar.gz cannot seek: tarfile streams it once for the listing (offsets are then
-uncompressed offsets), its members must be in name order, and packer.source.gzcursor
-reads them in one forward pass. bzip2 and xz tars are refused with how to decompress.
+uncompressed offsets), and packer.source.gzcursor reads the members in one forward
+pass, in whatever order the archive holds them. bzip2 and xz tars are refused with
+how to decompress.
 """
 
 from __future__ import annotations
@@ -26,18 +27,20 @@ import hashlib
 import os
 import tarfile
 import zlib
-from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from packer.core.record import Reject
 from packer.errors import SourceError
-from packer.source.items import ItemsBuilder, SourceItems, Strings
+from packer.source.items import ItemsBuilder, SourceItems, Strings, Suffixes
 from packer.source.members import (
     ArchiveSource,
     ArchiveStat,
+    Columns,
     Entry,
     MemberTable,
 )
@@ -65,44 +68,64 @@ def archive_kind(path: Path) -> str | None:
 def scan_archive(path: Path) -> tuple[SourceItems, tuple[str, ...], list[Reject], int,
                                       ArchiveSource]:
     """Items, class names, rejects, ignored count and the reader of an archive."""
+    kind = checked_kind(path)
+    before = stat_archive(path)
+    return list_members(path, kind, before, lambda: _Listing(f"{path}:")).build(path, kind,
+                                                                               before)
+
+
+def checked_kind(path: Path) -> str:
+    """"tar", "tgz" or "zip" (a gzipped tar by any name is "tgz"); other compressions
+    are refused with how to decompress them."""
     kind = archive_kind(path)
     if kind == "compressed tar":
         raise SourceError(f"{path}: only gzip-compressed tars are read; decompress it once "
                           "(bunzip2 -k, xz -dk) and pass the .tar")
     if kind == "tar" and _gzipped(path):
-        kind = "tgz"
-    before = _stat(path)
-    assert kind is not None  # scan() calls this for archive names only
-    return _listed(path, kind, before).build(path, kind, before)
+        return "tgz"
+    if kind is None:
+        raise SourceError(f"{path}: not a .tar, .tar.gz, .tgz or .zip archive")
+    return kind
 
 
-def _listed(path: Path, kind: str, before: ArchiveStat) -> _Listing:
-    """Every member sorted into the listing; a tar by its headers, or by tarfile when
-    they hold something rare (packer.source.tarheaders) or it is compressed."""
-    listing = _Listing(f"{path}:")
+class Sink(Protocol):
+    """What takes the members of an archive as they are listed."""
+
+    def add(self, entry: Entry) -> None: ...
+
+
+S = TypeVar("S", bound=Sink)
+
+
+def list_members(path: Path, kind: str, before: ArchiveStat, make: Callable[[], S]) -> S:
+    """Every member into a fresh `make()`; a tar by its headers, or by tarfile (into
+    another fresh one) when they hold something rare (packer.source.tarheaders) or it
+    is compressed."""
+    sink = make()
     if kind != "tar":
         entries = zip_entries(path) if kind == "zip" else _tar_entries(path, None, "r|gz")
         for entry in entries:
-            listing.add(entry)
-        return listing
+            sink.add(entry)
+        return sink
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             for entry in tar_entries(fd, str(path), before.size):
-                listing.add(entry)
-            return listing
+                sink.add(entry)
+            return sink
         finally:
             os.close(fd)
     except Unusual:
-        listing = _Listing(f"{path}:")
+        sink = make()
         for entry in _tar_entries(path, before.size, "r:"):
-            listing.add(entry)
-        return listing
+            sink.add(entry)
+        return sink
     except OSError as exc:
         raise SourceError(f"{path}: cannot read the archive ({exc.strerror or exc})") from exc
 
 
-def _stat(path: Path) -> ArchiveStat:
+def stat_archive(path: Path) -> ArchiveStat:
+    """The archive's size and mtime, which must not change while it is read."""
     try:
         return ArchiveStat.of(path)
     except OSError as exc:
@@ -192,8 +215,7 @@ class _Listing:
         self.classes: dict[str, int] = {}  # name -> provisional label, first seen first
         self.ignored: set[str] = set()  # top-level non-folders, hidden folders, other files
         self.rejects: list[Reject] = []
-        self.offsets, self.sizes = array("q"), array("q")
-        self.methods, self.crcs = array("B"), array("L")
+        self.columns = Columns()
 
     def add(self, entry: Entry) -> None:
         name = clean_name(entry.name)
@@ -223,16 +245,13 @@ class _Listing:
             return
         dot = name.rfind(".")
         try:
-            self.found.add(name[:dot], name, label)
+            self.found.add_file(name[:dot], name[dot:], label)  # a suffix, not the path
         except UnicodeEncodeError:
             printable = name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
             self.rejects.append(Reject(-1, self.prefix + printable,
                                        "member name is not valid UTF-8; rename it"))
             return
-        self.offsets.append(entry.offset)
-        self.sizes.append(entry.size)
-        self.methods.append(entry.method)
-        self.crcs.append(entry.crc)
+        self.columns.append(entry)
 
     def build(self, path: Path, kind: str, before: ArchiveStat
               ) -> tuple[SourceItems, tuple[str, ...], list[Reject], int, ArchiveSource]:
@@ -242,37 +261,36 @@ class _Listing:
             raise SourceError(f"{path}: no top-level class folders in the archive; lay it "
                               "out as <class>/<image> (or <class>.tar files in a tar)")
         built = self.found.build(self.rejects)
-        order = self.found.order
-        table = MemberTable(np.asarray(self.offsets, np.int64)[order],
-                            np.asarray(self.sizes, np.int64)[order],
-                            np.asarray(self.methods, np.uint8)[order],
-                            np.asarray(self.crcs, np.uint32)[order])  # "L" may be 8 bytes
-        if kind == "tgz" and bool(np.any(np.diff(table.offsets) < 0)):
-            raise SourceError(f"{path}: members are not stored in name order, and a "
-                              "compressed tar is read in one forward pass; decompress it "
-                              "once (gunzip -k) and pass the .tar")
         remap = np.zeros(max(len(self.classes), 1), np.int32)
         for label, name in enumerate(names):
             remap[self.classes[name]] = label
         labels = remap[built.labels]
-        after = _stat(path)
-        if after != before:
-            raise SourceError(f"{path}: the archive changed while it was scanned; "
-                              "convert again")
-        origin = ArchiveSource(path, kind, table, _identity(before, built, labels, table),
-                               before)
+        origin = member_origin(path, kind, before, built, labels,
+                               self.columns.table(self.found.order))
         items = SourceItems(built.prefix, built.keys, built.tails, labels, origin)
         self.rejects.sort(key=lambda reject: reject.path)
         return items, names, self.rejects, len(self.ignored), origin
 
 
-def _identity(before: ArchiveStat, items: SourceItems, labels: np.ndarray,
+def member_origin(path: Path, kind: str, before: ArchiveStat, built: SourceItems,
+                  labels: npt.NDArray[np.int32], table: MemberTable) -> ArchiveSource:
+    """The reader of the items' members, once the archive is known unchanged."""
+    if stat_archive(path) != before:
+        raise SourceError(f"{path}: the archive changed while it was scanned; "
+                          "convert again")
+    return ArchiveSource(path, kind, table, _identity(before, built, labels, table), before)
+
+
+def _identity(before: ArchiveStat, items: SourceItems, labels: npt.NDArray[np.int32],
               table: MemberTable) -> str:
     """The archive's identity for resume: size, mtime and a hash of the member table."""
     digest = hashlib.sha256(f"{before.size}:{before.mtime_ns}\n".encode())
     digest.update(items.keys.data)
     if isinstance(items.tails, Strings):
         digest.update(items.tails.data)
+    elif isinstance(items.tails, Suffixes):  # each member's extension
+        digest.update("\0".join(items.tails.names).encode("utf-8", "surrogateescape"))
+        digest.update(np.ascontiguousarray(items.tails.ids).tobytes())
     digest.update(labels.astype(np.int32).tobytes())
     table.digest_into(digest.update)
     return digest.hexdigest()

@@ -14,13 +14,17 @@ The JSON is parsed once; the annotations are then grouped by image with numpy (t
 ids, image ids, categories, iscrowd and boxes as arrays), each image's fields encoded
 into its fields record, and the parsed objects dropped, so what the scan keeps is one
 byte record per image. An annotation naming an image id that `images` lacks, and an
-image entry whose file does not exist, are rejects naming the id.
+image entry whose file does not exist, are rejects naming the id. An annotation whose
+`bbox` is missing or not 4 numbers (width, height >= 0), whose `category_id` is missing,
+not an integer or not among `categories`, or whose `iscrowd` is not 0 or 1 (absent
+means 0, as in COCO) makes its image a reject naming the annotation id and the file:
+nothing is filled in, and the image is not packed with some of its boxes missing.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,9 +35,11 @@ import numpy.typing as npt
 from packer.core.fields import FieldSpec, encode_value, pack_record
 from packer.core.record import Reject
 from packer.errors import SourceError
+from packer.source.coco_images import ImageFiles, Missing
 from packer.source.fields import FieldChoice
 from packer.source.items import ItemsBuilder, SourceItems
 from packer.source.manifest import key_of
+from packer.source.members import ArchiveSource
 from packer.storage.hashing import sha256_file
 
 BASE_FIELDS = (FieldSpec("boxes", "json"), FieldSpec("category_ids", "json"),
@@ -48,16 +54,18 @@ class CocoScan:
 
     def __init__(self, items: SourceItems, class_names: tuple[str, ...],
                  rejects: list[Reject], fields: tuple[FieldSpec, ...],
-                 extra: dict[str, Any]) -> None:
+                 extra: dict[str, Any], archive: ArchiveSource | None) -> None:
         self.items = items
+        self.archive = archive  # set when the images are members of an archive
         self.class_names = class_names
         self.rejects = rejects
         self.fields = fields
         self.extra = extra
 
 
-def read_coco(root: Path, annotations: Path, choice: FieldChoice) -> CocoScan:
-    """The images of `root` that `annotations` lists, with their annotations as fields."""
+def read_coco(images_in: ImageFiles, annotations: Path, choice: FieldChoice) -> CocoScan:
+    """The images that `annotations` lists, found in a folder or an archive
+    (packer.source.coco_images), with their annotations as fields."""
     data = _load(annotations)
     images = _section(data, "images", annotations)
     anns = _section(data, "annotations", annotations, required=False)
@@ -69,17 +77,28 @@ def read_coco(root: Path, annotations: Path, choice: FieldChoice) -> CocoScan:
     specs = choice.chosen(found, str(annotations))
     image_ids = [_image_id(entry, n, annotations) for n, entry in enumerate(images)]
     rejects: list[Reject] = []
-    groups = _group(anns, image_ids, annotations, rejects)
+    groups, bad = _group(anns, image_ids, categories, annotations, rejects)
     segmentations = [a.get("segmentation") for a in anns] if has_segmentation else []
     del anns
-    builder = ItemsBuilder(os.path.join(str(root), ""))
+    builder = ItemsBuilder(images_in.prefix)
     for n, entry in enumerate(images):
-        _add_image(builder, root, entry, image_ids[n], groups.get(image_ids[n]), segmentations,
-                   specs, annotations, rejects)
+        image_id, name = image_ids[n], str(entry["file_name"])
+        try:
+            if image_id in bad:
+                raise Missing(bad[image_id])
+            rel, tail = images_in.locate(name)
+        except Missing as exc:
+            rejects.append(Reject(-1, images_in.path_of(name), f"image id {image_id} in "
+                                                               f"{annotations}: {exc}"))
+            continue
+        values = _values(groups.get(image_id), segmentations)
+        record = pack_record([encode_value("json", values[spec.name]) for spec in specs]) \
+            if specs else b""
+        builder.add(key_of(rel), tail, 0, record)
+    items, archive = images_in.finish(builder.build(rejects), builder.order)
     extra = {CATEGORIES_KEY: categories,
              ANNOTATIONS_KEY: {"file": annotations.name, "sha256": sha256_file(annotations)}}
-    return CocoScan(builder.build(rejects), (root.resolve().name or "images",), rejects,
-                    specs, extra)
+    return CocoScan(items, (images_in.class_name(),), rejects, specs, extra, archive)
 
 
 def _load(annotations: Path) -> Any:
@@ -136,57 +155,91 @@ class _Group:
             rows, ids, categories, crowd, boxes
 
 
-def _group(anns: list[Any], image_ids: Sequence[int], annotations: Path,
-           rejects: list[Reject]) -> dict[int, _Group]:
-    """{image id: its annotations}, from arrays; an unknown image id is a reject."""
+def _group(anns: list[Any], image_ids: Sequence[int], categories: dict[str, str],
+           annotations: Path, rejects: list[Reject]) -> tuple[dict[int, _Group], dict[int, str]]:
+    """{image id: its annotations}, from arrays, and {image id: why one of its annotations
+    is bad}; an unknown image id is a reject here, a bad annotation its image's reject."""
     count = len(anns)
     ids = np.zeros(count, np.int64)
     owners = np.zeros(count, np.int64)
-    categories = np.zeros(count, np.int64)
+    cats = np.zeros(count, np.int64)
     crowd = np.zeros(count, np.int64)
     boxes = np.zeros((count, 4), np.float64)
+    good = np.ones(count, np.bool_)
+    problems: dict[int, list[str]] = {}
     for n, ann in enumerate(anns):
-        try:
-            ids[n], owners[n] = ann["id"], ann["image_id"]
-            categories[n], crowd[n] = ann.get("category_id", -1), ann.get("iscrowd", 0)
-            boxes[n] = ann.get("bbox", (0.0, 0.0, 0.0, 0.0))
-        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
-            raise SourceError(f"{annotations}: annotations[{n}] needs an integer `id` and "
-                              f"`image_id`, a `bbox` of 4 numbers ({exc}); fix the file") from exc
+        ids[n], owners[n] = _identified(ann, n, annotations)
+        problem = _problem(ann, categories)
+        if problem is None:
+            cats[n], crowd[n], boxes[n] = ann["category_id"], ann.get("iscrowd", 0), ann["bbox"]
+        else:
+            good[n] = False
+            problems.setdefault(int(owners[n]), []).append(f"annotation {int(ids[n])} "
+                                                           f"{problem}")
     known = np.isin(owners, np.asarray(image_ids, np.int64))
     for n in np.flatnonzero(~known).tolist():
         rejects.append(Reject(-1, str(annotations),
                               f"annotation {int(ids[n])} names image id {int(owners[n])}, "
                               "which `images` does not list; fix the annotations file"))
-    order = np.flatnonzero(known)
+    order = np.flatnonzero(known & good)
     order = order[np.argsort(owners[order], kind="stable")]
     edges = np.flatnonzero(np.diff(owners[order])) + 1
     groups: dict[int, _Group] = {}
     for rows in np.split(order, edges) if len(order) else []:
-        groups[int(owners[rows[0]])] = _Group(rows, ids[rows], categories[rows], crowd[rows],
+        groups[int(owners[rows[0]])] = _Group(rows, ids[rows], cats[rows], crowd[rows],
                                               boxes[rows])
-    return groups
+    return groups, {owner: _bad_reason(found) for owner, found in problems.items()}
 
 
-def _add_image(builder: ItemsBuilder, root: Path, entry: dict[str, Any], image_id: int,
-               group: _Group | None, segmentations: list[Any],
-               specs: Sequence[FieldSpec], annotations: Path, rejects: list[Reject]) -> None:
-    name = str(entry["file_name"])
-    full = os.path.join(str(root), name)
-    rel = os.path.relpath(full, root).replace(os.sep, "/")
-    if os.path.isabs(name) or rel == ".." or rel.startswith("../"):
-        rejects.append(Reject(-1, full, f"image id {image_id} in {annotations}: its file "
-                                        f"{name!r} is outside {root}; file_name is relative "
-                                        "to the image folder"))
-        return
-    if not os.path.isfile(full):
-        rejects.append(Reject(-1, full, f"image id {image_id} in {annotations}: its file "
-                                        f"{name!r} does not exist in {root}"))
-        return
-    values = _values(group, segmentations)
-    record = pack_record([encode_value("json", values[spec.name]) for spec in specs]) \
-        if specs else b""
-    builder.add(key_of(rel), rel, 0, record)
+def _identified(ann: Any, n: int, annotations: Path) -> tuple[int, int]:
+    """An annotation's id and image id: without them it cannot be named or placed."""
+    if not isinstance(ann, dict) or not _is_int(ann.get("id")) \
+            or not _is_int(ann.get("image_id")):
+        raise SourceError(f"{annotations}: annotations[{n}] needs an integer `id` and "
+                          "`image_id`; fix the file")
+    return int(ann["id"]), int(ann["image_id"])
+
+
+def _problem(ann: dict[str, Any], categories: dict[str, str]) -> str | None:
+    """What is wrong with an annotation's bbox, category_id or iscrowd (None: nothing).
+
+    Nothing is filled in: a box or category made up would be wrong data in the dataset."""
+    bbox = ann.get("bbox")
+    if "bbox" not in ann:
+        return "has no `bbox`"
+    if not isinstance(bbox, list) or len(bbox) != 4 or not all(map(_is_number, bbox)):
+        return f"has `bbox` {_shown(bbox)}, not 4 numbers [x, y, width, height]"
+    if not all(map(math.isfinite, bbox)) or bbox[2] < 0 or bbox[3] < 0:
+        return f"has `bbox` {_shown(bbox)}: x, y must be finite, width and height >= 0"
+    category = ann.get("category_id")
+    if "category_id" not in ann:
+        return "has no `category_id`"
+    if not _is_int(category):
+        return f"has `category_id` {_shown(category)}, not an integer"
+    if categories and str(category) not in categories:
+        return f"has `category_id` {category}, which `categories` does not list"
+    if ann.get("iscrowd", 0) not in (0, 1) or isinstance(ann.get("iscrowd"), bool):
+        return f"has `iscrowd` {_shown(ann.get('iscrowd'))}, not 0 or 1"
+    return None
+
+
+def _bad_reason(problems: list[str]) -> str:
+    more = f" (and {len(problems) - 1} more bad annotations)" if len(problems) > 1 else ""
+    return (f"{problems[0]}{more}; fix or delete the annotation, the image is not packed "
+            "without it")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _values(group: _Group | None, segmentations: list[Any]) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Read the members of an archive in place, by offset: the `origin` of archive items.
 
     Entry         one member as the scan sees it (transient, never kept)
+    Columns       the same facts per member while the scan lists them (compact arrays)
     MemberTable   per item (sorted scan order): where its bytes start, how many, and for
                   zip members the compression method and CRC-32 (numpy arrays: no
                   Python object per member)
@@ -24,6 +25,7 @@ import os
 import struct
 import threading
 import zlib
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,8 +65,29 @@ class MemberTable:
 
     def digest_into(self, update: Any) -> None:
         """Feed the table's bytes to a hash: part of the archive's identity."""
-        for array in (self.offsets, self.sizes, self.methods, self.crcs):
-            update(np.ascontiguousarray(array).tobytes())
+        for column in (self.offsets, self.sizes, self.methods, self.crcs):
+            update(np.ascontiguousarray(column).tobytes())
+
+
+class Columns:
+    """Offsets, sizes, methods and CRCs of members as they are listed (compact arrays)."""
+
+    def __init__(self) -> None:
+        self.offsets, self.sizes = array("q"), array("q")
+        self.methods, self.crcs = array("B"), array("L")
+
+    def append(self, entry: Entry) -> None:
+        self.offsets.append(entry.offset)
+        self.sizes.append(entry.size)
+        self.methods.append(entry.method)
+        self.crcs.append(entry.crc)
+
+    def table(self, rows: npt.NDArray[np.intp]) -> MemberTable:
+        """The member table of these rows, in this order (the items' order)."""
+        return MemberTable(np.asarray(self.offsets, np.int64)[rows],
+                           np.asarray(self.sizes, np.int64)[rows],
+                           np.asarray(self.methods, np.uint8)[rows],
+                           np.asarray(self.crcs, np.uint32)[rows])  # "L" may be 8 bytes
 
 
 @dataclass(frozen=True)

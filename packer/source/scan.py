@@ -1,6 +1,7 @@
 """Find the inputs: an image folder (class sub-folders), a CSV/JSONL manifest, an archive
-(.tar, tar of tars, .zip: see packer.source.archive), or a packed dataset (a folder with
-index.json: format to format, see packer.source.packed).
+(.tar, tar of tars, .zip: see packer.source.archive), a packed dataset (a folder with
+index.json: format to format, see packer.source.packed), or COCO images (a folder or
+archive with --annotations, or the .json as the manifest: packer.source.coco).
 
 Items come back sorted by key, so sample i is the same image in every format made from
 the same source. The key is the path relative to the root, without its extension,
@@ -11,7 +12,7 @@ duplicate key) become rejects here; unreadable or broken files are found by enco
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from packer.core.record import Reject
 from packer.errors import SourceError
 from packer.source.archive import archive_kind, scan_archive
 from packer.source.coco import read_coco
+from packer.source.coco_images import ArchiveImages, FolderImages, ImageFiles
 from packer.source.fields import (
     SIDECARS,
     FieldChoice,
@@ -68,6 +70,9 @@ def scan(src: str | Path, fields: FieldChoice | None = None) -> Source:
     choice = fields or FieldChoice()
     try:
         if choice.annotations is not None:
+            if path.suffix.lower() == ".json" and path.is_file():
+                raise SourceError(f"{path}: a COCO .json SRC is its own annotations; drop "
+                                  "--annotations, or pass the image folder as SRC")
             return scan_coco(path, choice)
         if path.is_file() and archive_kind(path) is not None:
             choice.chosen((), str(path))  # --fields names nothing an archive has
@@ -75,6 +80,8 @@ def scan(src: str | Path, fields: FieldChoice | None = None) -> Source:
             return Source(path, items, class_names, rejects, ignored, archive=archive)
         if path.is_file() and path.suffix.lower() in MANIFEST_SUFFIXES:
             return scan_manifest(path, choice)
+        if path.is_file() and path.suffix.lower() == ".json":
+            return scan_coco_manifest(path, choice)
         if is_packed(path):
             return scan_packed(path, choice)
         if path.is_dir():
@@ -82,19 +89,36 @@ def scan(src: str | Path, fields: FieldChoice | None = None) -> Source:
     except FieldValueError as exc:  # a --fields or --field that the source cannot meet
         raise SourceError(str(exc)) from exc
     if path.exists():
-        raise SourceError(f"{path}: not a folder, .csv or .jsonl manifest, .tar or .zip "
-                          "archive; pass one of those")
+        raise SourceError(f"{path}: not a folder, .csv or .jsonl manifest, COCO .json, .tar "
+                          "or .zip archive; pass one of those")
     raise SourceError(f"{path}: no such file or folder; check the source path")
 
 
 def scan_coco(root: Path, choice: FieldChoice) -> Source:
-    """An image folder whose images a COCO annotations file lists (packer.source.coco)."""
-    if not root.is_dir():
-        raise SourceError(f"{root}: --annotations needs SRC to be the folder of the images "
-                          "its `file_name`s are relative to")
-    found = read_coco(root, Path(str(choice.annotations)), choice)
+    """An image folder or archive whose images a COCO file lists (packer.source.coco)."""
+    images: ImageFiles
+    if root.is_file() and archive_kind(root) is not None:
+        images = ArchiveImages(root)
+    elif root.is_dir():
+        images = FolderImages(root)
+    else:
+        raise SourceError(f"{root}: --annotations needs SRC to be the folder (or archive) of "
+                          "the images its `file_name`s are relative to")
+    found = read_coco(images, Path(str(choice.annotations)), choice)
     return Source(root, found.items, found.class_names, found.rejects, 0,
-                  fields=found.fields, extra=found.extra)
+                  archive=found.archive, fields=found.fields, extra=found.extra)
+
+
+def scan_coco_manifest(annotations: Path, choice: FieldChoice) -> Source:
+    """A COCO annotations file as the manifest: its `file_name`s are relative to its
+    folder, as a manifest's paths are (an export that keeps the JSON beside the images)."""
+    source = scan_coco(annotations.parent, replace(choice, annotations=str(annotations)))
+    if not len(source.items) and source.rejects \
+            and not any(os.path.exists(reject.path) for reject in source.rejects):
+        raise SourceError(f"{annotations}: none of its images is in {annotations.parent} "
+                          "(file_names are relative to the JSON's folder); pass the image "
+                          f"folder as SRC with --annotations {annotations}")
+    return source
 
 
 def scan_packed(folder: Path, choice: FieldChoice | None = None) -> Source:
