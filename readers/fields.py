@@ -25,13 +25,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
 
+from packer.core.fields import FieldSpec, decode_value, numbered
 from packer.core.index import Index
-from packer.formats.base import RecordReader
+from packer.formats.base import FieldValuesReader, RecordReader
+from readers.batching._number_arrays import parse_arrays
+from readers.batching.field_batch import Column, FieldBatch
 
 FieldNames = Sequence[str] | Literal["all"] | None
 
@@ -60,17 +63,43 @@ def chosen_fields(index: Index, fields: FieldNames, where: Path) -> tuple[str, .
 
 
 def with_fields(sample: tuple[Any, ...], reader: RecordReader, i: int,
-                names: tuple[str, ...]) -> dict[str, Any]:
-    """(image, label[, key]) of sample i as a dict with its fields."""
-    return _as_dict(sample, reader.fields(i, names) if names else {}, names)
+                names: tuple[str, ...], specs: tuple[FieldSpec, ...]) -> dict[str, Any]:
+    """(image, label[, key]) of sample i as a dict with its fields (`specs`: the
+    dataset's, in the index's order)."""
+    return with_fields_many([sample], reader, [i], names, specs)[0]
 
 
 def with_fields_many(samples: Sequence[tuple[Any, ...]], reader: RecordReader,
-                     positions: Sequence[int], names: tuple[str, ...]) -> list[dict[str, Any]]:
-    """A batch of samples (at `positions`) as dicts, their fields read in one call."""
-    values = reader.fields_many(positions, names) if names else [{} for _ in positions]
-    return [_as_dict(sample, found, names)
-            for sample, found in zip(samples, values, strict=True)]
+                     positions: Sequence[int], names: tuple[str, ...],
+                     specs: tuple[FieldSpec, ...]) -> Sequence[dict[str, Any]]:
+    """A batch of samples (at `positions`) as dicts, their fields read in one call: a
+    FieldBatch of columns (readers.batching.field_batch) from a reader that hands out
+    checked byte values, else a list of dicts from `fields_many`."""
+    if names and hasattr(reader, "field_values_many"):
+        values = cast(FieldValuesReader, reader).field_values_many(positions)
+        return FieldBatch(samples, field_columns(numbered(specs, names), values))
+    found = reader.fields_many(positions, names) if names else [{} for _ in positions]
+    return [_as_dict(sample, values, names)
+            for sample, values in zip(samples, found, strict=True)]
+
+
+def field_columns(chosen: Sequence[tuple[int, FieldSpec]],
+                  values: Sequence[Sequence[bytes | None]]) -> dict[str, Column]:
+    """The columns of the chosen fields ((position in the record, spec)) of a batch: a
+    json field of plain number lists parsed at once, the others value by value."""
+    columns: dict[str, Column] = {}
+    for number, spec in chosen:
+        cells = [sample[number] for sample in values]
+        arrays = parse_arrays(cells) if spec.type == "json" and cells else None
+        if arrays is not None:
+            columns[spec.name] = arrays
+        elif spec.type == "str":
+            columns[spec.name] = [None if cell is None else
+                                  bytes(cell).decode("utf-8", "surrogatepass") for cell in cells]
+        else:
+            columns[spec.name] = [None if cell is None else natural(decode_value(spec.type, cell))
+                                  for cell in cells]
+    return columns
 
 
 def _as_dict(sample: tuple[Any, ...], values: dict[str, object],

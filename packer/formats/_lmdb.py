@@ -42,7 +42,8 @@ from packer.formats.base import (
     Location,
     WriterPlan,
     checked,
-    checked_fields_many,
+    checked_values,
+    decoded,
     no_fields,
 )
 from packer.storage.atomic import commit, fsync_dir, partial_path
@@ -247,6 +248,12 @@ class LmdbReader:
         """Every sample's fields in one read transaction."""
         if self.table.fields is None:
             return [no_fields(self.index, names) for _ in indices]
+        return decoded(self.index, self.field_values_many(indices), names)
+
+    def field_values_many(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
+        """FieldValuesReader: one read transaction, every sample checked."""
+        if self.table.fields is None:
+            return [[] for _ in indices]
         specs = self.index.fields
         try:
             with self.env.begin() as txn:
@@ -255,7 +262,7 @@ class LmdbReader:
         except lmdb.Error as exc:
             raise CorruptDatasetError(f"{self.data}: damaged ({exc}); restore it or "
                                       "reconvert") from exc
-        return checked_fields_many(self.index, self.table, indices, batch, self.data, names)
+        return checked_values(self.index, self.table, indices, batch, self.data)
 
     def close(self) -> None:
         self.env.close()

@@ -40,7 +40,8 @@ from packer.formats.base import (
     WriterPlan,
     checked,
     checked_fields,
-    checked_fields_many,
+    checked_values,
+    decoded,
     no_fields,
 )
 from packer.storage.atomic import commit, partial_path
@@ -260,6 +261,12 @@ class WdsReader:
         """`fields` of each sample, their shards looked up at once for the batch."""
         if self.table.fields is None:
             return [no_fields(self.index, names) for _ in indices]
+        return decoded(self.index, self.field_values_many(indices), names)
+
+    def field_values_many(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
+        """Each sample's field values, one pread of its members, checked (FieldValuesReader)."""
+        if self.table.fields is None:
+            return [[] for _ in indices]
         found = np.searchsorted(self.index.shard_starts, np.asarray(indices, np.int64),
                                 side="right") - 1
         shards: list[int] = found.tolist()
@@ -269,7 +276,7 @@ class WdsReader:
             return self.folder / self.index.shards[shard_of[i]].name
 
         batch = [self._values_in(shard, i) for shard, i in zip(shards, indices, strict=True)]
-        return checked_fields_many(self.index, self.table, indices, batch, where, names)
+        return checked_values(self.index, self.table, indices, batch, where)
 
     def _fields_in(self, shard: int, i: int, names: Sequence[str] | None) -> dict[str, object]:
         def where() -> Path:

@@ -1,0 +1,83 @@
+"""What a caption and boxes cost per sample, per format: CPU microseconds side by side.
+
+    python devtools/bench/field_cost.py WORK [--passes 7] [--formats wds,lmdb,hdf5,npy]
+
+WORK holds `<fmt>-fields` copies of one photo folder packed with a caption and boxes per
+image (devtools.bench.fields: `field_manifest`, then `pack convert`). For each format and
+decode (rgb8 at 224x224, raw), the same shuffled samples are read as image + label and
+as a dict with caption + boxes, batch 64, through `__getitems__` + `readers.collate`:
+exactly what a DataLoader without workers does per batch. Passes alternate between the
+two, so load on a shared machine falls on both alike; each figure is the median pass,
+in CPU seconds of this process (what other tenants disturb least).
+
+This file imports only the public `readers` API and sits apart from the package on
+purpose: `PYTHONPATH=<other checkout> python devtools/bench/field_cost.py` measures
+another version of the library with the same code (before / after comparisons). Prints
+one JSON line per case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+BATCH = 64
+FIELDS = ("caption", "boxes")
+SIZE = (224, 224)
+
+
+def one_pass(dataset: Any, order: list[int], collate: Callable[[Any], Any]) -> float:
+    """CPU seconds to read and collate every batch of `order`."""
+    start = time.process_time()
+    for at in range(0, len(order) - BATCH + 1, BATCH):
+        collate(dataset.__getitems__(order[at : at + BATCH]))
+    return time.process_time() - start
+
+
+def measure(path: Path, decode: str, passes: int, count: int) -> dict[str, Any]:
+    """Median CPU microseconds a sample, plain and with fields, of one packed copy."""
+    from readers import PackedDataset, collate
+
+    size = None if decode == "raw" or path.name.startswith("npy") else SIZE
+    plain = PackedDataset(path, decode=decode, size=size)  # type: ignore[arg-type]
+    dicts = PackedDataset(path, decode=decode, size=size, fields=FIELDS)  # type: ignore[arg-type]
+    order = np.random.default_rng(0).permutation(len(plain))[:count].tolist()
+    used = len(order) - len(order) % BATCH
+    one_pass(plain, order, collate), one_pass(dicts, order, collate)  # warm both
+    times: dict[str, list[float]] = {"plain": [], "fields": []}
+    for _ in range(passes):
+        times["plain"].append(one_pass(plain, order, collate))
+        times["fields"].append(one_pass(dicts, order, collate))
+    plain_us, fields_us = (statistics.median(times[k]) / used * 1e6 for k in ("plain", "fields"))
+    return {"format": path.name.split("-")[0], "decode": decode, "samples": used,
+            "plain_us": round(plain_us, 2), "fields_us": round(fields_us, 2),
+            "overhead_pct": round(100 * (fields_us - plain_us) / plain_us, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("work", type=Path)
+    parser.add_argument("--passes", type=int, default=7)
+    parser.add_argument("--formats", default="wds,lmdb,hdf5,npy")
+    parser.add_argument("--decodes", default="rgb8,raw")
+    parser.add_argument("--count", type=int, default=448, help="samples a pass (raw, npy)")
+    parser.add_argument("--jpeg-count", type=int, default=192,
+                        help="samples a pass when rgb8 decodes JPEG (slow per sample)")
+    args = parser.parse_args()
+    for fmt in args.formats.split(","):
+        for decode in args.decodes.split(","):
+            jpeg = decode == "rgb8" and fmt != "npy"
+            row = measure(args.work / f"{fmt}-fields", decode, args.passes,
+                          args.jpeg_count if jpeg else args.count)
+            print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
