@@ -254,11 +254,11 @@ class LmdbReader:
         """FieldValuesReader: one read transaction, every sample checked."""
         if self.table.fields is None:
             return [[] for _ in indices]
-        specs = self.index.fields
         try:
             with self.env.begin() as txn:
-                batch = [[txn.get(field_key(self.table.key(i).encode("utf-8"), spec.name))
-                          for spec in specs] for i in indices]
+                suffixes = [field_key(b"", spec.name) for spec in self.index.fields]
+                batch = [[txn.get(key + suffix) for suffix in suffixes]
+                         for key in self.table.key_bytes_many(indices)]
         except lmdb.Error as exc:
             raise CorruptDatasetError(f"{self.data}: damaged ({exc}); restore it or "
                                       "reconvert") from exc
