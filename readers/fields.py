@@ -23,7 +23,7 @@ fields.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -38,7 +38,8 @@ from readers.batching.field_batch import Column, FieldBatch
 
 FieldNames = Sequence[str] | Literal["all"] | None
 
-__all__ = ["FieldNames", "chosen_fields", "natural", "with_fields", "with_fields_many"]
+__all__ = ["FieldNames", "chosen_fields", "fields_ahead", "natural", "with_fields",
+           "with_fields_many"]
 
 
 def dataset_fields(index: Index) -> tuple[str, ...]:
@@ -76,11 +77,27 @@ def with_fields_many(samples: Sequence[tuple[Any, ...]], reader: RecordReader,
     FieldBatch of columns (readers.batching.field_batch) from a reader that hands out
     checked byte values, else a list of dicts from `fields_many`."""
     if names and hasattr(reader, "field_values_many"):
-        values = cast(FieldValuesReader, reader).field_values_many(positions)
-        return FieldBatch(samples, field_columns(numbered(specs, names), values))
+        return FieldBatch(samples, _columns(reader, positions, names, specs))
     found = reader.fields_many(positions, names) if names else [{} for _ in positions]
     return [_as_dict(sample, values, names)
             for sample, values in zip(samples, found, strict=True)]
+
+
+def fields_ahead(reader: RecordReader, positions: Sequence[int], names: tuple[str, ...],
+                 specs: tuple[FieldSpec, ...]) -> Callable[[int, tuple[Any, ...]], dict[str, Any]]:
+    """Read the fields of samples at `positions` now, in one call; the function returned
+    makes the k-th one's dict around its plain sample when it is built (the streaming
+    dataset reads a group's fields at once, but decodes images one at a time)."""
+    if names and hasattr(reader, "field_values_many"):
+        return FieldBatch((), _columns(reader, positions, names, specs)).dict_of
+    found = reader.fields_many(positions, names) if names else [{} for _ in positions]
+    return lambda k, sample: _as_dict(sample, found[k], names)
+
+
+def _columns(reader: RecordReader, positions: Sequence[int], names: tuple[str, ...],
+             specs: tuple[FieldSpec, ...]) -> dict[str, Column]:
+    values = cast(FieldValuesReader, reader).field_values_many(positions)
+    return field_columns(numbered(specs, names), values)
 
 
 def field_columns(chosen: Sequence[tuple[int, FieldSpec]],

@@ -12,7 +12,6 @@ import pickle
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 from hypothesis import given
@@ -26,6 +25,7 @@ from readers.batching._number_arrays import parse_arrays
 from readers.batching.field_batch import FieldBatch
 from readers.batching.fields_collate import collate_dicts
 from readers.fields import field_columns, natural
+from tests.field_support import same_bits
 from tests.helpers import FIELD_NAMES, FORMATS, pack_with_fields
 
 NUMBERS = st.one_of(
@@ -44,23 +44,6 @@ VALUES = st.one_of(
 )
 
 
-def same(got: Any, want: Any) -> bool:
-    """Equal bit for bit: tensors by dtype, shape and bytes, containers recursively."""
-    if isinstance(want, torch.Tensor):
-        return isinstance(got, torch.Tensor) and got.dtype == want.dtype \
-            and got.shape == want.shape \
-            and got.contiguous().numpy().tobytes() == want.contiguous().numpy().tobytes()
-    if isinstance(want, dict):
-        return isinstance(got, dict) and list(got) == list(want) \
-            and all(same(got[key], want[key]) for key in want)
-    if isinstance(want, list | tuple):
-        return type(got) is type(want) and len(got) == len(want) \
-            and all(same(a, b) for a, b in zip(got, want, strict=True))
-    if isinstance(want, float):
-        return isinstance(got, float) and np.float64(got).tobytes() == np.float64(want).tobytes()
-    return type(got) is type(want) and got == want
-
-
 def stored(value: Any) -> bytes | None:
     return None if value is None else encode_value("json", value)
 
@@ -74,7 +57,7 @@ def test_a_parsed_array_is_what_natural_gives(value: Any) -> None:
     text = stored(value)
     arrays = parse_arrays([text])
     if arrays is not None:  # None: the per-sample path, the reference itself
-        assert same(torch.from_numpy(arrays.array(0)), reference(text))
+        assert same_bits(torch.from_numpy(arrays.array(0)), reference(text))
 
 
 @given(st.lists(VALUES, min_size=1, max_size=6), st.booleans())
@@ -89,9 +72,9 @@ def test_a_batch_collates_as_its_dicts_do(values: list[Any], keyed: bool) -> Non
     dicts = [{"image": s[0], "label": s[1], "boxes": reference(text), "caption": f"caption {k}",
               **({"key": s[2]} if keyed else {})}
              for k, (s, text) in enumerate(zip(samples, texts, strict=True))]
-    assert same(list(batch), dicts)
-    assert same(batch.collate_columns(collate), collate_dicts(dicts, collate))
-    assert same(pickle.loads(pickle.dumps(batch)), dicts)
+    assert same_bits(list(batch), dicts)
+    assert same_bits(batch.collate_columns(collate), collate_dicts(dicts, collate))
+    assert same_bits(pickle.loads(pickle.dumps(batch)), dicts)
 
 
 @pytest.fixture(scope="module")
@@ -109,15 +92,15 @@ def test_a_dataset_batch_equals_its_samples_one_by_one(packed: dict[str, Path],
     assert isinstance(batch, FieldBatch)
     assert set(FIELD_NAMES) <= set(batch[0])
     one_by_one = [ds[i] for i in order]
-    assert same(list(batch), one_by_one)
-    assert same(batch[1:3], one_by_one[1:3])
-    assert same(collate(batch), collate(one_by_one))
+    assert same_bits(list(batch), one_by_one)
+    assert same_bits(batch[1:3], one_by_one[1:3])
+    assert same_bits(collate(batch), collate(one_by_one))
     ds.close()  # lmdb: one environment open per process
     index, table = open_dataset(packed[fmt])
     reader = formats.load(fmt).open_reader(packed[fmt], index, table)
     try:  # the format's own decoding, value by value: what samples held before columns
         for i, sample in zip(order, batch, strict=True):
             want = {name: natural(value) for name, value in reader.fields(i).items()}
-            assert same({name: sample[name] for name in want}, want)
+            assert same_bits({name: sample[name] for name in want}, want)
     finally:
         reader.close()

@@ -1,6 +1,7 @@
 """What a caption and boxes cost per sample, per format: CPU microseconds side by side.
 
     python devtools/bench/field_cost.py WORK [--passes 7] [--formats wds,lmdb,hdf5,npy]
+    python devtools/bench/field_cost.py WORK --against OTHER_CHECKOUT [--rounds 3]
 
 WORK holds `<fmt>-fields` copies of one photo folder packed with a caption and boxes per
 image (devtools.bench.fields: `field_manifest`, then `pack convert`). For each format and
@@ -12,15 +13,20 @@ in CPU seconds of this process (what other tenants disturb least).
 
 This file imports only the public `readers` API and sits apart from the package on
 purpose: `PYTHONPATH=<other checkout> python devtools/bench/field_cost.py` measures
-another version of the library with the same code (before / after comparisons). Prints
-one JSON line per case.
+another version of the library with the same code. Prints one JSON line per case;
+with `--against`, runs itself in turn under this checkout and the other one, `--rounds`
+times each (this one, the other, this one, ...), and prints a markdown table of the
+medians of the rounds, both versions side by side.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -70,13 +76,53 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=448, help="samples a pass (raw, npy)")
     parser.add_argument("--jpeg-count", type=int, default=192,
                         help="samples a pass when rgb8 decodes JPEG (slow per sample)")
+    parser.add_argument("--against", type=Path, help="another checkout to compare with")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    if args.against is not None:
+        compare(args)
+        return
     for fmt in args.formats.split(","):
         for decode in args.decodes.split(","):
             jpeg = decode == "rgb8" and fmt != "npy"
             row = measure(args.work / f"{fmt}-fields", decode, args.passes,
                           args.jpeg_count if jpeg else args.count)
             print(json.dumps(row), flush=True)
+
+
+def compare(args: argparse.Namespace) -> None:
+    """Rounds of this checkout and the other in turn; a table of medians."""
+    here = Path(__file__).resolve().parents[2]
+    own = [str(args.work), "--passes", str(args.passes), "--formats", args.formats,
+           "--decodes", args.decodes, "--count", str(args.count),
+           "--jpeg-count", str(args.jpeg_count)]
+    rows: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+    for _ in range(args.rounds):
+        for name, checkout in (("after", here), ("before", args.against.resolve())):
+            env = {**os.environ, "PYTHONPATH": str(checkout)}
+            done = subprocess.run([sys.executable, __file__, *own], env=env, check=True,
+                                  capture_output=True, text=True)
+            rows[name] += [json.loads(line) for line in done.stdout.splitlines()]
+    print(table(rows, args.against))
+
+
+def table(rows: dict[str, list[dict[str, Any]]], against: Path) -> str:
+    """Medians over the rounds, per format and decode: us a sample and overhead, both."""
+    lines = ["| format | decode | before: plain / fields us, overhead | after: plain / fields "
+             "us, overhead |", "|---|---|---|---|"]
+    cases = list(dict.fromkeys((row["format"], row["decode"]) for row in rows["after"]))
+    for fmt, decode in cases:
+        cells = []
+        for name in ("before", "after"):
+            runs = [r for r in rows[name] if (r["format"], r["decode"]) == (fmt, decode)]
+            plain, fields, pct = (statistics.median(r[k] for r in runs)
+                                  for k in ("plain_us", "fields_us", "overhead_pct"))
+            cells.append(f"{plain:.1f} / {fields:.1f}, {pct:+.0f}%")
+        lines.append(f"| {fmt} | {decode} | {cells[0]} | {cells[1]} |")
+    count = len(rows["after"]) // max(1, len(cases))
+    lines.append(f"\n{count} rounds, each pairing {against} (before) with this checkout "
+                 "(after); CPU us a sample, medians")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

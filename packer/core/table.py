@@ -85,7 +85,7 @@ class SampleTable:
         starts = self.rows["key_start"].view(np.ndarray)
         last = wanted + 1 >= len(starts)
         stops = np.where(last, len(self.keys_blob), starts[np.where(last, 0, wanted + 1)])
-        blob = memoryview(self.keys_blob.view(np.ndarray))
+        blob = self.keys_blob.view(np.ndarray).data
         return [blob[start:stop].tobytes() for start, stop in
                 zip(starts[wanted].tolist(), stops.tolist(), strict=True)]
 

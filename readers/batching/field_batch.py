@@ -57,7 +57,10 @@ class FieldBatch(Sequence[dict[str, Any]]):
         return (self._sample(k) for k in range(len(self)))
 
     def _sample(self, k: int) -> dict[str, Any]:
-        sample = self.samples[k]
+        return self.dict_of(k, self.samples[k])
+
+    def dict_of(self, k: int, sample: Sample) -> dict[str, Any]:
+        """Sample k's dict around its plain sample (image, label[, key])."""
         out: dict[str, Any] = {IMAGE: sample[0], LABEL: sample[1]}
         for name, column in self.columns.items():
             out[name] = _value(column, k)
