@@ -19,6 +19,7 @@ them for wids (packer.formats._wids).
 
 from __future__ import annotations
 
+import functools
 import os
 import tarfile
 from collections import OrderedDict
@@ -275,7 +276,10 @@ class WdsReader:
         def where(i: int) -> Path:
             return self.folder / self.index.shards[shard_of[i]].name
 
-        batch = [self._values_in(shard, i) for shard, i in zip(shards, indices, strict=True)]
+        offsets, sizes = self.table.fields.locations(indices)
+        batch = [span_values(self._pread(shard, offset, size, i) if size else b"",
+                             self.index.fields, functools.partial(where, i))
+                 for i, shard, offset, size in zip(indices, shards, offsets, sizes, strict=True)]
         return checked_values(self.index, self.table, indices, batch, where)
 
     def _fields_in(self, shard: int, i: int, names: Sequence[str] | None) -> dict[str, object]:
