@@ -7,9 +7,10 @@ WORK holds `<fmt>-fields` copies of one photo folder packed with a caption and b
 image (devtools.bench.fields: `field_manifest`, then `pack convert`). For each format and
 decode (rgb8 at 224x224, raw), the same shuffled samples are read as image + label and
 as a dict with caption + boxes, batch 64, through `__getitems__` + `readers.collate`:
-exactly what a DataLoader without workers does per batch. Passes alternate between the
-two, so load on a shared machine falls on both alike; each figure is the median pass,
-in CPU seconds of this process (what other tenants disturb least).
+exactly what a DataLoader without workers does per batch. The two alternate batch by
+batch, so load on a shared machine falls on both alike; each figure is the median of
+the passes, in CPU seconds of this process (what other tenants disturb least), the
+overhead the median of each pass's own.
 
 This file imports only the public `readers` API and sits apart from the package on
 purpose: `PYTHONPATH=<other checkout> python devtools/bench/field_cost.py` measures
@@ -39,32 +40,45 @@ FIELDS = ("caption", "boxes")
 SIZE = (224, 224)
 
 
-def one_pass(dataset: Any, order: list[int], collate: Callable[[Any], Any]) -> float:
-    """CPU seconds to read and collate every batch of `order`."""
-    start = time.process_time()
-    for at in range(0, len(order) - BATCH + 1, BATCH):
-        collate(dataset.__getitems__(order[at : at + BATCH]))
-    return time.process_time() - start
+def one_pass(plain: Any, dicts: Any, order: list[int],
+             collate: Callable[[Any], Any]) -> tuple[float, float]:
+    """CPU seconds to read and collate every batch of `order`, plain and with fields,
+    batch by batch in turn (which goes first alternates), so that the two share the
+    machine's moment: decoding JPEGs varies more between seconds than fields cost."""
+    spent = [0.0, 0.0]
+    for number, at in enumerate(range(0, len(order) - BATCH + 1, BATCH)):
+        batch = order[at : at + BATCH]
+        for which in ((0, 1) if number % 2 == 0 else (1, 0)):
+            start = time.process_time()
+            collate((plain, dicts)[which].__getitems__(batch))
+            spent[which] += time.process_time() - start
+    return spent[0], spent[1]
 
 
 def measure(path: Path, decode: str, passes: int, count: int) -> dict[str, Any]:
-    """Median CPU microseconds a sample, plain and with fields, of one packed copy."""
+    """Median CPU microseconds a sample, plain and with fields, of one packed copy.
+
+    One torch thread, as in a DataLoader worker: the resize's idle threads otherwise
+    spin on the CPU clock."""
+    import torch
+
     from readers import PackedDataset, collate
+
+    torch.set_num_threads(1)
 
     size = None if decode == "raw" or path.name.startswith("npy") else SIZE
     plain = PackedDataset(path, decode=decode, size=size)  # type: ignore[arg-type]
     dicts = PackedDataset(path, decode=decode, size=size, fields=FIELDS)  # type: ignore[arg-type]
     order = np.random.default_rng(0).permutation(len(plain))[:count].tolist()
     used = len(order) - len(order) % BATCH
-    one_pass(plain, order, collate), one_pass(dicts, order, collate)  # warm both
-    times: dict[str, list[float]] = {"plain": [], "fields": []}
-    for _ in range(passes):
-        times["plain"].append(one_pass(plain, order, collate))
-        times["fields"].append(one_pass(dicts, order, collate))
-    plain_us, fields_us = (statistics.median(times[k]) / used * 1e6 for k in ("plain", "fields"))
+    one_pass(plain, dicts, order, collate)  # warm both
+    runs = [one_pass(plain, dicts, order, collate) for _ in range(passes)]
+    plain_us, fields_us = (statistics.median(run[k] for run in runs) / used * 1e6
+                           for k in (0, 1))
+    overhead = statistics.median(100 * (run[1] - run[0]) / run[0] for run in runs)
     return {"format": path.name.split("-")[0], "decode": decode, "samples": used,
             "plain_us": round(plain_us, 2), "fields_us": round(fields_us, 2),
-            "overhead_pct": round(100 * (fields_us - plain_us) / plain_us, 1)}
+            "overhead_pct": round(overhead, 1)}
 
 
 def main() -> None:
