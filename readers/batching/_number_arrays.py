@@ -19,6 +19,7 @@ caller then takes the per-sample path, so the values never depend on which path 
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -100,18 +101,31 @@ def _exact(flat: npt.NDArray[np.float64], counts: npt.NDArray[np.int64],
 
 
 def _shape(text: bytes) -> tuple[int, ...] | None:
-    """(n,) of a flat list, (rows, k) of a rectangular one, None for anything else (a
-    list of lists of other lengths, deeper nesting, numbers beside lists)."""
-    if text[1:2] != b"[":
-        if text.count(b"[") != 1:
-            return None
-        return (0,) if text == b"[]" else (text.count(b",") + 1,)
-    if not text.endswith(b"]]"):
+    """(n,) of a flat list, (rows, k) of a rectangular one, None for anything else (an
+    empty row, a list of lists of other lengths, deeper nesting, numbers beside lists).
+
+    Read off the text's skeleton, its brackets and commas with the numbers taken out,
+    which few shapes share (a boxes field has one per box count): looked up, not
+    parsed, for most samples."""
+    if text == b"[]":
+        return (0,)
+    if b"[]" in text:  # an empty row: the skeleton would not tell it from one number
         return None
-    rows = text[2:-2].split(b"],[")
-    if text.count(b"[") != len(rows) + 1:  # every other bracket opens a row of its own
+    return _skeleton_shape(text.translate(None, _NUMERALS))
+
+
+_NUMERALS = b"0123456789.eE+-"
+
+
+@functools.lru_cache(maxsize=1024)
+def _skeleton_shape(skeleton: bytes) -> tuple[int, ...] | None:
+    """The shape of a skeleton whose every list held at least one number."""
+    if skeleton[1:2] != b"[":
+        return (skeleton.count(b",") + 1,) if skeleton.count(b"[") == 1 else None
+    if not skeleton.endswith(b"]]"):
         return None
-    commas = [row.count(b",") for row in rows]
-    if commas.count(commas[0]) != len(commas) or not all(rows):
-        return None
-    return (len(rows), commas[0] + 1)
+    rows = skeleton[2:-2].split(b"],[")
+    if skeleton.count(b"[") != len(rows) + 1 or rows.count(rows[0]) != len(rows) \
+            or rows[0].strip(b",") or not skeleton.startswith(b"[["):
+        return None  # a bracket that is not a row's, or rows of different lengths
+    return (len(rows), len(rows[0]) + 1)
