@@ -31,7 +31,7 @@ from packer.core.index import Index, SampleTable
 from packer.errors import CorruptDatasetError
 from packer.formats._hdf5_fields import FieldDatasets
 from packer.formats._hdf5_writer import Hdf5Writer
-from packer.formats.base import WriterPlan, checked, checked_values, decoded, no_fields
+from packer.formats.base import WriterPlan, checked, checked_values, decoded_many, no_fields
 
 NAME = "hdf5"
 FILE = "data.h5"
@@ -106,9 +106,7 @@ class Hdf5Reader:
 
     def fields_many(self, indices: Sequence[int], names: Sequence[str] | None = None
                     ) -> list[dict[str, object]]:
-        if self.table.fields is None:
-            return [no_fields(self.index, names) for _ in indices]
-        return decoded(self.index, self.field_values_many(indices), names)
+        return decoded_many(self, indices, names)
 
     def field_values_many(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
         """FieldValuesReader: read through h5py (opened on first use in this process),

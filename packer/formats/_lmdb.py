@@ -43,8 +43,7 @@ from packer.formats.base import (
     WriterPlan,
     checked,
     checked_values,
-    decoded,
-    no_fields,
+    decoded_many,
 )
 from packer.storage.atomic import commit, fsync_dir, partial_path
 from packer.storage.filestream import Writeback, hash_while
@@ -246,9 +245,7 @@ class LmdbReader:
     def fields_many(self, indices: Sequence[int], names: Sequence[str] | None = None
                     ) -> list[dict[str, object]]:
         """Every sample's fields in one read transaction."""
-        if self.table.fields is None:
-            return [no_fields(self.index, names) for _ in indices]
-        return decoded(self.index, self.field_values_many(indices), names)
+        return decoded_many(self, indices, names)
 
     def field_values_many(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
         """FieldValuesReader: one read transaction, every sample checked."""

@@ -33,7 +33,7 @@ from packer.formats.base import (
     WriterPlan,
     checked,
     checked_values,
-    decoded,
+    decoded_many,
     no_fields,
 )
 from packer.storage.atomic import atomic_writer, commit, partial_path
@@ -217,9 +217,7 @@ class NpyReader:
     def fields_many(self, indices: Sequence[int], names: Sequence[str] | None = None
                     ) -> list[dict[str, object]]:
         """Every field's column read once for the batch (numpy fancy indexing)."""
-        if self.table.fields is None:
-            return [no_fields(self.index, names) for _ in indices]
-        return decoded(self.index, self.field_values_many(indices), names)
+        return decoded_many(self, indices, names)
 
     def field_values_many(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
         """FieldValuesReader: each column indexed once for the batch, every sample checked."""

@@ -42,7 +42,7 @@ from packer.formats.base import (
     checked,
     checked_fields,
     checked_values,
-    decoded,
+    decoded_many,
     no_fields,
 )
 from packer.storage.atomic import commit, partial_path
@@ -260,9 +260,7 @@ class WdsReader:
     def fields_many(self, indices: Sequence[int], names: Sequence[str] | None = None
                     ) -> list[dict[str, object]]:
         """`fields` of each sample, their shards looked up at once for the batch."""
-        if self.table.fields is None:
-            return [no_fields(self.index, names) for _ in indices]
-        return decoded(self.index, self.field_values_many(indices), names)
+        return decoded_many(self, indices, names)
 
     def field_values_many(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
         """Each sample's field values, one pread of its members, checked (FieldValuesReader)."""

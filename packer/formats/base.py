@@ -191,11 +191,18 @@ def checked_values(index: Index, table: SampleTable, indices: Sequence[int],
     return batch
 
 
-def decoded(index: Index, batch: Sequence[Sequence[bytes | None]],
-            names: Sequence[str] | None) -> list[dict[str, object]]:
-    """Checked field values (`checked_values`) as `fields_many` returns them."""
-    chosen = numbered(index.fields, None if names is None else tuple(names))
-    return [decode_numbered(chosen, values) for values in batch]
+class _ValuesReader(FieldValuesReader, Protocol):
+    index: Index
+    table: SampleTable
+
+
+def decoded_many(reader: _ValuesReader, indices: Sequence[int],
+                 names: Sequence[str] | None) -> list[dict[str, object]]:
+    """`fields_many` of a FieldValuesReader: its checked values, decoded."""
+    if reader.table.fields is None:
+        return [no_fields(reader.index, names) for _ in indices]
+    chosen = numbered(reader.index.fields, None if names is None else tuple(names))
+    return [decode_numbered(chosen, values) for values in reader.field_values_many(indices)]
 
 
 def no_fields(index: Index, names: Sequence[str] | None) -> dict[str, object]:
