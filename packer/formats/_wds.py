@@ -40,10 +40,8 @@ from packer.formats.base import (
     Location,
     WriterPlan,
     checked,
-    checked_fields,
     checked_values,
     decoded_many,
-    no_fields,
 )
 from packer.storage.atomic import commit, partial_path
 from packer.storage.filestream import ShardFile
@@ -253,9 +251,7 @@ class WdsReader:
 
     def fields(self, i: int, names: Sequence[str] | None = None) -> dict[str, object]:
         """One pread of the sample's field members, walked header by header."""
-        if self.table.fields is None:
-            return no_fields(self.index, names)
-        return self._fields_in(self.index.shard_of(i), i, names)
+        return decoded_many(self, [i], names)[0]
 
     def fields_many(self, indices: Sequence[int], names: Sequence[str] | None = None
                     ) -> list[dict[str, object]]:
@@ -279,21 +275,6 @@ class WdsReader:
                              self.index.fields, functools.partial(where, i))
                  for i, shard, offset, size in zip(indices, shards, offsets, sizes, strict=True)]
         return checked_values(self.index, self.table, indices, batch, where)
-
-    def _fields_in(self, shard: int, i: int, names: Sequence[str] | None) -> dict[str, object]:
-        def where() -> Path:
-            return self.folder / self.index.shards[shard].name
-
-        return checked_fields(self.index, self.table, i, self._values_in(shard, i), where,
-                              names)
-
-    def _values_in(self, shard: int, i: int) -> list[bytes | None]:
-        """Sample i's field values (in shard `shard`), one pread of its members."""
-        assert self.table.fields is not None
-        offset, size = self.table.fields.location(i)
-        span = self._pread(shard, offset, size, i) if size else b""
-        return span_values(span, self.index.fields,
-                           lambda: self.folder / self.index.shards[shard].name)
 
     def close(self, _close: Callable[[int], None] = os.close) -> None:
         """Close every shard file. `os.close` is bound here, at definition: a reader kept
