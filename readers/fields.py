@@ -4,10 +4,13 @@ With fields a sample is a dict, `{"image", "label", <fields>}` (+ "key" with
 `with_keys=True`), that `default_collate` and `readers.collate` batch (the latter pads
 ragged arrays, readers.batching.fields_collate); without, it stays `(image, label[, key])`.
 
-Values come from the format's record reader (`reader.fields(i, names)`, decoded to
-Python values by packer), read for one sample at a time in the process that reads, so
-nothing per sample is held between reads: the metadata of the whole dataset stays in
-the reader's numpy tables and files. Numeric values become arrays on the way out:
+Values come from the format's record reader, a batch at a time (`field_values_many`:
+every sample's values in byte form, checked against its digest), in the process that
+reads, and are decoded column by column into a FieldBatch (readers.batching.field_batch)
+that `readers.collate` batches at once; nothing is held between batches: the metadata
+of the whole dataset stays in the reader's numpy tables and files. A reader without
+`field_values_many` is read through `fields_many` (values decoded by packer). Numeric
+values become arrays on the way out, the same on either path:
 
     JSON list of numbers (nested, rectangular)   tensor: float32 if any number is a
                                                  float (boxes (n, 4)), float64 if one
