@@ -24,7 +24,7 @@ from readers import PackedDataset, collate
 from readers.batching._number_arrays import parse_arrays
 from readers.batching.field_batch import FieldBatch
 from readers.batching.fields_collate import collate_dicts
-from readers.fields import field_columns, natural
+from readers.fields import field_columns, fields_ahead, natural, with_fields_many
 from tests.field_support import same_bits
 from tests.helpers import FIELD_NAMES, FORMATS, pack_with_fields
 
@@ -104,3 +104,27 @@ def test_a_dataset_batch_equals_its_samples_one_by_one(packed: dict[str, Path],
             assert same_bits({name: sample[name] for name in want}, want)
     finally:
         reader.close()
+
+
+class _FieldsOnly:
+    """A reader that can only decode fields itself (no field_values_many)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def fields_many(self, indices: Any, names: Any = None) -> Any:
+        return self.inner.fields_many(indices, names)
+
+
+def test_a_reader_without_byte_values_gives_the_same_dicts(packed: dict[str, Path]) -> None:
+    ds = PackedDataset(packed["npy"], fields="all")
+    reader = ds._local().reader
+    order = [4, 1, 1, 0]
+    plain = [(torch.zeros(1), k) for k in range(len(order))]
+    names = tuple(FIELD_NAMES)
+    columns = with_fields_many(plain, reader, order, names, ds.index.fields)
+    decoded = with_fields_many(plain, _FieldsOnly(reader), order, names, ds.index.fields)
+    assert isinstance(columns, FieldBatch) and type(decoded) is list
+    assert same_bits(list(columns), decoded)
+    ahead = fields_ahead(_FieldsOnly(reader), order, names, ds.index.fields)
+    assert same_bits([ahead(k, sample) for k, sample in enumerate(plain)], decoded)
