@@ -96,13 +96,15 @@ class _PackedBase:
         sample = (image, label, table.key(i)) if self.with_keys else (image, label)
         if self.fields is None or not fields:
             return sample
-        return with_fields(sample, self._local().reader, i, self.fields)
+        return with_fields(sample, self._local().reader, i, self.fields, self.index.fields)
 
-    def _add_fields(self, samples: list[Sample], positions: Sequence[int]) -> list[Sample]:
-        """A batch's plain samples as dicts with their fields, read with one fields_many."""
+    def _add_fields(self, samples: list[Sample], positions: Sequence[int]) -> Sequence[Sample]:
+        """A batch's plain samples as dicts with their fields, read in one call (a
+        FieldBatch: columns that readers.collate batches at once)."""
         if self.fields is None:
             return samples
-        return with_fields_many(samples, self._local().reader, positions, self.fields)
+        return with_fields_many(samples, self._local().reader, positions, self.fields,
+                                self.index.fields)
 
     def close(self) -> None:
         """Release this process's handles of the folder, for every dataset on it.

@@ -110,11 +110,11 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
     def __getitem__(self, i: int) -> Sample:
         return self._read([i], recyclable=False)[0]
 
-    def __getitems__(self, indices: Sequence[int]) -> list[Sample]:
+    def __getitems__(self, indices: Sequence[int]) -> Sequence[Sample]:
         """A batch in one go: cache hits, whole chunks, then one read_many for the rest."""
         return self._read(indices, recyclable=self.transform is None)
 
-    def _read(self, indices: Sequence[int], recyclable: bool) -> list[Sample]:
+    def _read(self, indices: Sequence[int], recyclable: bool) -> Sequence[Sample]:
         """recyclable: an npy batch may be gathered into recycled shared memory (a whole
         batch that readers.collate sends as it is; never a single sample)."""
         positions = [self._position(i) for i in indices]

@@ -4,10 +4,13 @@ With fields a sample is a dict, `{"image", "label", <fields>}` (+ "key" with
 `with_keys=True`), that `default_collate` and `readers.collate` batch (the latter pads
 ragged arrays, readers.batching.fields_collate); without, it stays `(image, label[, key])`.
 
-Values come from the format's record reader (`reader.fields(i, names)`, decoded to
-Python values by packer), read for one sample at a time in the process that reads, so
-nothing per sample is held between reads: the metadata of the whole dataset stays in
-the reader's numpy tables and files. Numeric values become arrays on the way out:
+Values come from the format's record reader, a batch at a time (`field_values_many`:
+every sample's values in byte form, checked against its digest), in the process that
+reads, and are decoded column by column into a FieldBatch (readers.batching.field_batch)
+that `readers.collate` batches at once; nothing is held between batches: the metadata
+of the whole dataset stays in the reader's numpy tables and files. A reader without
+`field_values_many` is read through `fields_many` (values decoded by packer). Numeric
+values become arrays on the way out, the same on either path:
 
     JSON list of numbers (nested, rectangular)   tensor: float32 if any number is a
                                                  float (boxes (n, 4)), float64 if one
@@ -23,19 +26,23 @@ fields.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
 
+from packer.core.fields import FieldSpec, decode_value, numbered
 from packer.core.index import Index
-from packer.formats.base import RecordReader
+from packer.formats.base import FieldValuesReader, RecordReader
+from readers.batching._number_arrays import parse_arrays
+from readers.batching.field_batch import Column, FieldBatch
 
 FieldNames = Sequence[str] | Literal["all"] | None
 
-__all__ = ["FieldNames", "chosen_fields", "natural", "with_fields", "with_fields_many"]
+__all__ = ["FieldNames", "chosen_fields", "fields_ahead", "natural", "with_fields",
+           "with_fields_many"]
 
 
 def dataset_fields(index: Index) -> tuple[str, ...]:
@@ -60,17 +67,59 @@ def chosen_fields(index: Index, fields: FieldNames, where: Path) -> tuple[str, .
 
 
 def with_fields(sample: tuple[Any, ...], reader: RecordReader, i: int,
-                names: tuple[str, ...]) -> dict[str, Any]:
-    """(image, label[, key]) of sample i as a dict with its fields."""
-    return _as_dict(sample, reader.fields(i, names) if names else {}, names)
+                names: tuple[str, ...], specs: tuple[FieldSpec, ...]) -> dict[str, Any]:
+    """(image, label[, key]) of sample i as a dict with its fields (`specs`: the
+    dataset's, in the index's order)."""
+    return with_fields_many([sample], reader, [i], names, specs)[0]
 
 
 def with_fields_many(samples: Sequence[tuple[Any, ...]], reader: RecordReader,
-                     positions: Sequence[int], names: tuple[str, ...]) -> list[dict[str, Any]]:
-    """A batch of samples (at `positions`) as dicts, their fields read in one call."""
-    values = reader.fields_many(positions, names) if names else [{} for _ in positions]
-    return [_as_dict(sample, found, names)
-            for sample, found in zip(samples, values, strict=True)]
+                     positions: Sequence[int], names: tuple[str, ...],
+                     specs: tuple[FieldSpec, ...]) -> Sequence[dict[str, Any]]:
+    """A batch of samples (at `positions`) as dicts, their fields read in one call: a
+    FieldBatch of columns (readers.batching.field_batch) from a reader that hands out
+    checked byte values, else a list of dicts from `fields_many`."""
+    if names and hasattr(reader, "field_values_many"):
+        return FieldBatch(samples, _columns(reader, positions, names, specs))
+    found = reader.fields_many(positions, names) if names else [{} for _ in positions]
+    return [_as_dict(sample, values, names)
+            for sample, values in zip(samples, found, strict=True)]
+
+
+def fields_ahead(reader: RecordReader, positions: Sequence[int], names: tuple[str, ...],
+                 specs: tuple[FieldSpec, ...]) -> Callable[[int, tuple[Any, ...]], dict[str, Any]]:
+    """Read the fields of samples at `positions` now, in one call; the function returned
+    makes the k-th one's dict around its plain sample when it is built (the streaming
+    dataset reads a group's fields at once, but decodes images one at a time)."""
+    if names and hasattr(reader, "field_values_many"):
+        return FieldBatch((), _columns(reader, positions, names, specs)).dict_of
+    found = reader.fields_many(positions, names) if names else [{} for _ in positions]
+    return lambda k, sample: _as_dict(sample, found[k], names)
+
+
+def _columns(reader: RecordReader, positions: Sequence[int], names: tuple[str, ...],
+             specs: tuple[FieldSpec, ...]) -> dict[str, Column]:
+    values = cast(FieldValuesReader, reader).field_values_many(positions)
+    return field_columns(numbered(specs, names), values)
+
+
+def field_columns(chosen: Sequence[tuple[int, FieldSpec]],
+                  values: Sequence[Sequence[bytes | None]]) -> dict[str, Column]:
+    """The columns of the chosen fields ((position in the record, spec)) of a batch: a
+    json field of plain number lists parsed at once, the others value by value."""
+    columns: dict[str, Column] = {}
+    for number, spec in chosen:
+        cells = [sample[number] for sample in values]
+        arrays = parse_arrays(cells) if spec.type == "json" and cells else None
+        if arrays is not None:
+            columns[spec.name] = arrays
+        elif spec.type == "str":
+            columns[spec.name] = [None if cell is None else
+                                  bytes(cell).decode("utf-8", "surrogatepass") for cell in cells]
+        else:
+            columns[spec.name] = [None if cell is None else natural(decode_value(spec.type, cell))
+                                  for cell in cells]
+    return columns
 
 
 def _as_dict(sample: tuple[Any, ...], values: dict[str, object],

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,11 +11,11 @@ from typing import Any
 from torch.utils.data import IterableDataset
 
 from readers._base import Sample, Transform, _PackedBase
-from readers._stream import pass_records
+from readers._stream import SpanRecord, pass_records
 from readers.augment import Augment
 from readers.decode import Mode
 from readers.epochs import PassEpochs
-from readers.fields import FieldNames, chosen_fields
+from readers.fields import FieldNames, chosen_fields, fields_ahead
 from readers.in_memory import in_memory_copy
 from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_SPLIT, RemoteOptions, SplitOptions
 from readers.options.legacy import REMOTE_MOVES, SPLIT_MOVES, accepts_legacy
@@ -93,13 +94,32 @@ class PackedIterableDataset(_PackedBase, SplitPasses, IterableDataset[Sample]):
         rng = epoch_rng(plan.seed, *where, 2) if plan.shuffle else None
         records = pass_records(local.reader, spans, self.buffer_size, rng, skip)
         crop = (plan.seed, where[0])
-        for i, padded, data in records:
-            sample = self._sample(local.table, i, data, padded, crop)
-            self._seen += 1
-            yield sample
+        if self.fields is None:
+            for i, padded, data in records:
+                sample = self._sample(local.table, i, data, padded, crop)
+                self._seen += 1
+                yield sample
+            return
+        for group in _groups(records, FIELD_GROUP):  # the fields of a group in one read
+            dict_of = fields_ahead(local.reader, [i for i, _, _ in group], self.fields,
+                                   self.index.fields)
+            for k, (i, padded, data) in enumerate(group):
+                sample = dict_of(k, self._sample(local.table, i, data, padded, crop,
+                                                 fields=False))
+                self._seen += 1
+                yield sample
 
     def __getstate__(self) -> dict[str, Any]:
         """Spawned workers cannot ask the process group: send them the world as of now."""
         state = super().__getstate__()
         state["_sent"] = self._world.now(self._sent_here())
         return state
+
+
+FIELD_GROUP = 64  # records whose fields are read together (their images one at a time)
+
+
+def _groups(records: Iterator[SpanRecord], size: int) -> Iterator[list[SpanRecord]]:
+    """The records in lists of `size` (the last one shorter), in order."""
+    while group := list(itertools.islice(records, size)):
+        yield group

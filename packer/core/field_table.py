@@ -61,6 +61,11 @@ class FieldRows:
         size = self._digests.shape[1]
         return [joined[k : k + size] for k in range(0, len(joined), size)]
 
+    def locations(self, indices: Sequence[int]) -> tuple[list[int], list[int]]:
+        """The offsets and sizes of several samples' field bytes, looked up at once."""
+        wanted = np.asarray(indices, dtype=np.intp)
+        return self._offsets[wanted].tolist(), self._sizes[wanted].tolist()
+
     def location(self, i: int) -> tuple[int, int]:
         return int(self._offsets[i]), int(self._sizes[i])
 

@@ -145,13 +145,8 @@ def decode_value(kind: FieldType, data: bytes | memoryview) -> object:
 
 def pack_record(values: Sequence[bytes | None]) -> bytes:
     """The fields record of one sample: each value's byte form, None where it has none."""
-    parts: list[bytes] = []
-    for value in values:
-        if value is None:
-            parts.append(_MISSING)
-        else:
-            parts += (_LENGTH.pack(len(value)), value)
-    return b"".join(parts)
+    return b"".join([_MISSING if value is None else _LENGTH.pack(len(value)) + value
+                     for value in values])
 
 
 def unpack_record(record: bytes | memoryview, count: int) -> list[bytes | None]:

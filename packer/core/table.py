@@ -14,6 +14,7 @@ carries the table's digest, is packer.core.index.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -76,6 +77,17 @@ class SampleTable:
                 f"{KEYS_NAME}: the key of sample {i} is not UTF-8 ({exc.reason}); the "
                 "per-sample table is damaged, reconvert the dataset"
             ) from exc
+
+    def key_bytes_many(self, indices: Sequence[int]) -> list[bytes]:
+        """The UTF-8 keys of several samples, their bounds looked up at once (lmdb's
+        field keys are built from them; not decoded, so not checked as UTF-8 here)."""
+        wanted = np.asarray(indices, dtype=np.intp)
+        starts = self.rows["key_start"].view(np.ndarray)
+        last = wanted + 1 >= len(starts)
+        stops = np.where(last, len(self.keys_blob), starts[np.where(last, 0, wanted + 1)])
+        blob = self.keys_blob.view(np.ndarray).data
+        return [blob[start:stop].tobytes() for start, stop in
+                zip(starts[wanted].tolist(), stops.tolist(), strict=True)]
 
     def keys(self) -> list[str]:
         return [self.key(i) for i in range(len(self))]

@@ -31,7 +31,7 @@ from packer.core.index import Index, SampleTable
 from packer.errors import CorruptDatasetError
 from packer.formats._hdf5_fields import FieldDatasets
 from packer.formats._hdf5_writer import Hdf5Writer
-from packer.formats.base import WriterPlan, checked, checked_fields, fields_each, no_fields
+from packer.formats.base import WriterPlan, checked, checked_values, decoded_many, no_fields
 
 NAME = "hdf5"
 FILE = "data.h5"
@@ -100,22 +100,29 @@ class Hdf5Reader:
             yield self.read(i)
 
     def fields(self, i: int, names: Sequence[str] | None = None) -> dict[str, object]:
-        """Read through h5py, opened on first use in this process."""
         if self.table.fields is None:
             return no_fields(self.index, names)
+        return self.fields_many([i], names)[0]
+
+    def fields_many(self, indices: Sequence[int], names: Sequence[str] | None = None
+                    ) -> list[dict[str, object]]:
+        return decoded_many(self, indices, names)
+
+    def field_values_many(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
+        """FieldValuesReader: read through h5py (opened on first use in this process),
+        one read per field for the batch, every sample checked."""
+        if self.table.fields is None:
+            return [[] for _ in indices]
         try:
             if self._h5 is None or self._h5[0] != os.getpid():
                 h5 = h5py.File(self.path, "r", locking=False)
                 self._h5 = (os.getpid(), h5, FieldDatasets(h5, self.index.fields))
-            values = self._h5[2].values(i)
+            values = self._h5[2].values_many(indices)
         except (OSError, KeyError, ValueError, TypeError, RuntimeError) as exc:
-            raise CorruptDatasetError(f"{self.path}: cannot read the fields of sample {i} "
+            where = f"sample {indices[0]}" if len(indices) == 1 else "a batch of samples"
+            raise CorruptDatasetError(f"{self.path}: cannot read the fields of {where} "
                                       f"({exc}); reconvert") from exc
-        return checked_fields(self.index, self.table, i, values, self.path, names)
-
-    def fields_many(self, indices: Sequence[int], names: Sequence[str] | None = None
-                    ) -> list[dict[str, object]]:
-        return fields_each(self, indices, names)
+        return checked_values(self.index, self.table, indices, values, self.path)
 
     def close(self) -> None:
         if self._h5 is not None and self._h5[0] == os.getpid():

@@ -42,8 +42,8 @@ from packer.formats.base import (
     Location,
     WriterPlan,
     checked,
-    checked_fields_many,
-    no_fields,
+    checked_values,
+    decoded_many,
 )
 from packer.storage.atomic import commit, fsync_dir, partial_path
 from packer.storage.filestream import Writeback, hash_while
@@ -245,17 +245,21 @@ class LmdbReader:
     def fields_many(self, indices: Sequence[int], names: Sequence[str] | None = None
                     ) -> list[dict[str, object]]:
         """Every sample's fields in one read transaction."""
+        return decoded_many(self, indices, names)
+
+    def field_values_many(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
+        """FieldValuesReader: one read transaction, every sample checked."""
         if self.table.fields is None:
-            return [no_fields(self.index, names) for _ in indices]
-        specs = self.index.fields
+            return [[] for _ in indices]
         try:
             with self.env.begin() as txn:
-                batch = [[txn.get(field_key(self.table.key(i).encode("utf-8"), spec.name))
-                          for spec in specs] for i in indices]
+                suffixes = [field_key(b"", spec.name) for spec in self.index.fields]
+                batch = [[txn.get(key + suffix) for suffix in suffixes]
+                         for key in self.table.key_bytes_many(indices)]
         except lmdb.Error as exc:
             raise CorruptDatasetError(f"{self.data}: damaged ({exc}); restore it or "
                                       "reconvert") from exc
-        return checked_fields_many(self.index, self.table, indices, batch, self.data, names)
+        return checked_values(self.index, self.table, indices, batch, self.data)
 
     def close(self) -> None:
         self.env.close()

@@ -28,7 +28,14 @@ from packer.errors import CorruptDatasetError
 from packer.formats._field_columns import columns
 from packer.formats._npy_fields import FOLDER as FIELDS_FOLDER
 from packer.formats._npy_fields import FieldArrays, field_files, write_fields
-from packer.formats.base import Location, WriterPlan, checked, checked_fields_many, no_fields
+from packer.formats.base import (
+    Location,
+    WriterPlan,
+    checked,
+    checked_values,
+    decoded_many,
+    no_fields,
+)
 from packer.storage.atomic import atomic_writer, commit, partial_path
 from packer.storage.filestream import StreamHash, hash_while
 from packer.storage.hashing import digest_of
@@ -210,10 +217,14 @@ class NpyReader:
     def fields_many(self, indices: Sequence[int], names: Sequence[str] | None = None
                     ) -> list[dict[str, object]]:
         """Every field's column read once for the batch (numpy fancy indexing)."""
+        return decoded_many(self, indices, names)
+
+    def field_values_many(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
+        """FieldValuesReader: each column indexed once for the batch, every sample checked."""
         if self.table.fields is None:
-            return [no_fields(self.index, names) for _ in indices]
-        return checked_fields_many(self.index, self.table, indices,
-                                   self._fields.values_many(indices), self._fields.folder, names)
+            return [[] for _ in indices]
+        return checked_values(self.index, self.table, indices,
+                              self._fields.values_many(indices), self._fields.folder)
 
     def close(self) -> None:
         self.images = np.empty((0, 0, 0, 3), np.uint8)  # drops the memmap

@@ -102,5 +102,6 @@ class FieldArrays:
                     for flag, number in zip(flags, numbers, strict=True)]
         offsets, data = rest
         starts, stops = offsets[wanted].tolist(), offsets[wanted + 1].tolist()
-        return [bytes(data[start:stop]) if flag else None
+        view = data.data  # slicing a memoryview costs a fraction of an array's
+        return [view[start:stop].tobytes() if flag else None
                 for flag, start, stop in zip(flags, starts, stops, strict=True)]

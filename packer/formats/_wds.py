@@ -19,6 +19,7 @@ them for wids (packer.formats._wids).
 
 from __future__ import annotations
 
+import functools
 import os
 import tarfile
 from collections import OrderedDict
@@ -39,9 +40,8 @@ from packer.formats.base import (
     Location,
     WriterPlan,
     checked,
-    checked_fields,
-    checked_fields_many,
-    no_fields,
+    checked_values,
+    decoded_many,
 )
 from packer.storage.atomic import commit, partial_path
 from packer.storage.filestream import ShardFile
@@ -251,15 +251,17 @@ class WdsReader:
 
     def fields(self, i: int, names: Sequence[str] | None = None) -> dict[str, object]:
         """One pread of the sample's field members, walked header by header."""
-        if self.table.fields is None:
-            return no_fields(self.index, names)
-        return self._fields_in(self.index.shard_of(i), i, names)
+        return decoded_many(self, [i], names)[0]
 
     def fields_many(self, indices: Sequence[int], names: Sequence[str] | None = None
                     ) -> list[dict[str, object]]:
         """`fields` of each sample, their shards looked up at once for the batch."""
+        return decoded_many(self, indices, names)
+
+    def field_values_many(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
+        """Each sample's field values, one pread of its members, checked (FieldValuesReader)."""
         if self.table.fields is None:
-            return [no_fields(self.index, names) for _ in indices]
+            return [[] for _ in indices]
         found = np.searchsorted(self.index.shard_starts, np.asarray(indices, np.int64),
                                 side="right") - 1
         shards: list[int] = found.tolist()
@@ -268,23 +270,11 @@ class WdsReader:
         def where(i: int) -> Path:
             return self.folder / self.index.shards[shard_of[i]].name
 
-        batch = [self._values_in(shard, i) for shard, i in zip(shards, indices, strict=True)]
-        return checked_fields_many(self.index, self.table, indices, batch, where, names)
-
-    def _fields_in(self, shard: int, i: int, names: Sequence[str] | None) -> dict[str, object]:
-        def where() -> Path:
-            return self.folder / self.index.shards[shard].name
-
-        return checked_fields(self.index, self.table, i, self._values_in(shard, i), where,
-                              names)
-
-    def _values_in(self, shard: int, i: int) -> list[bytes | None]:
-        """Sample i's field values (in shard `shard`), one pread of its members."""
-        assert self.table.fields is not None
-        offset, size = self.table.fields.location(i)
-        span = self._pread(shard, offset, size, i) if size else b""
-        return span_values(span, self.index.fields,
-                           lambda: self.folder / self.index.shards[shard].name)
+        offsets, sizes = self.table.fields.locations(indices)
+        batch = [span_values(self._pread(shard, offset, size, i) if size else b"",
+                             self.index.fields, functools.partial(where, i))
+                 for i, shard, offset, size in zip(indices, shards, offsets, sizes, strict=True)]
+        return checked_values(self.index, self.table, indices, batch, where)
 
     def close(self, _close: Callable[[int], None] = os.close) -> None:
         """Close every shard file. `os.close` is bound here, at definition: a reader kept

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator, Sequence
+from typing import NoReturn
 
 from packer.core.fields import FieldSpec, FieldType, unpack_record
 from packer.errors import CorruptDatasetError
@@ -52,23 +53,54 @@ def span_values(span: bytes, specs: Sequence[FieldSpec],
                 where: str | Callable[[], object]) -> list[bytes | None]:
     """The field values in a span of field members (None for a field without a member).
 
-    `where` names the shard in an error (a function: called only then)."""
+    `where` names the shard in an error (a function: called only then). Plain ustar
+    members (every name our writer gives a short key) are walked here, header field by
+    header field; a span with a pax header (a long or non-ASCII name) goes through
+    `_members`, which applies it."""
+    by_suffix = _suffixes(tuple(specs))
+    values: list[bytes | None] = [None] * len(specs)
+    at, end = 0, len(span)
+    while at + BLOCK <= end:
+        if span[at + 156] == 0x78:  # "x": a pax header
+            return _pax_span_values(span, specs, where)
+        try:
+            size = int(span[at + 124 : at + 136].rstrip(b"\0 ") or b"0", 8)
+        except ValueError as exc:
+            raise CorruptDatasetError(f"{_named(where)}: a damaged tar header among the fields; "
+                                      "reconvert") from exc
+        start = at + BLOCK
+        if start + size > end:
+            raise CorruptDatasetError(f"{_named(where)}: a field member is truncated; reconvert")
+        name = span[at : at + 100].split(b"\0", 1)[0].rsplit(b"/", 1)[-1]
+        number = by_suffix.get(name.partition(b".")[2])
+        if number is None:
+            _unexpected(name.decode("utf-8", "replace"), where)
+        values[number] = span[start : start + size]
+        at = start + size + (-size % BLOCK)
+    return values
+
+
+def _pax_span_values(span: bytes, specs: Sequence[FieldSpec],
+                     where: str | Callable[[], object]) -> list[bytes | None]:
     by_suffix = _suffixes(tuple(specs))
     values: list[bytes | None] = [None] * len(specs)
     for member, data in _members(span, where):
-        suffix = member.split(".", 1)[1] if "." in member else ""
-        number = by_suffix.get(suffix.rsplit("/", 1)[-1])
+        number = by_suffix.get(member.partition(".")[2].encode("utf-8"))
         if number is None:
-            raise CorruptDatasetError(f"{_named(where)}: unexpected member {member!r} among "
-                                      "the fields; the shard is damaged, reconvert")
+            _unexpected(member, where)
         values[number] = data
     return values
 
 
+def _unexpected(member: str, where: str | Callable[[], object]) -> NoReturn:
+    raise CorruptDatasetError(f"{_named(where)}: unexpected member {member!r} among "
+                              "the fields; the shard is damaged, reconvert")
+
+
 @functools.lru_cache(maxsize=64)
-def _suffixes(specs: tuple[FieldSpec, ...]) -> dict[str, int]:
+def _suffixes(specs: tuple[FieldSpec, ...]) -> dict[bytes, int]:
     """{member suffix: position} of a dataset's fields (the same for every sample)."""
-    return {member_suffix(spec): n for n, spec in enumerate(specs)}
+    return {member_suffix(spec).encode("utf-8"): n for n, spec in enumerate(specs)}
 
 
 def _named(where: str | Callable[[], object]) -> str:

@@ -119,6 +119,16 @@ class RecordReader(Protocol):
         """Release file handles."""
 
 
+class FieldValuesReader(Protocol):
+    """A RecordReader that also hands out a batch's checked field values undecoded, so
+    that the reading side decodes them a column at a time (every format's reader does)."""
+
+    def field_values_many(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
+        """Each sample's values in byte form (None: no value), every field of the dataset
+        in the index's order, each sample checked against its field digest; [] per sample
+        for a dataset without fields."""
+
+
 class FormatModule(Protocol):
     """What `packer.formats.load(name)` returns."""
 
@@ -165,33 +175,37 @@ def checked_fields(index: Index, table: SampleTable, i: int, values: Sequence[by
     return decode_values(index.fields, values, names)
 
 
-def checked_fields_many(index: Index, table: SampleTable, indices: Sequence[int],
-                        batch: Sequence[Sequence[bytes | None]],
-                        where: Path | Callable[[int], Path],
-                        names: Sequence[str] | None) -> list[dict[str, object]]:
-    """checked_fields for a batch: the digests looked up and the names chosen once; each
-    sample's values are still hashed and compared with its own digest. `where` may be a
-    function of the sample that names its file (called only for the error)."""
+def checked_values(index: Index, table: SampleTable, indices: Sequence[int],
+                   batch: Sequence[Sequence[bytes | None]],
+                   where: Path | Callable[[int], Path]) -> Sequence[Sequence[bytes | None]]:
+    """`batch` (each sample's field values in byte form, every field of the dataset in its
+    order) once every sample matches its digest; what `field_values_many` returns, for
+    a caller that decodes a whole batch column by column (readers.field_batch)."""
     if table.fields is None:
         raise CorruptDatasetError(f"{where if isinstance(where, Path) else where(indices[0])}:"
                                   " the dataset's field table is missing; reconvert")
-    chosen = numbered(index.fields, None if names is None else tuple(names))
-    out = []
     for i, values, digest in zip(indices, batch, table.fields.digests(indices), strict=True):
         if digest_of(pack_record(values)) != digest:  # raises, naming the file and sample
             checked_fields(index, table, i, values, where if isinstance(where, Path)
-                           else where(i), names)
-        out.append(decode_numbered(chosen, values))
-    return out
+                           else where(i), None)
+    return batch
+
+
+class _ValuesReader(FieldValuesReader, Protocol):
+    index: Index
+    table: SampleTable
+
+
+def decoded_many(reader: _ValuesReader, indices: Sequence[int],
+                 names: Sequence[str] | None) -> list[dict[str, object]]:
+    """`fields_many` of a FieldValuesReader: its checked values, decoded."""
+    if reader.table.fields is None:
+        return [no_fields(reader.index, names) for _ in indices]
+    chosen = numbered(reader.index.fields, None if names is None else tuple(names))
+    return [decode_numbered(chosen, values) for values in reader.field_values_many(indices)]
 
 
 def no_fields(index: Index, names: Sequence[str] | None) -> dict[str, object]:
     """What `fields` returns for a dataset without fields (KeyError for any name asked)."""
     select(index.fields, names)
     return {}
-
-
-def fields_each(reader: RecordReader, indices: Sequence[int],
-                names: Sequence[str] | None) -> list[dict[str, object]]:
-    """`fields_many` for a format with nothing to share between samples: one at a time."""
-    return [reader.fields(i, names) for i in indices]

@@ -49,6 +49,7 @@ import torch
 from torch.utils.data import default_collate, get_worker_info
 
 from readers.batching._shm_pool import FREE, PooledBatch, SlotPool, shared_buffer, worker_pool
+from readers.batching.field_batch import FieldBatch
 from readers.batching.fields_collate import collate_dicts
 
 Sample = tuple[Any, ...]
@@ -101,6 +102,8 @@ def collate(batch: Sequence[Sample]) -> Any:
     The result is [images, labels] or [images, labels, keys], like default_collate's;
     for dict samples (`fields=`), a dict, ragged arrays padded (readers.batching.fields_collate).
     """
+    if isinstance(batch, FieldBatch) and len(batch):
+        return batch.collate_columns(collate)
     samples: Sequence[Any] = batch
     if samples and all(type(sample) is dict for sample in samples):
         return collate_dicts(cast(Sequence[dict[str, Any]], samples), collate)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from typing import cast
 
 import numpy as np
 
 from packer.core.index import Index
-from packer.formats.base import RecordReader
+from packer.formats.base import FieldValuesReader, RecordReader
 from readers.remote._cache import ShardCache
 from readers.remote._mirror import RemoteSource
 
@@ -59,6 +60,14 @@ class RemoteReader:
         """The fields of several samples, their shards pinned as read_many pins them."""
         self._pin_shards(indices)
         values = self.inner.fields_many(indices, names)
+        self._trim()
+        return values
+
+    def field_values_many(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
+        """The checked field values of several samples (packer.formats.base.FieldValuesReader),
+        their shards pinned as read_many pins them."""
+        self._pin_shards(indices)
+        values = cast(FieldValuesReader, self.inner).field_values_many(indices)
         self._trim()
         return values
 

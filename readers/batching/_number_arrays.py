@@ -1,0 +1,131 @@
+"""A batch's JSON lists of numbers parsed at once: the fast path of a json field.
+
+A boxes field is stored as compact JSON text (`[[x,y,w,h],...]`, packer.core.fields).
+Parsed a sample at a time (json.loads, then np.array in readers.fields.natural) it
+cost most of a sample's field time. Here one regular expression over the batch checks
+that the texts hold nothing but numbers and brackets, a few byte counts give each
+text's shape (a flat list, or a rectangular list of lists), and one `np.fromstring`
+reads the numbers of the whole batch, rounding decimal text exactly as float() does
+(and json.loads with it). Each sample's array is then what `natural` gives it:
+
+    a number with . e or E in the text          float32   (natural: float64 narrowed)
+    only integers (exact in float64: < 2**53)   int64
+    []                                          float32 of shape (0,)
+
+Anything else in any sample of the batch (a missing value, strings, objects, NaN, a
+ragged list, a larger integer, `-0`, a float beyond float32's range) returns None: the
+caller then takes the per-sample path, so the values never depend on which path ran.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import cast
+
+import numpy as np
+import numpy.typing as npt
+
+_PLAIN = re.compile(rb"[0-9.,eE+\-\[\]]*")  # numbers and brackets, nothing else
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+_EXACT = float(2**53)  # integers below this are exact in float64
+
+
+@dataclass(frozen=True)
+class NumberArrays:
+    """The arrays of a batch, sample-major in one float64 buffer."""
+
+    flat: npt.NDArray[np.float64]
+    starts: npt.NDArray[np.int64]  # (B + 1,): sample b's numbers are flat[starts[b]:starts[b+1]]
+    shapes: tuple[tuple[int, ...], ...]
+    floats: tuple[bool, ...]  # float32 (True) or int64 per sample
+
+    def __len__(self) -> int:
+        return len(self.shapes)
+
+    def dtype(self, b: int) -> type[np.generic]:
+        return np.float32 if self.floats[b] else np.int64
+
+    def array(self, b: int) -> npt.NDArray[np.generic]:
+        """Sample b's array, as natural() would give it."""
+        part = self.flat[int(self.starts[b]) : int(self.starts[b + 1])]
+        return part.reshape(self.shapes[b]).astype(self.dtype(b))
+
+
+def parse_arrays(texts: Sequence[bytes | None]) -> NumberArrays | None:
+    """The arrays of every text, or None when one of them is not a plain list of numbers.
+
+    The texts are valid JSON (the writer's json.dumps, checked against the sample's
+    digest), so brackets, commas and number characters alone make a list of numbers:
+    what is left to check is its shape."""
+    if any(text is None for text in texts):
+        return None
+    present = cast(Sequence[bytes], texts)
+    if _PLAIN.fullmatch(b"".join(present)) is None:  # strings, objects, NaN, true, null...
+        return None
+    shapes: list[tuple[int, ...]] = []
+    for text in present:
+        shape = _shape(text)
+        if shape is None:
+            return None
+        shapes.append(shape)
+    floats = tuple(not shape[0] or b"." in text or b"e" in text or b"E" in text
+                   for shape, text in zip(shapes, present, strict=True))
+    counts = np.array([shape[0] * (shape[1] if len(shape) > 1 else 1) for shape in shapes],
+                      dtype=np.int64)
+    total = int(counts.sum())
+    joined = b",".join(text for text in present if text != b"[]").translate(None, b"[]")
+    flat = np.fromstring(joined.decode("ascii"), dtype=np.float64, sep=",") if total \
+        else np.zeros(0)
+    if len(flat) != total or not _exact(flat, counts, floats):
+        return None
+    starts = np.zeros(len(counts) + 1, np.int64)
+    np.cumsum(counts, out=starts[1:])
+    return NumberArrays(flat, starts, tuple(shapes), floats)
+
+
+def _exact(flat: npt.NDArray[np.float64], counts: npt.NDArray[np.int64],
+           floats: tuple[bool, ...]) -> bool:
+    """Whether the float64 numbers are what natural() makes of them: floats within
+    float32's range (beyond it natural() decides per sample), integers exact in float64
+    and none of them the integer -0 (json.loads reads 0)."""
+    if not len(flat):
+        return True
+    if float(np.fmax.reduce(np.abs(flat))) > _FLOAT32_MAX:
+        return False
+    ints = flat[np.repeat(~np.array(floats, dtype=np.bool_), counts)]
+    return not len(ints) or (float(np.abs(ints).max()) < _EXACT
+                             and not np.signbit(ints[ints == 0]).any())
+
+
+def _shape(text: bytes) -> tuple[int, ...] | None:
+    """(n,) of a flat list, (rows, k) of a rectangular one, None for anything else (an
+    empty row, a list of lists of other lengths, deeper nesting, numbers beside lists).
+
+    Read off the text's skeleton, its brackets and commas with the numbers taken out,
+    which few shapes share (a boxes field has one per box count): looked up, not
+    parsed, for most samples."""
+    if text == b"[]":
+        return (0,)
+    if b"[]" in text:  # an empty row: the skeleton would not tell it from one number
+        return None
+    return _skeleton_shape(text.translate(None, _NUMERALS))
+
+
+_NUMERALS = b"0123456789.eE+-"
+
+
+@functools.lru_cache(maxsize=1024)
+def _skeleton_shape(skeleton: bytes) -> tuple[int, ...] | None:
+    """The shape of a skeleton whose every list held at least one number."""
+    if skeleton[1:2] != b"[":
+        return (skeleton.count(b",") + 1,) if skeleton.count(b"[") == 1 else None
+    if not skeleton.endswith(b"]]"):
+        return None
+    rows = skeleton[2:-2].split(b"],[")
+    if skeleton.count(b"[") != len(rows) + 1 or rows.count(rows[0]) != len(rows) \
+            or rows[0].strip(b",") or not skeleton.startswith(b"[["):
+        return None  # a bracket that is not a row's, or rows of different lengths
+    return (len(rows), len(rows[0]) + 1)

@@ -1,0 +1,117 @@
+"""A batch of dict samples held as columns: what `PackedDataset.__getitems__` returns
+with `fields=`, so that `readers.collate` batches each field in one go.
+
+Decoding a batch's fields a sample at a time, building each sample's dict and its
+small tensors, then taking them apart again in collate cost several times more than
+reading the values. A FieldBatch keeps the batch as the plain samples (image, label[,
+key]) plus one column per field, decoded column by column from the reader's checked
+byte values (packer.formats.base.FieldValuesReader): str fields as one list of str, a
+json field of plain number lists (boxes) as one float64 buffer (readers.batching.
+_number_arrays), others value by value as before.
+
+It is a Sequence of the very dicts the per-sample path built: `batch[k]` builds sample
+k's dict on demand, so `default_collate`, a user's collate_fn and pickling (a plain
+list of dicts) all see what they saw before. `readers.collate` instead calls
+`collate_columns`, which gives what it gives for those dicts (fields_collate), with
+the number arrays padded from the buffer by one masked assignment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, overload
+
+import numpy as np
+import torch
+
+from readers.batching._number_arrays import NumberArrays
+from readers.batching._shm_pool import PooledBatch, PooledDict
+from readers.batching.fields_collate import IMAGE, LABEL, LENGTHS_SUFFIX, collate_field
+
+Column = list[Any] | NumberArrays
+Sample = tuple[Any, ...]
+
+
+class FieldBatch(Sequence[dict[str, Any]]):
+    """Plain samples + a column per field; a Sequence of the samples' dicts."""
+
+    def __init__(self, samples: Sequence[Sample], columns: dict[str, Column]) -> None:
+        self.samples = samples
+        self.columns = columns
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    @overload
+    def __getitem__(self, k: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, k: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, k: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(k, slice):
+            return [self._sample(j) for j in range(len(self))[k]]
+        return self._sample(range(len(self))[k])
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return (self._sample(k) for k in range(len(self)))
+
+    def _sample(self, k: int) -> dict[str, Any]:
+        return self.dict_of(k, self.samples[k])
+
+    def dict_of(self, k: int, sample: Sample) -> dict[str, Any]:
+        """Sample k's dict around its plain sample (image, label[, key])."""
+        out: dict[str, Any] = {IMAGE: sample[0], LABEL: sample[1]}
+        for name, column in self.columns.items():
+            out[name] = _value(column, k)
+        if len(sample) > 2:
+            out["key"] = sample[2]
+        return out
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as the list of dicts it stands for."""
+        return (list, (list(self),))
+
+    def collate_columns(self, collate_images: Callable[[list[Any]], Any]) -> dict[str, Any]:
+        """What `collate_dicts(list(self), collate_images)` returns, column by column."""
+        images = collate_images([(sample[0], sample[1]) for sample in self.samples])
+        out: dict[str, Any] = {IMAGE: images[0], LABEL: images[1]}
+        for name, column in self.columns.items():
+            out.update(_collate_column(name, column))
+        if self.samples and len(self.samples[0]) > 2:
+            out["key"] = [sample[2] for sample in self.samples]
+        return out if not isinstance(images, PooledBatch) else PooledDict(out, images)
+
+
+def _value(column: Column, k: int) -> Any:
+    if isinstance(column, NumberArrays):
+        return torch.from_numpy(column.array(k))
+    return column[k]
+
+
+def _collate_column(name: str, column: Column) -> dict[str, Any]:
+    if isinstance(column, NumberArrays):
+        padded = _padded(name, column)
+        if padded is not None:
+            return padded
+        column = [torch.from_numpy(column.array(k)) for k in range(len(column))]
+    return collate_field(name, list(column))
+
+
+def _padded(name: str, arrays: NumberArrays) -> dict[str, Any] | None:
+    """collate_field's result for these arrays (stacked, or zero-padded with lengths),
+    or None where it would keep them as a list (trailing shapes that differ)."""
+    shapes, count = arrays.shapes, len(arrays)
+    dtypes = {arrays.dtype(b) for b in range(count)}
+    if len(set(shapes)) == 1 and len(dtypes) == 1:
+        return {name: torch.from_numpy(arrays.flat.reshape(count, *shapes[0])
+                                       .astype(dtypes.pop()))}
+    trailing = {shape[1:] for shape in shapes if shape[0]}
+    if len(trailing) != 1:
+        return None
+    rest = trailing.pop()
+    lengths = np.array([shape[0] for shape in shapes], dtype=np.int64)
+    dtype = np.float32 if np.float32 in dtypes else np.int64
+    padded = np.zeros((count, int(lengths.max()), *rest), dtype=dtype)
+    padded[np.arange(padded.shape[1]) < lengths[:, None]] = arrays.flat.reshape(-1, *rest)
+    return {name: torch.from_numpy(padded), name + LENGTHS_SUFFIX: torch.from_numpy(lengths)}

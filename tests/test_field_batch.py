@@ -1,0 +1,130 @@
+"""The column path of fields (readers.batching.field_batch, _number_arrays) gives exactly
+what the per-sample path gave: each sample's dict, and `readers.collate`'s batch.
+
+The per-sample path is the reference: json.loads + `natural` per value, and
+`collate_dicts` over the materialized dicts. Compared bit for bit (dtype, shape, bytes).
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from packer import formats
+from packer.core.fields import FieldSpec, encode_value
+from packer.core.index import open_dataset
+from readers import PackedDataset, collate
+from readers.batching._number_arrays import parse_arrays
+from readers.batching.field_batch import FieldBatch
+from readers.batching.fields_collate import collate_dicts
+from readers.fields import field_columns, fields_ahead, natural, with_fields_many
+from tests.field_support import same_bits
+from tests.helpers import FIELD_NAMES, FORMATS, pack_with_fields
+
+NUMBERS = st.one_of(
+    st.integers(-(2**60), 2**60),
+    st.floats(allow_nan=False, width=64),
+    st.sampled_from([0, -0.0, 0.1, 1e-320, 3.4e38, 3.5e38, 2**53, 2**53 + 1, 1e16]),
+)
+ROW = st.lists(NUMBERS, min_size=1, max_size=4)
+VALUES = st.one_of(
+    st.lists(NUMBERS, max_size=6),                                   # flat
+    st.integers(1, 4).flatmap(lambda k: st.lists(st.lists(NUMBERS, min_size=k, max_size=k),
+                                                 min_size=1, max_size=5)),  # rectangular
+    st.lists(ROW, max_size=4),                                       # often ragged
+    st.lists(st.one_of(NUMBERS, st.text(max_size=3), st.booleans(), st.none()), max_size=4),
+    st.none(),
+)
+
+
+def stored(value: Any) -> bytes | None:
+    return None if value is None else encode_value("json", value)
+
+
+def reference(text: bytes | None) -> Any:
+    return None if text is None else natural(json.loads(text))
+
+
+@given(VALUES)
+def test_a_parsed_array_is_what_natural_gives(value: Any) -> None:
+    text = stored(value)
+    arrays = parse_arrays([text])
+    if arrays is not None:  # None: the per-sample path, the reference itself
+        assert same_bits(torch.from_numpy(arrays.array(0)), reference(text))
+
+
+@given(st.lists(VALUES, min_size=1, max_size=6), st.booleans())
+def test_a_batch_collates_as_its_dicts_do(values: list[Any], keyed: bool) -> None:
+    texts = [stored(value) for value in values]
+    spec = FieldSpec("boxes", "json")
+    caption = FieldSpec("caption", "str")
+    cells = [[text, f"caption {k}".encode()] for k, text in enumerate(texts)]
+    samples = [(torch.zeros(3, 2, 2, dtype=torch.uint8), k, f"key{k}")[: 3 if keyed else 2]
+               for k in range(len(values))]
+    batch = FieldBatch(samples, field_columns([(0, spec), (1, caption)], cells))
+    dicts = [{"image": s[0], "label": s[1], "boxes": reference(text), "caption": f"caption {k}",
+              **({"key": s[2]} if keyed else {})}
+             for k, (s, text) in enumerate(zip(samples, texts, strict=True))]
+    assert same_bits(list(batch), dicts)
+    assert same_bits(batch.collate_columns(collate), collate_dicts(dicts, collate))
+    assert same_bits(pickle.loads(pickle.dumps(batch)), dicts)
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("field_batch")
+    return {fmt: pack_with_fields(root / fmt, fmt)[0] for fmt in FORMATS}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_dataset_batch_equals_its_samples_one_by_one(packed: dict[str, Path],
+                                                       fmt: str) -> None:
+    ds = PackedDataset(packed[fmt], fields="all", with_keys=True)
+    order = [5, 0, 3, 3, *range(len(ds) - 1, 0, -2)]
+    batch = ds.__getitems__(order)
+    assert isinstance(batch, FieldBatch)
+    assert set(FIELD_NAMES) <= set(batch[0])
+    one_by_one = [ds[i] for i in order]
+    assert same_bits(list(batch), one_by_one)
+    assert same_bits(batch[1:3], one_by_one[1:3])
+    assert same_bits(collate(batch), collate(one_by_one))
+    ds.close()  # lmdb: one environment open per process
+    index, table = open_dataset(packed[fmt])
+    reader = formats.load(fmt).open_reader(packed[fmt], index, table)
+    try:  # the format's own decoding, value by value: what samples held before columns
+        for i, sample in zip(order, batch, strict=True):
+            want = {name: natural(value) for name, value in reader.fields(i).items()}
+            assert same_bits({name: sample[name] for name in want}, want)
+    finally:
+        reader.close()
+
+
+class _FieldsOnly:
+    """A reader that can only decode fields itself (no field_values_many)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def fields_many(self, indices: Any, names: Any = None) -> Any:
+        return self.inner.fields_many(indices, names)
+
+
+def test_a_reader_without_byte_values_gives_the_same_dicts(packed: dict[str, Path]) -> None:
+    ds = PackedDataset(packed["npy"], fields="all")
+    reader = ds._local().reader
+    order = [4, 1, 1, 0]
+    plain = [(torch.zeros(1), k) for k in range(len(order))]
+    names = tuple(FIELD_NAMES)
+    columns = with_fields_many(plain, reader, order, names, ds.index.fields)
+    decoded = with_fields_many(plain, _FieldsOnly(reader), order, names, ds.index.fields)
+    assert isinstance(columns, FieldBatch) and type(decoded) is list
+    assert same_bits(list(columns), decoded)
+    ahead = fields_ahead(_FieldsOnly(reader), order, names, ds.index.fields)
+    assert same_bits([ahead(k, sample) for k, sample in enumerate(plain)], decoded)
