@@ -109,6 +109,8 @@ def test_corrupt_entropy_data_raises() -> None:
     ((0, 0, 0, 5), 1, "outside any JPEG"),
     ((-1, 0, 5, 5), 1, "outside any JPEG"),
     ((0, 0, 27, 40), 8, "outside the 26x40 image at 1/8"),
+    ((0, 2**63 - 1, 1, 1), 1, "outside any JPEG"),  # the sum would overflow
+    ((2**32 + 1, 0, 1, 1), 2, "outside any JPEG"),  # unsigned int would truncate it
     ((0, 0, 1, 1), 3, "scale_denom must be 1, 2, 4 or 8, not 3"),
 ])
 def test_a_box_outside_the_image_is_refused(box: tuple[int, int, int, int], factor: int,
@@ -136,10 +138,44 @@ def test_decode_box_without_the_extension_gives_the_same_pixels(
 
 
 def test_a_truncated_file_fails_whichever_box_is_drawn() -> None:
-    """Rows above the truncation decode fine alone; the file must still be declined."""
+    """A box above the truncation fails too: every row is read to the end."""
     data = SAMPLES["4:2:0"][:len(SAMPLES["4:2:0"]) * 3 // 4]
-    assert crop(data, (0, 0, 8, 8), 1).shape == (8, 8, 3)
+    with pytest.raises(ValueError, match="libjpeg: "):
+        crop(data, (0, 0, 8, 8), 1)
     assert jpeg.decode_box(data, (HEIGHT, WIDTH), 1, (0, 0, 8, 8)) is None
+
+
+def outcomes(data: bytes, augment: Augment, epochs: int) -> list[bytes | None]:
+    """Each epoch's augmented pixels, or None where the decode raised."""
+    out: list[bytes | None] = []
+    for epoch in range(epochs):
+        try:
+            out.append(decode_augmented(data, augment, (0, epoch, 0)).numpy().tobytes())
+        except Exception:  # DecodeError or Pillow's own: either is an outcome
+            out.append(None)
+    return out
+
+
+def test_damage_below_the_box_fails_as_the_full_decode_does(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found in review: decoding stopped after the box, so a file damaged below it decoded
+    in some epochs and failed in others (or gave other pixels), unlike the full decode.
+    Each damaged copy must give the same outcome and pixels with and without it."""
+    clean = jpeg_bytes(random_image(800, 600, 0), quality=90)
+    augment = RandomResizedCrop(64)
+    damaged = []
+    for back in range(100, 30_000, 2_991):
+        for marker in (0xC4, 0xD0):
+            copy = bytearray(clean)
+            copy[len(clean) - back:len(clean) - back + 2] = bytes((0xFF, marker))
+            damaged.append(bytes(copy))
+    extension = jpeg.CROPPED_DECODE
+    with_it = [outcomes(data, augment, 6) for data in damaged]
+    monkeypatch.setattr(jpeg, "CROPPED_DECODE", None)
+    without = [outcomes(data, augment, 6) for data in damaged]
+    assert extension is not None
+    assert with_it == without
+    assert any(None in runs for runs in without), "no damaged copy failed: test too weak"
 
 
 def test_bad_data_is_declined_not_raised() -> None:

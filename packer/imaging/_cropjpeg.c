@@ -1,5 +1,6 @@
 /* Decode only a box of a JPEG with libjpeg-turbo: rows above it skipped, columns cut to
- * the iMCUs it touches, decoding stopped after its last row.
+ * the iMCUs it touches; the rows below it only entropy-decoded (that is what checks
+ * them: a damaged file fails whichever box is asked for, as the full decode fails).
  *
  * decode_crop(data, top, left, height, width, scale_denom) -> bytearray of
  * height * width * 3 RGB bytes: the box (in pixels of the image scaled by 1/scale_denom)
@@ -140,9 +141,38 @@ static int run_crop(crop_job *job) {
                    (size_t)job->width * 3);
         }
     }
+    /* The rows below the box are entropy-decoded too (skipping short of the end
+     * decodes what it skips, no inverse DCT and no colour), then the last row read and
+     * the end checked, so data damaged below the box fails as in a full decode,
+     * whichever box an epoch draws. */
+    if (cinfo.output_scanline < cinfo.output_height) {
+        JSAMPROW last_row[1];
+        unsigned char *row_buffer = malloc((size_t)cinfo.output_width * 3);
+        if (row_buffer == NULL) {
+            snprintf(job->message, sizeof(job->message), "out of memory");
+            jpeg_destroy_decompress(&cinfo);
+            free(rows);
+            return -1;
+        }
+        free(rows);
+        rows = row_buffer;
+        last_row[0] = row_buffer;
+        while (cinfo.output_scanline + 1 < cinfo.output_height) {
+            if (jpeg_skip_scanlines(&cinfo,
+                                    cinfo.output_height - 1 - cinfo.output_scanline) == 0) {
+                break;
+            }
+        }
+        if (jpeg_read_scanlines(&cinfo, last_row, 1) != 1) {
+            snprintf(job->message, sizeof(job->message), "libjpeg: the last row is missing");
+            jpeg_destroy_decompress(&cinfo);
+            free(rows);
+            return -1;
+        }
+    }
+    jpeg_finish_decompress(&cinfo);
     free(rows);
     rows = NULL;
-    jpeg_abort_decompress(&cinfo);
     jpeg_destroy_decompress(&cinfo);
     return 0;
 }
@@ -164,7 +194,10 @@ static PyObject *decode_crop(PyObject *self, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "scale_denom must be 1, 2, 4 or 8, not %zd", denom);
         return NULL;
     }
-    if (top < 0 || left < 0 || height < 1 || width < 1 || top + height > JPEG_MAX_DIMENSION ||
+    /* Each side checked before the sums, which could otherwise overflow. */
+    if (top < 0 || left < 0 || height < 1 || width < 1 || top > JPEG_MAX_DIMENSION ||
+        left > JPEG_MAX_DIMENSION || height > JPEG_MAX_DIMENSION ||
+        width > JPEG_MAX_DIMENSION || top + height > JPEG_MAX_DIMENSION ||
         left + width > JPEG_MAX_DIMENSION) {
         PyBuffer_Release(&data);
         PyErr_Format(PyExc_ValueError,
