@@ -31,7 +31,8 @@ from tests.helpers import FIELD_NAMES, FORMATS, pack_with_fields
 NUMBERS = st.one_of(
     st.integers(-(2**60), 2**60),
     st.floats(allow_nan=False, width=64),
-    st.sampled_from([0, -0.0, 0.1, 1e-320, 3.4e38, 3.5e38, 2**53, 2**53 + 1, 1e16]),
+    st.sampled_from([0, -0.0, 0.1, 1e-320, 3.4e38, 3.5e38, 2**53, 2**53 + 1, 1e16,
+                     2**63 - 1, 2**63, -(2**63) - 1, 10**20]),  # ints numpy keeps as objects
 )
 ROW = st.lists(NUMBERS, min_size=1, max_size=4)
 VALUES = st.one_of(

@@ -31,6 +31,7 @@ import numpy.typing as npt
 _PLAIN = re.compile(rb"[0-9.,eE+\-\[\]]*")  # numbers and brackets, nothing else
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _EXACT = float(2**53)  # integers below this are exact in float64
+_INT64_RANGE = float(2**63)  # a JSON int this large or more: numpy makes an object array
 
 
 @dataclass(frozen=True)
@@ -89,12 +90,14 @@ def parse_arrays(texts: Sequence[bytes | None]) -> NumberArrays | None:
 def _exact(flat: npt.NDArray[np.float64], counts: npt.NDArray[np.int64],
            floats: tuple[bool, ...]) -> bool:
     """Whether the float64 numbers are what natural() makes of them: floats within
-    float32's range (beyond it natural() decides per sample), integers exact in float64
+    float32's range (beyond it natural() decides per sample), none of them 2**63 or more
+    (an integer that large makes numpy's array an object one), integers exact in float64
     and none of them the integer -0 (json.loads reads 0)."""
     if not len(flat):
         return True
-    if float(np.fmax.reduce(np.abs(flat))) > _FLOAT32_MAX:
-        return False
+    largest = float(np.fmax.reduce(np.abs(flat)))
+    if largest > _FLOAT32_MAX or largest >= _INT64_RANGE:
+        return False  # an int beyond int64 beside floats: natural() keeps the list
     ints = flat[np.repeat(~np.array(floats, dtype=np.bool_), counts)]
     return not len(ints) or (float(np.abs(ints).max()) < _EXACT
                              and not np.signbit(ints[ints == 0]).any())
