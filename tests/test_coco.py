@@ -196,9 +196,11 @@ def test_verify_compares_the_annotations(tmp_path: Path) -> None:
     ({"bbox": [1, 2, 3]}, "`bbox` [1, 2, 3], not 4 numbers"),
     ({"bbox": [1, 2, "3", 4]}, "not 4 numbers"),
     ({"bbox": [1, 2, -3, 4]}, "width and height >= 0"),
+    ({"bbox": [1, 2, 10**400, 4]}, "must be finite"),  # beyond any float
     ({"category_id": None}, "has no `category_id`"),
     ({"category_id": "3"}, "`category_id` \"3\", not an integer"),
     ({"category_id": 4}, "`category_id` 4, which `categories` does not list"),
+    ({"category_id": 2**64}, "not an integer (64-bit)"),
     ({"iscrowd": 2}, "`iscrowd` 2, not 0 or 1"),
 ])
 def test_a_bad_annotation_rejects_its_image(tmp_path: Path, change: dict[str, Any],
@@ -239,8 +241,12 @@ def test_every_bad_annotation_of_an_image_is_counted(tmp_path: Path) -> None:
     assert "(and 1 more bad annotations)" in reject["reason"]
 
 
-def test_an_annotation_without_an_id_stops_naming_its_position(tmp_path: Path) -> None:
-    anns = [ANNOTATIONS[0], {k: v for k, v in ANNOTATIONS[1].items() if k != "id"}]
+@pytest.mark.parametrize("broken", [{"id": None}, {"id": 2**63}, {"image_id": -(2**63) - 1}])
+def test_an_annotation_without_an_id_stops_naming_its_position(
+        tmp_path: Path, broken: dict[str, int | None]) -> None:
+    ((name, value),) = broken.items()
+    second = {k: v for k, v in ANNOTATIONS[1].items() if k != name}
+    anns = [ANNOTATIONS[0], second if value is None else {**second, name: value}]
     folder, annotations = coco_folder(tmp_path, anns)
     result = run_pack("convert", folder, tmp_path / "out.wds", "--to", "wds",
                       "--annotations", annotations)

@@ -209,13 +209,13 @@ def _problem(ann: dict[str, Any], categories: dict[str, str]) -> str | None:
         return "has no `bbox`"
     if not isinstance(bbox, list) or len(bbox) != 4 or not all(map(_is_number, bbox)):
         return f"has `bbox` {_shown(bbox)}, not 4 numbers [x, y, width, height]"
-    if not all(map(math.isfinite, bbox)) or bbox[2] < 0 or bbox[3] < 0:
+    if not all(map(_finite, bbox)) or bbox[2] < 0 or bbox[3] < 0:
         return f"has `bbox` {_shown(bbox)}: x, y must be finite, width and height >= 0"
     category = ann.get("category_id")
     if "category_id" not in ann:
         return "has no `category_id`"
     if not _is_int(category):
-        return f"has `category_id` {_shown(category)}, not an integer"
+        return f"has `category_id` {_shown(category)}, not an integer (64-bit)"
     if categories and str(category) not in categories:
         return f"has `category_id` {category}, which `categories` does not list"
     if ann.get("iscrowd", 0) not in (0, 1) or isinstance(ann.get("iscrowd"), bool):
@@ -230,7 +230,15 @@ def _bad_reason(problems: list[str]) -> str:
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    """An int that the id columns (int64) hold."""
+    return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
+
+
+def _finite(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond any float
+        return False
 
 
 def _is_number(value: Any) -> bool:
