@@ -13,7 +13,13 @@ import sys
 import click
 
 from pack_cli._convert import convert_command
-from pack_cli._errors import unprinted_ctrl_c, user_errors
+from pack_cli._errors import (
+    RESUME_HINT,
+    conversion_interrupted,
+    forget_conversions,
+    unprinted_ctrl_c,
+    user_errors,
+)
 from pack_cli._inspect import info_command, verify_command
 from pack_cli._loader import bench_command, profile_command, tune_command
 from packer.errors import DISTRIBUTION
@@ -27,11 +33,12 @@ def run(argv: list[str] | None = None) -> None:
     (tests/test_faults_kill.py caught Python printing that one), ending as quietly as one
     inside a command: "interrupted", exit 130."""
     dropped: list[bool] = []
+    forget_conversions()  # a conversion's mark counts in the process that made it only
     try:
         with unprinted_ctrl_c(lambda: dropped.append(True)):
             main.main(args=argv, prog_name="pack")
     except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
+        click.echo(RESUME_HINT if conversion_interrupted() else "interrupted", err=True)
         sys.exit(130)
     except SystemExit as exc:
         if dropped and exc.code in (0, None):

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from tqdm import tqdm
 
-from pack_cli._errors import ctrl_c, user_errors
+from pack_cli._errors import converting, ctrl_c, user_errors
 from pack_cli._params import parse_bytes, parse_fields, parse_size
 from packer.api import convert, holds_complete
 from packer.conversion.executors import EXECUTORS
@@ -101,7 +101,7 @@ def convert_command(src: Path, dst: str, fmt: str, shard_size: str, shard_sample
     pack convert photos/ s3://bucket/photos.wds --to wds --storage-option endpoint_url=URL
     pack convert /shared/photos /shared/out.wds --to wds --executor ray --ray-address auto
     """
-    with user_errors(), ctrl_c():
+    with converting(), user_errors(), ctrl_c():
         options = EncodeOptions(check=check, resize=resize, size=parse_size(size),  # type: ignore[arg-type]
                                 fit=fit, codec=codec, quality=quality, upscale=upscale)  # type: ignore[arg-type]
         run = ConvertOptions(ShardOptions(parse_bytes(shard_size), shard_samples), workers,

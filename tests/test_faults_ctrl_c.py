@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 import pack_cli
 import pack_cli._convert
+import pack_cli._errors
 import packer.encode
 from packer import ConvertOptions, convert
 from packer.core.index import INDEX_NAME
@@ -143,6 +144,29 @@ def test_ctrl_c_in_clicks_start_up_is_quiet(monkeypatch: pytest.MonkeyPatch,
         pack_cli.run(["info", "x"])
     assert exited.value.code == 130
     assert capsys.readouterr().err == "interrupted\n"
+
+
+def test_a_ctrl_c_past_every_handler_of_a_conversion_still_hints_resume(
+        src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by tests/test_faults_kill.py under load: a Ctrl-C sent twice can land while
+    the first one winds down (after ctrl_c restored Python's handler, inside user_errors'
+    or click's handling) and escape them all; once a conversion began, the `pack` script
+    still says to resume rather than a bare "interrupted"."""
+    def interrupted_conversion(*args: object, **kwargs: object) -> None:
+        with pack_cli._errors.converting():
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(pack_cli.main, "main", interrupted_conversion)
+    with pytest.raises(SystemExit) as exited:
+        pack_cli.run(["convert", str(src), str(tmp_path / "out"), "--to", "wds"])
+    assert exited.value.code == 130
+    assert capsys.readouterr().err == pack_cli._errors.RESUME_HINT + "\n"
+    monkeypatch.undo()
+    done = CliRunner().invoke(pack_cli.main, ["convert", str(src), str(tmp_path / "out"),
+                                               "--to", "wds"])
+    assert done.exit_code == 0, done.output
+    assert not pack_cli._errors.conversion_interrupted(), "a finished conversion clears it"
 
 
 def test_ctrl_c_wrapped_by_a_library_exits_130(src: Path, tmp_path: Path,
