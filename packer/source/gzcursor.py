@@ -12,7 +12,9 @@ what lies between a member's place in the stream and its turn: a folder's worth 
 directory order, and at worst (an archive in reverse order) the uncompressed members,
 what `gunzip -k` would write. Members more than SLACK items before the lowest one
 asked for are passed without keeping them (a resumed conversion starts midway and
-never asks for them); one asked for after the stream passed it without keeping it
+never asks for them), and once an item SLACK past the lowest has been handed out, those
+below the lowest are dropped and no more are kept (the run has settled past them); one
+asked for after the stream passed it without keeping it
 restarts the stream from the beginning (correct, slow, and not what a conversion
 does). One lock: a gzip stream decompresses on one thread anyway.
 """
@@ -56,6 +58,7 @@ class GzipCursor:
         self.spill: BinaryIO | None = None
         self.spilled = np.zeros(0, np.int64)  # item -> its offset in the spill file, or -1
         self.waiting = 0  # members in the spill file not yet handed out
+        self.settled = False  # an item SLACK past `lowest` was handed out: see _settle
 
     def read(self, i: int) -> bytes:
         with self.lock:
@@ -66,7 +69,24 @@ class GzipCursor:
                     self._restart()
                 data = self._advance_to(i)
             self.served[i] = True
+            if not self.settled and i >= self.lowest + SLACK:
+                self._settle()
             return data
+
+    def _settle(self) -> None:
+        """Drop what lies below the lowest item asked for: threads ask at most SLACK items
+        out of order, so once one SLACK past it was served, nothing below will be (a
+        resumed run kept those in case; without this they would fill memory and the
+        spill file, which could then never empty)."""
+        self.settled = True
+        for j in [j for j in self.kept if j < self.lowest]:
+            self.kept_bytes -= len(self.kept.pop(j))
+        if self.spill is not None:
+            below = self.spilled[: self.lowest] >= 0
+            self.waiting -= int(below.sum())
+            self.spilled[: self.lowest][below] = -1
+            if not self.waiting:
+                self.spill.truncate(0)
 
     def _behind(self, i: int) -> bool:
         """Whether the stream went past member i (without keeping it)."""
@@ -80,7 +100,7 @@ class GzipCursor:
 
     def _advance_to(self, i: int) -> bytes:
         """Read forward to member i, keeping the members passed that are still wanted."""
-        floor = self.lowest - SLACK
+        floor = self.lowest if self.settled else self.lowest - SLACK
         while self.passed < len(self.by_offset):
             j = int(self.by_offset[self.passed])
             if j == i:
