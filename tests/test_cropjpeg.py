@@ -22,6 +22,14 @@ from tests.helpers import jpeg_bytes, random_image
 cropjpeg = pytest.importorskip("packer.imaging._cropjpeg",
                                reason="the optional extension is not built here")
 
+
+@pytest.fixture(autouse=True)
+def extension_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test starts with the extension in use, whatever an earlier one (in another
+    file: the read benchmark's -uncropped cases once) left behind."""
+    monkeypatch.setattr(jpeg, "CROPPED_DECODE", cropjpeg.decode_crop)
+
+
 HEIGHT, WIDTH = 203, 317  # no side a multiple of an iMCU (8 or 16)
 LAYOUTS = {
     "4:2:0": {"subsampling": "4:2:0"},
@@ -169,11 +177,17 @@ def test_damage_below_the_box_fails_as_the_full_decode_does(
             copy = bytearray(clean)
             copy[len(clean) - back:len(clean) - back + 2] = bytes((0xFF, marker))
             damaged.append(bytes(copy))
-    extension = jpeg.CROPPED_DECODE
+    calls: list[int] = []
+
+    def counted(data: bytes, *box_and_factor: int) -> bytearray:
+        calls.append(1)
+        return cropjpeg.decode_crop(data, *box_and_factor)
+
+    monkeypatch.setattr(jpeg, "CROPPED_DECODE", counted)
     with_it = [outcomes(data, augment, 6) for data in damaged]
     monkeypatch.setattr(jpeg, "CROPPED_DECODE", None)
     without = [outcomes(data, augment, 6) for data in damaged]
-    assert extension is not None
+    assert len(calls) == 6 * len(damaged), "the extension was not what decoded"
     assert with_it == without
     assert any(None in runs for runs in without), "no damaged copy failed: test too weak"
 

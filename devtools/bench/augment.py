@@ -90,6 +90,11 @@ def cropped(enabled: bool, make: Callable[..., Any]) -> Callable[[], Any]:
     return made
 
 
+def cropped_decode_back_on() -> None:
+    """Undo the -uncropped cases' switch (devtools.bench.read.run_cases calls it)."""
+    jpeg.CROPPED_DECODE = EXTENSION
+
+
 def augment_cases(case: Callable[..., Any], src: Path, packed: dict[str, Path],
                   size: tuple[int, int], samples: Sequence[bytes],
                   one_thread: Callable[..., Any], workers: int = 2) -> list[Any]:

@@ -27,7 +27,7 @@ import psutil
 from torch.utils.data import DataLoader
 
 from devtools.bench import baselines as base
-from devtools.bench.augment import augment_cases
+from devtools.bench.augment import augment_cases, cropped_decode_back_on
 from devtools.bench.fields import FIELD_FORMATS, field_cases, field_copy, field_manifest
 from devtools.bench.mix import mix_cases
 from packer.core.index import INDEX_NAME, read_index
@@ -270,20 +270,28 @@ def tree_cpu_seconds() -> float:
 
 
 def run_cases(cases: Sequence[Case], settings: Settings, progress: Progress) -> None:
-    """Interleaved runs; each case's rates land in `case.rates` and `case.cpu_rates`."""
-    for run in range(settings.runs):
-        for case in cases:
-            made = case.make()
-            sampler = case.sampler(made) if case.sampler is not None else None
-            wall, cpu = made if isinstance(made, tuple) else loader_rate(made, settings,
-                                                                         case.shuffle,
-                                                                         case.collate,
-                                                                         case.workers,
-                                                                         sampler)
-            case.rates.append(wall)
-            case.cpu_rates.append(cpu)
-            progress(f"run {run + 1}/{settings.runs}  {case.reader:28} {case.fmt:6} "
-                     f"{case.decode:14} {wall:9,.0f} img/s {cpu:9,.0f} img/CPU-s")
+    """Interleaved runs; each case's rates land in `case.rates` and `case.cpu_rates`.
+
+    Cases may switch the cropped decode off (augment's -uncropped twins): it is back on
+    afterwards, so a caller in the same process (the tests) keeps the extension."""
+    try:
+        for run in range(settings.runs):
+            for case in cases:
+                _run_case(case, run, settings, progress)
+    finally:
+        cropped_decode_back_on()
+
+
+def _run_case(case: Case, run: int, settings: Settings, progress: Progress) -> None:
+    made = case.make()
+    sampler = case.sampler(made) if case.sampler is not None else None
+    wall, cpu = made if isinstance(made, tuple) else loader_rate(made, settings, case.shuffle,
+                                                                 case.collate, case.workers,
+                                                                 sampler)
+    case.rates.append(wall)
+    case.cpu_rates.append(cpu)
+    progress(f"run {run + 1}/{settings.runs}  {case.reader:28} {case.fmt:6} "
+             f"{case.decode:14} {wall:9,.0f} img/s {cpu:9,.0f} img/CPU-s")
 
 
 def verdicts(case: Case, by_id: dict[str, Case]) -> list[tuple[str, bool]]:
