@@ -31,7 +31,12 @@ from packer.core.index import Index, SampleTable
 from packer.errors import CorruptDatasetError
 from packer.formats._hdf5_fields import FieldDatasets
 from packer.formats._hdf5_writer import Hdf5Writer
-from packer.formats.base import WriterPlan, checked, checked_values, decoded_many, no_fields
+from packer.formats.base import (
+    DecodedFields,
+    WriterPlan,
+    checked,
+    checked_values,
+)
 
 NAME = "hdf5"
 FILE = "data.h5"
@@ -49,7 +54,7 @@ def open_writer(plan: WriterPlan) -> Hdf5Writer:
     return Hdf5Writer(plan)
 
 
-class Hdf5Reader:
+class Hdf5Reader(DecodedFields):
     """Finds the contiguous blob once with h5py, then reads it through a memmap."""
 
     memory_mapped = True  # the page cache is the cache (readers.cache)
@@ -98,15 +103,6 @@ class Hdf5Reader:
     def read_range(self, start: int, stop: int) -> Iterator[bytes]:
         for i in range(start, stop):
             yield self.read(i)
-
-    def fields(self, i: int, names: Sequence[str] | None = None) -> dict[str, object]:
-        if self.table.fields is None:
-            return no_fields(self.index, names)
-        return self.fields_many([i], names)[0]
-
-    def fields_many(self, indices: Sequence[int], names: Sequence[str] | None = None
-                    ) -> list[dict[str, object]]:
-        return decoded_many(self, indices, names)
 
     def field_values_many(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
         """FieldValuesReader: read through h5py (opened on first use in this process),

@@ -39,11 +39,11 @@ from packer.core.index import Index, SampleTable, ShardInfo
 from packer.core.record import Record
 from packer.errors import CorruptDatasetError, UnstorableRecord
 from packer.formats.base import (
+    DecodedFields,
     Location,
     WriterPlan,
     checked,
     checked_values,
-    decoded_many,
 )
 from packer.storage.atomic import commit, fsync_dir, partial_path
 from packer.storage.filestream import Writeback, hash_while
@@ -179,7 +179,7 @@ def open_writer(plan: WriterPlan) -> LmdbWriter:
     return LmdbWriter(plan)
 
 
-class LmdbReader:
+class LmdbReader(DecodedFields):
     """Read-only, lock-free, no readahead: right for random access from many workers.
 
     Values are buffers into LMDB's map whose length is checked against the table before
@@ -237,15 +237,6 @@ class LmdbReader:
 
     def read_range(self, start: int, stop: int) -> Iterator[bytes]:
         yield from self.read_many(range(start, stop))
-
-    def fields(self, i: int, names: Sequence[str] | None = None) -> dict[str, object]:
-        """One get per field of the dataset (all are read: the digest covers them all)."""
-        return self.fields_many([i], names)[0]
-
-    def fields_many(self, indices: Sequence[int], names: Sequence[str] | None = None
-                    ) -> list[dict[str, object]]:
-        """Every sample's fields in one read transaction."""
-        return decoded_many(self, indices, names)
 
     def field_values_many(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
         """FieldValuesReader: one read transaction, every sample checked."""

@@ -29,12 +29,11 @@ from packer.formats._field_columns import columns
 from packer.formats._npy_fields import FOLDER as FIELDS_FOLDER
 from packer.formats._npy_fields import FieldArrays, field_files, write_fields
 from packer.formats.base import (
+    DecodedFields,
     Location,
     WriterPlan,
     checked,
     checked_values,
-    decoded_many,
-    no_fields,
 )
 from packer.storage.atomic import atomic_writer, commit, partial_path
 from packer.storage.filestream import StreamHash, hash_while
@@ -154,7 +153,7 @@ def open_writer(plan: WriterPlan) -> NpyWriter:
     return NpyWriter(plan)
 
 
-class NpyReader:
+class NpyReader(DecodedFields):
     """Reads pixel rows from a read-only memmap (pages shared by every worker).
 
     `gather` copies a batch of rows in one go (readers.batching.collate); every row read either way
@@ -208,16 +207,6 @@ class NpyReader:
     def read_range(self, start: int, stop: int) -> Iterator[bytes]:
         for i in range(start, stop):
             yield self.read(i)
-
-    def fields(self, i: int, names: Sequence[str] | None = None) -> dict[str, object]:
-        if self.table.fields is None:
-            return no_fields(self.index, names)
-        return self.fields_many([i], names)[0]
-
-    def fields_many(self, indices: Sequence[int], names: Sequence[str] | None = None
-                    ) -> list[dict[str, object]]:
-        """Every field's column read once for the batch (numpy fancy indexing)."""
-        return decoded_many(self, indices, names)
 
     def field_values_many(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
         """FieldValuesReader: each column indexed once for the batch, every sample checked."""

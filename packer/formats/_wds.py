@@ -37,11 +37,11 @@ from packer.formats._wds_fields import field_members, span_values
 from packer.formats._wds_names import remove_strays, shard_name
 from packer.formats._wids import index_extra, member_types
 from packer.formats.base import (
+    DecodedFields,
     Location,
     WriterPlan,
     checked,
     checked_values,
-    decoded_many,
 )
 from packer.storage.atomic import commit, partial_path
 from packer.storage.filestream import ShardFile
@@ -172,7 +172,7 @@ class _ShardName:
         return str(self.folder / self.name)
 
 
-class WdsReader:
+class WdsReader(DecodedFields):
     """Reads images from tar shards by the offsets recorded at pack time.
 
     At most MAX_OPEN_SHARDS shard files stay open (the least recently used is closed),
@@ -248,15 +248,6 @@ class WdsReader:
                 data = bytes(block[offset : offset + int(self.table.sizes[j])])
                 yield checked(self.table, j, data, where)
             i = end
-
-    def fields(self, i: int, names: Sequence[str] | None = None) -> dict[str, object]:
-        """One pread of the sample's field members, walked header by header."""
-        return decoded_many(self, [i], names)[0]
-
-    def fields_many(self, indices: Sequence[int], names: Sequence[str] | None = None
-                    ) -> list[dict[str, object]]:
-        """`fields` of each sample, their shards looked up at once for the batch."""
-        return decoded_many(self, indices, names)
 
     def field_values_many(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
         """Each sample's field values, one pread of its members, checked (FieldValuesReader)."""

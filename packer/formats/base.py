@@ -205,6 +205,20 @@ def decoded_many(reader: _ValuesReader, indices: Sequence[int],
     return [decode_numbered(chosen, values) for values in reader.field_values_many(indices)]
 
 
+class DecodedFields:
+    """`fields` and `fields_many` of a format reader, from its `field_values_many`: one
+    call for the batch, every sample's values checked against its digest, then decoded
+    (decoded_many). Every format's reader is one (a dataset without fields gives {})."""
+
+    def fields(self: _ValuesReader, i: int,
+               names: Sequence[str] | None = None) -> dict[str, object]:
+        return decoded_many(self, [i], names)[0]
+
+    def fields_many(self: _ValuesReader, indices: Sequence[int],
+                    names: Sequence[str] | None = None) -> list[dict[str, object]]:
+        return decoded_many(self, indices, names)
+
+
 def no_fields(index: Index, names: Sequence[str] | None) -> dict[str, object]:
     """What `fields` returns for a dataset without fields (KeyError for any name asked)."""
     select(index.fields, names)
