@@ -36,7 +36,7 @@ import torch
 from packer.core.fields import FieldSpec, decode_value, numbered
 from packer.core.index import Index
 from packer.formats.base import FieldValuesReader, RecordReader
-from readers.batching._number_arrays import parse_arrays
+from readers.batching._number_arrays import parse_arrays, stored_arrays
 from readers.batching.field_batch import Column, FieldBatch
 
 FieldNames = Sequence[str] | Literal["all"] | None
@@ -105,12 +105,14 @@ def _columns(reader: RecordReader, positions: Sequence[int], names: tuple[str, .
 
 def field_columns(chosen: Sequence[tuple[int, FieldSpec]],
                   values: Sequence[Sequence[bytes | None]]) -> dict[str, Column]:
-    """The columns of the chosen fields ((position in the record, spec)) of a batch: a
-    json field of plain number lists parsed at once, the others value by value."""
+    """The columns of the chosen fields ((position in the record, spec)) of a batch: an
+    array field's numbers joined at once, a json field of plain number lists parsed at
+    once, the others value by value."""
     columns: dict[str, Column] = {}
     for number, spec in chosen:
         cells = [sample[number] for sample in values]
-        arrays = parse_arrays(cells) if spec.type == "json" and cells else None
+        arrays = parse_arrays(cells) if spec.type == "json" and cells else \
+            stored_arrays(cells) if spec.type in ("floats", "ints") else None
         if arrays is not None:
             columns[spec.name] = arrays
         elif spec.type == "str":

@@ -6,6 +6,9 @@
     float   float                              repr, e.g. b"0.1", b"NaN", b"-Infinity"
     json    None/bool/int/float/str/list/dict  compact JSON, UTF-8 (json.dumps, no spaces)
     bytes   bytes                              the bytes as they are
+    floats  list of numbers (nested, rectan-   a .npy file of float32 (packer.core.
+            gular) or a numpy array            field_arrays): boxes, keypoints
+    ints    the same, integers                 a .npy file of int64: per-box class ids
 
 Every format stores a field's value in this byte form (or, for numeric columns of
 hdf5 and npy, as the number it spells) and the same form is hashed into the sample's
@@ -30,7 +33,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-FieldType = Literal["str", "int", "float", "json", "bytes"]
+from packer.core.field_arrays import ArrayValueError, decode_array, encode_array
+
+FieldType = Literal["str", "int", "float", "json", "bytes", "floats", "ints"]
 FIELD_TYPES: tuple[FieldType, ...] = get_args(FieldType)
 NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 RESERVED = frozenset({"image", "label", "key", "path", "cls"})  # names a sample already has
@@ -92,6 +97,11 @@ def encode_value(kind: FieldType, value: object) -> bytes:
             raise FieldValueError(f"not JSON-serializable ({exc})") from exc
     if kind == "bytes" and isinstance(value, bytes | bytearray | memoryview):
         return bytes(value)
+    if kind in ("floats", "ints"):
+        try:
+            return encode_array(kind, value)
+        except ArrayValueError as exc:
+            raise FieldValueError(f"{_short(value)}: {exc}") from exc
     raise FieldValueError(f"{type(value).__name__} value {_short(value)} is not a {kind}")
 
 
@@ -121,9 +131,9 @@ def parse_text(kind: FieldType, text: str) -> bytes:
             return encode_value("float", float(text.strip()))
         except ValueError as exc:
             raise FieldValueError(f"{_short(text)} is not a number") from exc
-    if kind == "json":
+    if kind in ("json", "floats", "ints"):
         try:
-            return encode_value("json", json.loads(text))
+            return encode_value(kind, json.loads(text))
         except (json.JSONDecodeError, RecursionError) as exc:
             raise FieldValueError(f"{_short(text)} is not JSON ({exc})") from exc
     raise FieldValueError(f"a {kind} cell cannot be parsed from text")
@@ -140,6 +150,8 @@ def decode_value(kind: FieldType, data: bytes | memoryview) -> object:
         return float(json.loads(raw))
     if kind == "json":
         return json.loads(raw)
+    if kind in ("floats", "ints"):
+        return decode_array(raw)
     return raw
 
 

@@ -2,10 +2,17 @@
 
     /fields/<name>           int64 | float64 | variable-length UTF-8 string (str, and
                              json as JSON text) | variable-length uint8 (bytes)
+                             | uint8 (total,), contiguous: the .npy bytes of every
+                             sample's array back to back (floats, ints), as /images
+    /fields_offsets/<name>   int64 (N + 1,): array i is /fields/<name>[o[i]:o[i+1]]
     /fields_present/<name>   bool: which samples have a value (others hold 0, NaN, "")
 
 Stock h5py: `h5["fields/score"][:]` is a float64 array, `h5["fields/caption"].asstr()[i]`
-a str, `json.loads(h5["fields/boxes"][i])` the boxes. Written at the end from the
+a str, `json.loads(h5["fields/meta"][i])` a json field, and with `o =
+h5["fields_offsets/boxes"]`, `np.load(io.BytesIO(h5["fields/boxes"][o[i]:o[i + 1]]))`
+an array field. Arrays are a blob for the reason images are: a reader finds its file
+offset once and slices a memmap, where h5py took ~3 us a sample to read a batch's
+variable-length rows. Written at the end from the
 field records of the conversion (packer.formats._field_columns).
 """
 
@@ -23,6 +30,8 @@ from packer.formats._field_columns import Column, value_bytes
 
 GROUP = "fields"
 PRESENT = "fields_present"
+OFFSETS = "fields_offsets"
+BLOBS = ("floats", "ints")
 
 
 def write_fields(h5: Any, built: Sequence[Column]) -> None:
@@ -36,7 +45,14 @@ def write_fields(h5: Any, built: Sequence[Column]) -> None:
         present.create_dataset(name, data=column.present, track_times=False)
         if column.numbers is not None:
             group.create_dataset(name, data=column.numbers, track_times=False)
-        elif column.spec.type == "bytes":
+        elif column.spec.type in BLOBS:
+            values = column.values or []
+            offsets = np.zeros(len(values) + 1, np.int64)
+            np.cumsum([len(value) for value in values], out=offsets[1:])
+            group.create_dataset(name, data=np.frombuffer(b"".join(values), np.uint8),
+                                 track_times=False)
+            h5.require_group(OFFSETS).create_dataset(name, data=offsets, track_times=False)
+        elif column.spec.type in ("bytes", "floats", "ints"):
             data = np.empty(len(column.present), dtype=object)
             for i, value in enumerate(column.values or ()):
                 data[i] = np.frombuffer(value, np.uint8)
@@ -60,8 +76,7 @@ class FieldDatasets:
     def __init__(self, h5: Any, specs: Sequence[FieldSpec]) -> None:
         self.specs = specs
         self.present = [np.asarray(h5[PRESENT][spec.name][:], dtype=np.bool_) for spec in specs]
-        self.columns = [h5[GROUP][spec.name] if spec.type not in ("int", "float")
-                        else np.asarray(h5[GROUP][spec.name][:]) for spec in specs]
+        self.columns = [_opened(h5, spec) for spec in specs]
 
     def values_many(self, indices: Sequence[int]) -> list[list[bytes | None]]:
         """Each sample's field values in byte form (None: no value)."""
@@ -77,12 +92,44 @@ class FieldDatasets:
     def _column(spec: FieldSpec, present: np.ndarray, column: Any, wanted: np.ndarray,
                 rows: np.ndarray) -> list[bytes | None]:
         flags = present[wanted].tolist()
+        if isinstance(column, Blob):
+            return column.values(flags, wanted)
         if isinstance(column, np.ndarray):
             stored = column[wanted].tolist()
         else:
             stored = _rows(column, rows)[np.searchsorted(rows, wanted)].tolist()
         return [value_bytes(spec.type, value) if flag else None
                 for flag, value in zip(flags, stored, strict=True)]
+
+
+class Blob:
+    """An array field's bytes, memory-mapped from where the file holds them, and
+    their offsets (read into memory, 8 bytes a sample)."""
+
+    def __init__(self, h5: Any, name: str) -> None:
+        self.offsets = np.asarray(h5[OFFSETS][name][:], dtype=np.int64)
+        data = h5[GROUP][name]
+        start, size = data.id.get_offset(), int(data.shape[0])
+        if size and start is None:
+            raise ValueError(f"/{GROUP}/{name} is not contiguous")
+        if int(self.offsets[-1]) != size:
+            raise ValueError(f"/{OFFSETS}/{name} does not end where /{GROUP}/{name} does")
+        self.data = np.memmap(h5.filename, np.uint8, "r", int(start or 0), (size,)) \
+            .view(np.ndarray) if size else np.zeros(0, np.uint8)
+
+    def values(self, flags: list[bool], wanted: np.ndarray) -> list[bytes | None]:
+        starts, stops = self.offsets[wanted].tolist(), self.offsets[wanted + 1].tolist()
+        view = self.data.data  # slicing a memoryview costs a fraction of an array's
+        return [view[start:stop].tobytes() if flag else None
+                for flag, start, stop in zip(flags, starts, stops, strict=True)]
+
+
+def _opened(h5: Any, spec: FieldSpec) -> Any:
+    """How a field's values are read: numbers into memory, arrays as a Blob, the other
+    variable-length values through h5py."""
+    if spec.type in ("int", "float"):
+        return np.asarray(h5[GROUP][spec.name][:])
+    return Blob(h5, spec.name) if spec.type in BLOBS else h5[GROUP][spec.name]
 
 
 def _rows(column: Any, rows: np.ndarray) -> np.ndarray:

@@ -1,9 +1,11 @@
 """npy fields: a folder `fields/` beside images.npy, one row per sample, memory-mapped.
 
     fields/<name>.npy            int64 | float64 (N,)    int and float fields
-    fields/<name>.offsets.npy    int64 (N + 1,)          str, json, bytes: value i is
+    fields/<name>.offsets.npy    int64 (N + 1,)          str, json, bytes, floats,
+                                                           ints: value i is
     fields/<name>.data.npy       uint8 (total,)            data[offsets[i]:offsets[i+1]]
-                                                           (UTF-8 text, JSON text, bytes)
+                                                           (UTF-8 text, JSON text, bytes,
+                                                           .npy bytes of floats, ints)
     fields/<name>.present.npy    bool (N,)               which samples have a value
 
 Stock numpy: `np.load("fields/score.npy")` is the scores; a caption is

@@ -8,6 +8,7 @@
     float        <key>.<name>.json          float (repr text; json reads it back bit-exact)
     json         <key>.<name>.json          the parsed JSON (list, dict, number, ...)
     bytes        <key>.<name>.bin           bytes (no decoder claims .bin)
+    floats, ints <key>.<name>.npy           numpy array (float32, int64)
 
 A field named like its extension keeps the plain webdataset name: a `txt` str field
 is `<key>.txt`, a `json` json field `<key>.json` (the sidecar names of image folders
@@ -29,7 +30,8 @@ from packer.errors import CorruptDatasetError
 from packer.formats._tar import member_header, padding
 
 EXTENSIONS: dict[FieldType, str] = {"str": "txt", "int": "id", "float": "json",
-                                    "json": "json", "bytes": "bin"}
+                                    "json": "json", "bytes": "bin", "floats": "npy",
+                                    "ints": "npy"}
 BLOCK = 512
 
 

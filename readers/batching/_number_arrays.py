@@ -1,4 +1,5 @@
-"""A batch's JSON lists of numbers parsed at once: the fast path of a json field.
+"""A batch's number arrays in one buffer: the fast path of json number lists and of
+array fields (stored_arrays, at the end).
 
 A boxes field is stored as compact JSON text (`[[x,y,w,h],...]`, packer.core.fields).
 Parsed a sample at a time (json.loads, then np.array in readers.fields.natural) it
@@ -28,6 +29,8 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
+from packer.core.field_arrays import parsed_header
+
 _PLAIN = re.compile(rb"[0-9.,eE+\-\[\]]*")  # numbers and brackets, nothing else
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _EXACT = float(2**53)  # integers below this are exact in float64
@@ -36,9 +39,10 @@ _INT64_RANGE = float(2**63)  # a JSON int this large or more: numpy makes an obj
 
 @dataclass(frozen=True)
 class NumberArrays:
-    """The arrays of a batch, sample-major in one float64 buffer."""
+    """The arrays of a batch, sample-major in one buffer (float64 parsed from JSON, the
+    field's own dtype for an array field)."""
 
-    flat: npt.NDArray[np.float64]
+    flat: npt.NDArray[np.generic]
     starts: npt.NDArray[np.int64]  # (B + 1,): sample b's numbers are flat[starts[b]:starts[b+1]]
     shapes: tuple[tuple[int, ...], ...]
     floats: tuple[bool, ...]  # float32 (True) or int64 per sample
@@ -132,3 +136,41 @@ def _skeleton_shape(skeleton: bytes) -> tuple[int, ...] | None:
             or rows[0].strip(b",") or not skeleton.startswith(b"[["):
         return None  # a bracket that is not a row's, or rows of different lengths
     return (len(rows), len(rows[0]) + 1)
+
+
+def stored_arrays(cells: Sequence[bytes | None]) -> NumberArrays | None:
+    """The arrays of a batch of an array field's values (floats, ints: .npy bytes,
+    packer.core.field_arrays), their numbers joined into one buffer without a copy per
+    sample; None when one is missing or not of the field's one dtype (the per-sample
+    path then gives the values, or the error)."""
+    if not cells or any(cell is None for cell in cells):
+        return None
+    present = cast(Sequence[bytes], cells)
+    layouts, pieces = [], []
+    try:
+        for cell in present:
+            start = 10 + (cell[8] | cell[9] << 8)
+            layouts.append(_layout(bytes(cell[10:start])))
+            pieces.append(cell[start:])
+    except (IndexError, ValueError):
+        return None
+    dtypes = {layout[0] for layout in layouts}
+    if len(dtypes) != 1:
+        return None
+    dtype = dtypes.pop()
+    counts = np.array([layout[2] for layout in layouts], dtype=np.int64)
+    joined = b"".join(pieces)
+    if len(joined) != int(counts.sum()) * dtype.itemsize:
+        return None
+    starts = np.zeros(len(counts) + 1, np.int64)
+    np.cumsum(counts, out=starts[1:])
+    floats = dtype.kind == "f"
+    return NumberArrays(np.frombuffer(joined, dtype), starts,
+                        tuple(layout[1] for layout in layouts), (floats,) * len(present))
+
+
+@functools.lru_cache(maxsize=4096)
+def _layout(header: bytes) -> tuple[np.dtype[np.generic], tuple[int, ...], int]:
+    """(dtype, shape, number count) of an array value's header text."""
+    dtype, shape = parsed_header(header)
+    return dtype, shape, int(np.prod(shape))

@@ -1,0 +1,138 @@
+"""Array fields (`floats`: float32, `ints`: int64): numbers stored as numbers.
+
+Boxes, keypoints or per-box class ids held as a `json` field are JSON text, and turning
+that text back into numbers (about 0.2 us a number, correctly rounded) cost most of
+what reading a detection sample's fields cost. An array field stores them as the
+numbers themselves, in the one byte form every format keeps, hashes and compares:
+
+    a .npy file (format 1.0, little-endian, C order), with the shortest header numpy
+    accepts, padded to 64 bytes: b"\\x93NUMPY\\x01\\x00" + length + "{'descr':'<f4',
+    'fortran_order':False,'shape':(3,4)}" + spaces + "\\n", then the numbers
+
+`np.load` (and stock webdataset's `.npy` decoder) reads it as it is. The header is
+written here, not by numpy, so that the bytes (and the digests over them) never depend
+on numpy's version; it is read back by an exact match of that pattern, so a file of
+any other shape is refused rather than guessed at.
+
+A value is a (nested, rectangular) list of numbers or a numpy array; `[]` is shape
+(0,). `floats` takes ints and floats and refuses a finite number beyond float32's range
+(it would become infinity); `ints` takes integers within int64 only (1.0 is refused).
+Bools, strings, None and ragged lists are refused, never converted.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import struct
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+ArrayType = Literal["floats", "ints"]
+DTYPES: dict[str, np.dtype[np.generic]] = {"floats": np.dtype("<f4"), "ints": np.dtype("<i8")}
+MAGIC = b"\x93NUMPY\x01\x00"
+ALIGN = 64
+_HEADER = re.compile(rb"\{'descr':'(<f4|<i8)','fortran_order':False,'shape':\(([0-9,]*)\)\} *\n")
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+class ArrayValueError(ValueError):
+    """A value that is not an array of its field's type."""
+
+
+def encode_array(kind: ArrayType, value: object) -> bytes:
+    """The byte form (a .npy file) of `value` as a `kind` field."""
+    array = _as_numbers(kind, value)
+    return header(array.dtype, array.shape) + array.tobytes()
+
+
+def _as_numbers(kind: ArrayType, value: object) -> npt.NDArray[np.generic]:
+    if isinstance(value, np.ndarray):
+        if value.ndim == 0 or value.dtype.kind not in ("iu" if kind == "ints" else "iuf"):
+            raise ArrayValueError(f"a {value.dtype} array of shape {value.shape} is not "
+                                  f"{wanted(kind)}")
+        return _narrowed(kind, value)
+    if not isinstance(value, list):
+        raise ArrayValueError(f"a {type(value).__name__} is not {wanted(kind)}")
+    try:
+        objects = np.array(value, dtype=object)
+    except ValueError as exc:  # ragged
+        raise ArrayValueError(f"a ragged list is not {wanted(kind)}") from exc
+    allowed = (int,) if kind == "ints" else (int, float)
+    if objects.ndim == 0 or any(type(x) not in allowed for x in objects.flat):
+        raise ArrayValueError(f"not {wanted(kind)} (every list the same length, "
+                              "numbers only)")
+    if kind == "ints":
+        if objects.size and not all(-(1 << 63) <= x < 1 << 63 for x in objects.flat):
+            raise ArrayValueError("an integer beyond int64")
+        return objects.astype(np.int64)
+    try:
+        return _narrowed(kind, objects.astype(np.float64))
+    except OverflowError as exc:  # an int beyond any float
+        raise ArrayValueError(f"a number beyond float32's range ({_FLOAT32_MAX:.4g}); use "
+                              "a json field to keep it") from exc
+
+
+def _narrowed(kind: ArrayType, array: np.ndarray) -> npt.NDArray[np.generic]:
+    """`array` as the field's dtype; a finite number float32 cannot hold is refused."""
+    if kind == "ints":
+        if array.dtype.kind == "u" and array.size and int(array.max()) >= 1 << 63:
+            raise ArrayValueError("an integer beyond int64")
+        return np.ascontiguousarray(array, dtype=DTYPES["ints"])
+    finite = array[np.isfinite(array)] if array.dtype.kind == "f" else array.astype(np.float64)
+    if finite.size and float(np.abs(finite).max()) > _FLOAT32_MAX:
+        raise ArrayValueError(f"a number beyond float32's range ({_FLOAT32_MAX:.4g}); use a "
+                              "json field to keep it")
+    return np.ascontiguousarray(array, dtype=DTYPES["floats"])
+
+
+@functools.lru_cache(maxsize=4096)
+def header(dtype: np.dtype[np.generic], shape: tuple[int, ...]) -> bytes:
+    """The .npy header of an array of this dtype and shape (see the module docstring)."""
+    dims = ",".join(str(n) for n in shape) + ("," if len(shape) == 1 else "")
+    text = f"{{'descr':'{dtype.str}','fortran_order':False,'shape':({dims})}}".encode("ascii")
+    padding = -(len(MAGIC) + 2 + len(text) + 1) % ALIGN
+    body = text + b" " * padding + b"\n"
+    return MAGIC + struct.pack("<H", len(body)) + body
+
+
+def split(data: bytes | memoryview) -> tuple[np.dtype[np.generic], tuple[int, ...], int]:
+    """(dtype, shape, where the numbers start) of an array's byte form; ArrayValueError
+    when it is not one this module writes, or its length does not match."""
+    raw = bytes(data[:10])
+    if len(raw) < 10 or raw[:8] != MAGIC:
+        raise ArrayValueError("not an array field value (no .npy header)")
+    (length,) = struct.unpack("<H", raw[8:10])
+    dtype, shape = parsed_header(bytes(data[10 : 10 + length]))
+    start = 10 + length
+    if len(data) - start != dtype.itemsize * int(np.prod(shape)):
+        raise ArrayValueError(f"an array field value of shape {shape} holds "
+                              f"{len(data) - start} bytes")
+    return dtype, shape, start
+
+
+@functools.lru_cache(maxsize=4096)
+def parsed_header(text: bytes) -> tuple[np.dtype[np.generic], tuple[int, ...]]:
+    """(dtype, shape) of a header's text (after its length); ArrayValueError if it is
+    not one `header` writes."""
+    found = _HEADER.fullmatch(text)
+    if found is None or (10 + len(text)) % ALIGN:
+        raise ArrayValueError("an array field value with a header this library does not write")
+    dims = found.group(2).decode("ascii")
+    shape = tuple(int(n) for n in dims.split(",") if n)
+    if not shape or (len(shape) == 1) != dims.endswith(","):
+        raise ArrayValueError("an array field value with a malformed shape")
+    return np.dtype(found.group(1).decode("ascii")), shape
+
+
+def decode_array(data: bytes | memoryview) -> npt.NDArray[np.generic]:
+    """The array of a byte form (a read-only view of `data` when it is bytes)."""
+    dtype, shape, start = split(data)
+    return np.frombuffer(data, dtype=dtype, offset=start).reshape(shape)
+
+
+def wanted(kind: ArrayType) -> str:
+    """What a `kind` value must be, for an error message."""
+    return "a list of integers (int64)" if kind == "ints" else "a list of numbers (float32)"
