@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -158,9 +159,13 @@ def test_stock_webdataset_reads_the_boxes(tmp_path: Path) -> None:
         fields=FieldChoice(annotations=str(annotations))))
     urls = [str(dst / shard.name) for shard in index.shards]
     samples = {s["__key__"]: s for s in wds.WebDataset(urls, shardshuffle=False).decode()}
-    assert {key: samples[key]["boxes.json"] for key in EXPECTED} == \
+    boxes = {key: samples[key]["boxes.npy"] for key in EXPECTED}
+    assert all(array.dtype == np.float32 for array in boxes.values())
+    assert boxes["c"].shape == (0, 4)
+    assert {key: array.tolist() for key, array in boxes.items()} == \
         {key: want[0] for key, want in EXPECTED.items()}
-    assert samples["a"]["category_ids.json"] == [3, 5]
+    assert samples["a"]["category_ids.npy"].dtype == np.int64
+    assert samples["a"]["category_ids.npy"].tolist() == [3, 5]
 
 
 def test_output_is_the_same_for_any_worker_count(tmp_path: Path) -> None:
@@ -197,6 +202,7 @@ def test_verify_compares_the_annotations(tmp_path: Path) -> None:
     ({"bbox": [1, 2, "3", 4]}, "not 4 numbers"),
     ({"bbox": [1, 2, -3, 4]}, "width and height >= 0"),
     ({"bbox": [1, 2, 10**400, 4]}, "must be finite"),  # beyond any float
+    ({"bbox": [1, 2, 1e39, 4]}, "beyond float32's range"),  # boxes are float32
     ({"category_id": None}, "has no `category_id`"),
     ({"category_id": "3"}, "`category_id` \"3\", not an integer"),
     ({"category_id": 4}, "`category_id` 4, which `categories` does not list"),

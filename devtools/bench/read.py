@@ -28,8 +28,15 @@ from torch.utils.data import DataLoader
 
 from devtools.bench import baselines as base
 from devtools.bench.augment import augment_cases, cropped_decode_back_on
-from devtools.bench.fields import FIELD_FORMATS, field_cases, field_copy, field_manifest
+from devtools.bench.fields import (
+    FIELD_FORMATS,
+    FIELD_TYPES,
+    field_cases,
+    field_copy,
+    field_manifest,
+)
 from devtools.bench.mix import mix_cases
+from packer.core.fields import FieldSpec
 from packer.core.index import INDEX_NAME, read_index
 from packer.source.scan import scan
 from readers.decode import decode as decode_sample
@@ -102,7 +109,7 @@ def pack_all(settings: Settings, progress: Progress) -> tuple[Path, dict[str, Pa
               for fmt in settings.formats}
     for fmt in (f for f in FIELD_FORMATS if f in packed):  # devtools.bench.fields
         manifest = field_manifest(src, tag / "fields.jsonl")
-        pack(manifest, field_copy(packed[fmt]), fmt, count, settings, progress)
+        pack(manifest, field_copy(packed[fmt]), fmt, count, settings, progress, FIELD_TYPES)
     return src, packed
 
 
@@ -122,17 +129,19 @@ def subset_folder(src: Path, dst: Path, count: int) -> Path:
 
 
 def pack(src: Path, dst: Path, fmt: str, count: int, settings: Settings,
-         progress: Progress) -> Path:
-    """`pack convert` src into dst unless a complete copy of `count` samples is there."""
-    if (dst / INDEX_NAME).exists() and read_index(dst).num_samples == count:
+         progress: Progress, fields: tuple[FieldSpec, ...] = ()) -> Path:
+    """`pack convert` src into dst unless a complete copy of `count` samples is there
+    (with these `--field` types: one packed with others is packed again)."""
+    if (dst / INDEX_NAME).exists() and read_index(dst).num_samples == count and \
+            set(fields) <= set(read_index(dst).fields):
         return dst
     shutil.rmtree(dst, ignore_errors=True)
-    extra: list[str] = []
+    extra = [f"--field={spec.name}:{spec.type}" for spec in fields]
     if fmt == "npy":
         height, width = settings.size
-        extra = ["--size", f"{height}x{width}", "--fit", "stretch"]
+        extra += ["--size", f"{height}x{width}", "--fit", "stretch"]
     if fmt == "wds":  # ~16 shards, so stock webdataset can give each worker several
-        extra = ["--shard-samples", str(max(1, math.ceil(count / 16)))]
+        extra += ["--shard-samples", str(max(1, math.ceil(count / 16)))]
     progress(f"packing {count} images as {fmt} into {dst} ...")
     command = [sys.executable, "-c", "from pack_cli import main; main()", "convert",
                str(src), str(dst), "--to", fmt, "-q", *extra]

@@ -23,9 +23,11 @@ Bools, strings, None and ragged lists are refused, never converted.
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import struct
-from typing import Literal
+from collections.abc import Iterable
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -55,24 +57,24 @@ def _as_numbers(kind: ArrayType, value: object) -> npt.NDArray[np.generic]:
                                   f"{wanted(kind)}")
         return _narrowed(kind, value)
     if not isinstance(value, list):
-        raise ArrayValueError(f"a {type(value).__name__} is not {wanted(kind)}")
+        raise ArrayValueError(f"a value of type {type(value).__name__} is not {wanted(kind)}")
     try:
-        objects = np.array(value, dtype=object)
-    except ValueError as exc:  # ragged
+        array = np.array(value)
+    except (ValueError, OverflowError) as exc:  # ragged
         raise ArrayValueError(f"a ragged list is not {wanted(kind)}") from exc
-    allowed = (int,) if kind == "ints" else (int, float)
-    if objects.ndim == 0 or any(type(x) not in allowed for x in objects.flat):
+    # numpy reads bools beside numbers as numbers and big ints as objects: refuse both
+    if array.ndim == 0 or array.dtype.kind not in ("iu" if kind == "ints" else "iuf") \
+            or (array.size and _holds_bool(value, array.ndim)):
         raise ArrayValueError(f"not {wanted(kind)} (every list the same length, "
                               "numbers only)")
-    if kind == "ints":
-        if objects.size and not all(-(1 << 63) <= x < 1 << 63 for x in objects.flat):
-            raise ArrayValueError("an integer beyond int64")
-        return objects.astype(np.int64)
-    try:
-        return _narrowed(kind, objects.astype(np.float64))
-    except OverflowError as exc:  # an int beyond any float
-        raise ArrayValueError(f"a number beyond float32's range ({_FLOAT32_MAX:.4g}); use "
-                              "a json field to keep it") from exc
+    return _narrowed(kind, array)
+
+
+def _holds_bool(value: list[Any], depth: int) -> bool:
+    flat: Iterable[Any] = value
+    for _ in range(depth - 1):
+        flat = itertools.chain.from_iterable(flat)
+    return bool in set(map(type, flat))
 
 
 def _narrowed(kind: ArrayType, array: np.ndarray) -> npt.NDArray[np.generic]:
@@ -81,10 +83,12 @@ def _narrowed(kind: ArrayType, array: np.ndarray) -> npt.NDArray[np.generic]:
         if array.dtype.kind == "u" and array.size and int(array.max()) >= 1 << 63:
             raise ArrayValueError("an integer beyond int64")
         return np.ascontiguousarray(array, dtype=DTYPES["ints"])
-    finite = array[np.isfinite(array)] if array.dtype.kind == "f" else array.astype(np.float64)
-    if finite.size and float(np.abs(finite).max()) > _FLOAT32_MAX:
-        raise ArrayValueError(f"a number beyond float32's range ({_FLOAT32_MAX:.4g}); use a "
-                              "json field to keep it")
+    if array.size and float(np.fmax.reduce(np.abs(array.astype(np.float64, copy=False)),
+                                            axis=None)) > _FLOAT32_MAX:  # NaN skipped
+        finite = array[np.isfinite(array)] if array.dtype.kind == "f" else array
+        if finite.size and float(np.abs(finite.astype(np.float64)).max()) > _FLOAT32_MAX:
+            raise ArrayValueError(f"a number beyond float32's range ({_FLOAT32_MAX:.4g}); "
+                                  "use a json field to keep it")
     return np.ascontiguousarray(array, dtype=DTYPES["floats"])
 
 

@@ -3,10 +3,11 @@
     image           one sample per entry of `images`, its file `file_name` relative to
                     the image folder, its key that path without the extension
     fields          per image, from the annotations naming its id, in annotation order:
-                    boxes (json, [[x, y, w, h], ...] floats), category_ids,
-                    annotation_ids, iscrowd (json lists of ints) and, when any
+                    boxes (floats: float32 (n, 4), [x, y, w, h] rows), category_ids,
+                    annotation_ids, iscrowd (ints: int64 (n,)) and, when any
                     annotation has one, segmentation (json: its polygons or RLE);
-                    an image without annotations has empty lists
+                    an image without annotations has boxes of shape (0, 4), empty
+                    ids and an empty segmentation list
     categories      {id: name} in index.json's `extra["categories"]` (pack info shows it)
     label           0 for every image: one class named after the image folder
 
@@ -42,8 +43,10 @@ from packer.source.manifest import key_of
 from packer.source.members import ArchiveSource
 from packer.storage.hashing import sha256_file
 
-BASE_FIELDS = (FieldSpec("boxes", "json"), FieldSpec("category_ids", "json"),
-               FieldSpec("annotation_ids", "json"), FieldSpec("iscrowd", "json"))
+# Arrays, not JSON text: what a detection model takes, and read without parsing text
+# (packer.core.field_arrays); only the segmentation's polygons and RLE need JSON.
+BASE_FIELDS = (FieldSpec("boxes", "floats"), FieldSpec("category_ids", "ints"),
+               FieldSpec("annotation_ids", "ints"), FieldSpec("iscrowd", "ints"))
 SEGMENTATION = FieldSpec("segmentation", "json")
 CATEGORIES_KEY = "categories"  # in index.json's `extra`
 ANNOTATIONS_KEY = "annotations"  # in index.json's `extra`: the file's name and sha256
@@ -92,7 +95,7 @@ def read_coco(images_in: ImageFiles, annotations: Path, choice: FieldChoice) -> 
                                                                f"{annotations}: {exc}"))
             continue
         values = _values(groups.get(image_id), segmentations)
-        record = pack_record([encode_value("json", values[spec.name]) for spec in specs]) \
+        record = pack_record([encode_value(spec.type, values[spec.name]) for spec in specs]) \
             if specs else b""
         builder.add(key_of(rel), tail, 0, record)
     items, archive = images_in.finish(builder.build(rejects), builder.order)
@@ -211,6 +214,8 @@ def _problem(ann: dict[str, Any], categories: dict[str, str]) -> str | None:
         return f"has `bbox` {_shown(bbox)}, not 4 numbers [x, y, width, height]"
     if not all(map(_finite, bbox)) or bbox[2] < 0 or bbox[3] < 0:
         return f"has `bbox` {_shown(bbox)}: x, y must be finite, width and height >= 0"
+    if max(abs(float(n)) for n in bbox) > _FLOAT32_MAX:
+        return f"has `bbox` {_shown(bbox)}: beyond float32's range, as boxes are stored"
     category = ann.get("category_id")
     if "category_id" not in ann:
         return "has no `category_id`"
@@ -234,6 +239,9 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
 
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
 def _finite(value: float) -> bool:
     try:
         return math.isfinite(value)
@@ -252,9 +260,10 @@ def _shown(value: Any) -> str:
 
 def _values(group: _Group | None, segmentations: list[Any]) -> dict[str, Any]:
     if group is None:
-        return {"boxes": [], "category_ids": [], "annotation_ids": [], "iscrowd": [],
-                "segmentation": []}
-    return {"boxes": group.boxes.tolist(), "category_ids": group.categories.tolist(),
-            "annotation_ids": group.ids.tolist(), "iscrowd": group.crowd.tolist(),
+        none = np.zeros(0, np.int64)
+        return {"boxes": np.zeros((0, 4), np.float64), "category_ids": none,
+                "annotation_ids": none, "iscrowd": none, "segmentation": []}
+    return {"boxes": group.boxes, "category_ids": group.categories,
+            "annotation_ids": group.ids, "iscrowd": group.crowd,
             "segmentation": [segmentations[row] for row in group.rows.tolist()]
             if segmentations else []}
