@@ -29,7 +29,7 @@ import json
 import math
 import re
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -159,6 +159,20 @@ def pack_record(values: Sequence[bytes | None]) -> bytes:
     """The fields record of one sample: each value's byte form, None where it has none."""
     return b"".join([_MISSING if value is None else _LENGTH.pack(len(value)) + value
                      for value in values])
+
+
+def records_match(batch: Sequence[Sequence[bytes | None]], digests: Sequence[bytes],
+                  digest: Callable[[bytes], bytes]) -> int:
+    """The position of the first sample whose fields record does not hash to its
+    digest, or -1: the check of a whole batch, pack_record inlined (the calls cost
+    more than the hashing)."""
+    pack = _LENGTH.pack
+    for k, (values, expected) in enumerate(zip(batch, digests, strict=True)):
+        record = b"".join([_MISSING if value is None else pack(len(value)) + value
+                           for value in values])
+        if digest(record) != expected:
+            return k
+    return -1
 
 
 def unpack_record(record: bytes | memoryview, count: int) -> list[bytes | None]:

@@ -21,6 +21,7 @@ from packer.core.fields import (
     decode_values,
     numbered,
     pack_record,
+    records_match,
     select,
 )
 from packer.core.index import Index, SampleTable, ShardInfo
@@ -184,10 +185,11 @@ def checked_values(index: Index, table: SampleTable, indices: Sequence[int],
     if table.fields is None:
         raise CorruptDatasetError(f"{where if isinstance(where, Path) else where(indices[0])}:"
                                   " the dataset's field table is missing; reconvert")
-    for i, values, digest in zip(indices, batch, table.fields.digests(indices), strict=True):
-        if digest_of(pack_record(values)) != digest:  # raises, naming the file and sample
-            checked_fields(index, table, i, values, where if isinstance(where, Path)
-                           else where(i), None)
+    bad = records_match(batch, table.fields.digests(indices), digest_of)
+    if bad >= 0:  # raises, naming the file and the sample
+        i = indices[bad]
+        checked_fields(index, table, i, batch[bad], where if isinstance(where, Path)
+                       else where(i), None)
     return batch
 
 

@@ -102,7 +102,7 @@ def _padded(name: str, arrays: NumberArrays) -> dict[str, Any] | None:
     """collate_field's result for these arrays (stacked, or zero-padded with lengths),
     or None where it would keep them as a list (trailing shapes that differ)."""
     shapes, count = arrays.shapes, len(arrays)
-    dtypes = {arrays.dtype(b) for b in range(count)}
+    dtypes = {np.float32 if floats else np.int64 for floats in set(arrays.floats)}
     if len(set(shapes)) == 1 and len(dtypes) == 1:
         return {name: torch.from_numpy(arrays.flat.reshape(count, *shapes[0])
                                        .astype(dtypes.pop()))}
