@@ -98,7 +98,9 @@ class FieldDatasets:
             stored = column[wanted].tolist()
         else:
             stored = _rows(column, rows)[np.searchsorted(rows, wanted)].tolist()
-        return [value_bytes(spec.type, value) if flag else None
+        # h5py reads UTF-8 strings as bytes, which are their byte form already
+        return [None if not flag else value if type(value) is bytes
+                else value_bytes(spec.type, value)
                 for flag, value in zip(flags, stored, strict=True)]
 
 
