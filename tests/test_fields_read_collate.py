@@ -30,7 +30,7 @@ def test_ragged_boxes_pad_with_lengths_beside_them() -> None:
     batch = [sample(n, seed) for seed, n in enumerate([3, 0, 50, 1])]
     out = collate(batch)
     assert list(out) == ["image", "label", "caption", "boxes", "boxes_lengths", "meta",
-                         "score", "vector"]
+                         "score", "vector", "vector_lengths"]
     assert out["image"].shape == (4, 3, 4, 5) and out["image"].dtype == torch.uint8
     assert out["label"].tolist() == [0, 1, 2, 3]
     assert out["boxes"].shape == (4, 50, 4) and out["boxes"].dtype == torch.float32
@@ -48,9 +48,13 @@ def test_ragged_boxes_pad_with_lengths_beside_them() -> None:
     assert torch.equal(out["vector"], torch.stack([item["vector"] for item in batch]))
 
 
-def test_equal_length_boxes_stack_without_lengths() -> None:
+def test_equal_length_boxes_stack_and_keep_their_lengths() -> None:
+    """A batch's keys never depend on its contents: batch_size=1, or every image with
+    the same number of boxes, still has boxes_lengths."""
     out = collate([sample(2, 0), sample(2, 1)])
-    assert out["boxes"].shape == (2, 2, 4) and "boxes_lengths" not in out
+    assert out["boxes"].shape == (2, 2, 4) and out["boxes_lengths"].tolist() == [2, 2]
+    alone = collate([sample(3, 0)])
+    assert alone["boxes"].shape == (1, 3, 4) and alone["boxes_lengths"].tolist() == [3]
 
 
 def test_mixed_int_and_float_arrays_promote_and_mixed_types_stay_lists() -> None:

@@ -105,7 +105,8 @@ def _padded(name: str, arrays: NumberArrays) -> dict[str, Any] | None:
     dtypes = {np.float32 if floats else np.int64 for floats in set(arrays.floats)}
     if len(set(shapes)) == 1 and len(dtypes) == 1:
         return {name: torch.from_numpy(arrays.flat.reshape(count, *shapes[0])
-                                       .astype(dtypes.pop()))}
+                                       .astype(dtypes.pop())),
+                name + LENGTHS_SUFFIX: torch.full((count,), shapes[0][0], dtype=torch.int64)}
     trailing = {shape[1:] for shape in shapes if shape[0]}
     if len(trailing) != 1:
         return None

@@ -7,7 +7,11 @@
     equal shapes     tensors / numpy arrays of one shape: stacked, (B, *shape)
     ragged arrays    tensors of the same trailing shape and first dimensions n_b (boxes
                      (n, 4)): zero-padded to (B, max n, *trailing), dtypes promoted (int64
-                     and float32 boxes give float32), with `<name>_lengths` (B,) int64 beside
+                     and float32 boxes give float32)
+    <name>_lengths   (B,) int64 beside every batched array of one or more dimensions:
+                     n_b, whether the batch was padded or happened to need no padding
+                     (every image with 3 boxes, or batch_size=1), so a batch's keys
+                     never depend on what it holds
     int, float, bool of one type in every sample: a tensor, as default_collate makes
     anything else   strings, JSON objects, bytes, None, mixed types: a list of the values
 
@@ -92,7 +96,10 @@ def _as_tensors(values: list[Any]) -> list[torch.Tensor] | None:
 def _array_batch(name: str, arrays: list[torch.Tensor], values: list[Any]) -> dict[str, Any]:
     first = arrays[0]
     if all(array.shape == first.shape and array.dtype == first.dtype for array in arrays):
-        return {name: torch.stack(arrays)}
+        stacked = torch.stack(arrays)
+        return {name: stacked} if first.dim() == 0 else \
+            {name: stacked, name + LENGTHS_SUFFIX: torch.full((len(arrays),), len(first),
+                                                              dtype=torch.int64)}
     trailing = _trailing_shape(arrays)
     if trailing is None:
         return {name: list(values)}
