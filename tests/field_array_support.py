@@ -17,6 +17,7 @@ from tests.helpers import png_bytes, random_image
 
 ARRAY_FIELDS = FieldChoice(types=(FieldSpec("boxes", "floats"), FieldSpec("ids", "ints")))
 DTYPES = {"floats": np.float32, "ints": np.int64}
+NAMES = ("boxes", "ids")
 Expected = dict[str, dict[str, Any]]
 
 
@@ -60,6 +61,13 @@ def pack_arrays(root: Path, fmt: str, source: Path | None = None,
     convert(source or array_manifest(root / "src")[0], root / fmt, fmt, encode,
             ConvertOptions(workers=0, fields=fields))
     return root / fmt
+
+
+def pack_every_format(root: Path) -> tuple[dict[str, Path], Expected]:
+    """One array_manifest packed in every format under root; the folders, and what a
+    reader must give by key."""
+    manifest, expected = array_manifest(root / "src")
+    return {fmt: pack_arrays(root, fmt, manifest) for fmt in formats.FORMATS}, expected
 
 
 def same_array(got: Any, want: np.ndarray | None) -> bool:

@@ -68,15 +68,23 @@ def test_nested_lists_round_trip(case: tuple[str, list[Any]]) -> None:
 INT_DTYPES = hnp.integer_dtypes(endianness="?") | hnp.unsigned_integer_dtypes(endianness="?")
 
 
+def accepted_elements(dtype: np.dtype[Any]) -> st.SearchStrategy[Any] | None:
+    """Numbers of `dtype` its field takes (None: any of them): uint64 below 2**63,
+    float64 within float32's range (or NaN, kept)."""
+    if dtype.itemsize == 8 and dtype.kind == "u":
+        return st.integers(0, 2**63 - 1)
+    if dtype.itemsize == 8 and dtype.kind == "f":
+        return st.floats(-FLOAT32_MAX, FLOAT32_MAX) | st.just(math.nan)
+    return None
+
+
 @st.composite
 def numpy_values(draw: st.DrawFn, kind: str) -> np.ndarray:
     dtype = draw(INT_DTYPES if kind == "ints" else INT_DTYPES | hnp.floating_dtypes(
         endianness="?"))
-    elements = st.integers(0, 2**63 - 1) if dtype.kind == "u" and dtype.itemsize == 8 \
-        else st.floats(-FLOAT32_MAX, FLOAT32_MAX) | st.just(math.nan) if dtype.itemsize == 8 \
-        and dtype.kind == "f" else None
     array = draw(hnp.arrays(dtype, hnp.array_shapes(min_dims=1, max_dims=3, min_side=0,
-                                                    max_side=4), elements=elements))
+                                                    max_side=4),
+                            elements=accepted_elements(dtype)))
     return array.T if draw(st.booleans()) else array  # fortran order in: C order out
 
 
@@ -162,12 +170,21 @@ def test_a_truncated_or_foreign_npy_is_refused(name: str) -> None:
 
 # --- the batch fast path (stored_arrays) against the per-sample one ------------------------
 
-BATCH_VALUES = st.sampled_from(["floats", "ints"]).flatmap(lambda kind: st.tuples(
-    st.just(kind), st.lists(st.none() | list_values(kind), min_size=1, max_size=5)))
+@st.composite
+def batch_values(draw: st.DrawFn) -> tuple[str, list[Any]]:
+    """A field's values in a batch: mostly rows of one trailing shape (boxes: n by 4),
+    which collate pads, some of any shape, some missing."""
+    kind = draw(st.sampled_from(["floats", "ints"]))
+    trailing = draw(st.lists(st.integers(1, 3), max_size=2).map(tuple))
+    rows = st.integers(0, 4).flatmap(lambda n: st.lists(
+        NUMBERS[kind], min_size=n * math.prod(trailing), max_size=n * math.prod(trailing))
+        .map(lambda numbers: nested(numbers, (n, *trailing))))
+    value = st.one_of(rows, rows, rows, list_values(kind), st.none())
+    return kind, draw(st.lists(value, min_size=1, max_size=5))
 
 
-@given(BATCH_VALUES)
-def test_a_batch_gives_what_each_sample_gives(case: tuple[str, list[Any]]) -> None:
+@given(batch_values())
+def test_a_joined_batch_gives_what_each_value_gives(case: tuple[str, list[Any]]) -> None:
     """Values and readers.collate's batch alike, whether the arrays joined or not."""
     kind, values = case
     cells = [None if v is None else encode_value(kind, v) for v in values]  # type: ignore[arg-type]

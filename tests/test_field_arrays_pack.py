@@ -22,12 +22,15 @@ from packer.errors import CorruptDatasetError
 from readers import PackedDataset, collate
 from tests.field_array_support import (
     ARRAY_FIELDS,
+    NAMES,
+    Expected,
     array_manifest,
     pack_arrays,
+    pack_every_format,
     same_array,
     stored_values,
 )
-from tests.helpers import assert_one_line_error, csv_manifest, run_pack
+from tests.helpers import FORMATS, assert_one_line_error, csv_manifest, run_pack
 
 
 def test_a_csv_column_typed_floats_on_the_command_line(tmp_path: Path) -> None:
@@ -54,46 +57,58 @@ def test_a_csv_column_typed_floats_on_the_command_line(tmp_path: Path) -> None:
     assert_one_line_error(failed, 1, str(src), "line 3: column 'boxes' (floats)", "same length")
 
 
-def test_stock_tools_read_the_arrays(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Path], Expected]:
+    return pack_every_format(tmp_path_factory.mktemp("array_stock"))
+
+
+def test_stock_webdataset_decodes_them_as_numpy_arrays(
+        packed: tuple[dict[str, Path], Expected]) -> None:
     import webdataset as wds
 
-    manifest, expected = array_manifest(tmp_path / "src")
-    folder = pack_arrays(tmp_path, "wds", manifest)
-    urls = [str(folder / shard.name) for shard in open_dataset(folder)[0].shards]
+    folders, expected = packed
+    urls = [str(folders["wds"] / shard.name) for shard in open_dataset(folders["wds"])[0].shards]
     samples = list(wds.WebDataset(urls, shardshuffle=False).decode())
     assert [sample["__key__"] for sample in samples] == sorted(expected)
     for sample in samples:
-        for name in ("boxes", "ids"):
+        for name in NAMES:
             assert same_array(sample.get(f"{name}.npy"), expected[sample["__key__"]][name])
 
-    folder = pack_arrays(tmp_path, "hdf5", manifest)
-    keys = open_dataset(folder)[1]
-    with h5py.File(folder / "data.h5", "r") as h5:
-        for name in ("boxes", "ids"):
+
+def test_h5py_slices_of_the_blob_load_with_numpy(packed: tuple[dict[str, Path], Expected]) -> None:
+    folders, expected = packed
+    table = open_dataset(folders["hdf5"])[1]
+    with h5py.File(folders["hdf5"] / "data.h5", "r") as h5:
+        for name in NAMES:
             blob, o = h5[f"fields/{name}"], h5[f"fields_offsets/{name}"][:]
             present = h5[f"fields_present/{name}"][:]
             assert blob.dtype == np.uint8 and blob.ndim == 1 and o[-1] == blob.shape[0]
-            for i in range(len(keys)):
+            for i in range(len(table)):
                 got = np.load(io.BytesIO(blob[o[i] : o[i + 1]])) if present[i] else None
-                assert same_array(got, expected[keys.key(i)][name])
+                assert same_array(got, expected[table.key(i)][name])
 
-    folder = pack_arrays(tmp_path, "npy", manifest)
-    keys = open_dataset(folder)[1]
-    for name in ("boxes", "ids"):
-        o = np.load(folder / "fields" / f"{name}.offsets.npy")
-        data = np.load(folder / "fields" / f"{name}.data.npy", mmap_mode="r")
-        present = np.load(folder / "fields" / f"{name}.present.npy")
-        for i in range(len(keys)):
+
+def test_npy_offsets_and_data_load_with_numpy(packed: tuple[dict[str, Path], Expected]) -> None:
+    folders, expected = packed
+    fields, table = folders["npy"] / "fields", open_dataset(folders["npy"])[1]
+    for name in NAMES:
+        o = np.load(fields / f"{name}.offsets.npy")
+        data = np.load(fields / f"{name}.data.npy", mmap_mode="r")
+        present = np.load(fields / f"{name}.present.npy")
+        for i in range(len(table)):
             got = np.load(io.BytesIO(data[o[i] : o[i + 1]].tobytes())) if present[i] else None
-            assert same_array(got, expected[keys.key(i)][name])
+            assert same_array(got, expected[table.key(i)][name])
 
-    folder = pack_arrays(tmp_path, "lmdb", manifest)
-    env = lmdb.open(str(folder / "data.lmdb"), readonly=True, lock=False)
+
+def test_lmdb_values_load_with_numpy(packed: tuple[dict[str, Path], Expected]) -> None:
+    folders, expected = packed
+    env = lmdb.open(str(folders["lmdb"] / "data.lmdb"), readonly=True, lock=False)
     with env.begin() as txn:
         for key, want in expected.items():
-            stored = txn.get(f"{key}\0boxes".encode())
-            assert same_array(None if stored is None else np.load(io.BytesIO(stored)),
-                              want["boxes"])
+            for name in NAMES:
+                stored = txn.get(f"{key}\0{name}".encode())
+                assert same_array(None if stored is None else np.load(io.BytesIO(stored)),
+                                  want[name])
     env.close()
 
 
@@ -101,6 +116,11 @@ def bump_first_number(data: bytes, offset: int) -> bytes:
     """`data` with the float32 at `offset` one larger (a box's x moved by a pixel)."""
     (x,) = struct.unpack_from("<f", data, offset)
     return data[:offset] + struct.pack("<f", x + 1) + data[offset + 4 :]
+
+
+def position(folder: Path, key: str) -> int:
+    table = open_dataset(folder)[1]
+    return [table.key(n) for n in range(len(table))].index(key)
 
 
 def move_one_box(folder: Path, fmt: str, key: str) -> None:
@@ -112,7 +132,7 @@ def move_one_box(folder: Path, fmt: str, key: str) -> None:
             start = tar.getmember(f"{key}.boxes.npy").offset_data
         shard.write_bytes(bump_first_number(shard.read_bytes(), start + at))
         return
-    i = [open_dataset(folder)[1].key(n) for n in range(12)].index(key)
+    i = position(folder, key)
     if fmt == "npy":
         o = np.load(folder / "fields" / "boxes.offsets.npy")
         data = np.load(folder / "fields" / "boxes.data.npy")
@@ -132,7 +152,7 @@ def move_one_box(folder: Path, fmt: str, key: str) -> None:
         env.close()
 
 
-@pytest.mark.parametrize("fmt", ["wds", "lmdb", "hdf5", "npy"])
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_verify_finds_one_box_number_changed_in_the_dataset(fmt: str, tmp_path: Path) -> None:
     manifest, _ = array_manifest(tmp_path / "src")
     folder = pack_arrays(tmp_path, fmt, manifest)
@@ -143,10 +163,8 @@ def test_verify_finds_one_box_number_changed_in_the_dataset(fmt: str, tmp_path: 
     assert result.exit_code != 0 and str(folder) in result.output, result.output
     if fmt == "npy":  # the other formats' files have a whole-file digest, checked first
         assert "'img002') do not match their digest" in result.output
-    table = open_dataset(folder)[1]
-    where = [table.key(n) for n in range(len(table))].index("img002")
     with pytest.raises(CorruptDatasetError, match=r"'img002'\) do not match their digest"):
-        PackedDataset(folder, fields=("boxes",))[where]
+        PackedDataset(folder, fields=("boxes",))[position(folder, "img002")]
 
 
 def test_verify_source_finds_one_box_number_changed_in_the_source(tmp_path: Path) -> None:
@@ -177,7 +195,7 @@ def test_a_packed_source_keeps_the_arrays_bit_identical(tmp_path: Path) -> None:
            "  ids: ints, 11 of 12 samples have a value" in info.output, info.output
 
 
-@pytest.mark.parametrize("fmt", ["wds", "lmdb", "hdf5", "npy"])
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_an_array_field_no_sample_has_a_value_for(fmt: str, tmp_path: Path) -> None:
     """hdf5's blob is then empty (h5py gives it no file offset to map)."""
     src = csv_manifest(tmp_path / "src", ("label", "boxes"), [("0", ""), ("1", "")])

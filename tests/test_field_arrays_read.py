@@ -19,19 +19,16 @@ from readers.batching._number_arrays import NumberArrays
 from readers.batching.field_batch import FieldBatch
 from readers.batching.fields_collate import collate_dicts
 from readers.options import RemoteOptions, SplitOptions
-from tests.field_array_support import Expected, array_manifest, pack_arrays, same_array
+from tests.field_array_support import NAMES, Expected, pack_every_format, same_array
 from tests.field_support import same_bits
+from tests.helpers import FORMATS
 
-FORMATS = ("wds", "lmdb", "hdf5", "npy")
-NAMES = ("boxes", "ids")
 TRAILING = {"boxes": (4,), "ids": ()}  # each value's shape after its first dimension
 
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Path], Expected]:
-    root = tmp_path_factory.mktemp("array_read")
-    manifest, expected = array_manifest(root / "src")
-    return {fmt: pack_arrays(root, fmt, manifest) for fmt in FORMATS}, expected
+    return pack_every_format(tmp_path_factory.mktemp("array_read"))
 
 
 def check_sample(sample: dict[str, Any], expected: Expected) -> str:
