@@ -26,8 +26,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from packer import formats
-from packer.core.index import INDEX_NAME, KEYS_NAME, SAMPLES_NAME, parse_index, read_index
+from packer.core.index import INDEX_NAME, parse_index, read_index
+from packer.dataset.files import dataset_files
 from packer.dataset.remote import download_dataset, is_url, open_fs, remote_errors
 from readers import _shm_dir
 from readers.memory_limit import check_fits
@@ -101,12 +101,12 @@ def _name(*parts: object) -> str:
 
 
 def _folder_plan(source: str, _: Mapping[str, Any]) -> tuple[str, int, Build]:
-    """A local folder: copy the tables and the shards, index.json last."""
+    """A local folder: copy the tables, the shards and the format's other files (field
+    files among them), index.json last."""
     folder = Path(source).resolve()
     index = read_index(folder)  # refuses a folder without index.json
     info = (folder / INDEX_NAME).stat()
-    files = [SAMPLES_NAME, KEYS_NAME, *(shard.name for shard in index.shards)]
-    formats.load(index.format)  # a missing library fails before the copy
+    files = dataset_files(index)  # a missing library fails before the copy
     need = sum((folder / name).stat().st_size for name in files) + info.st_size
 
     def build(target: Path) -> None:
@@ -124,8 +124,10 @@ def _url_plan(url: str, options: Mapping[str, Any]) -> tuple[str, int, Build]:
     with remote_errors(url, "read index.json"):
         raw: bytes = fs.cat_file(f"{root}/{INDEX_NAME}")
     index = parse_index(raw, Path(url) / INDEX_NAME)
+    shards = {shard.name for shard in index.shards}
     with remote_errors(url, "read the size of the tables"):
-        tables = sum(int(fs.size(f"{root}/{name}")) for name in (SAMPLES_NAME, KEYS_NAME))
+        tables = sum(int(fs.size(f"{root}/{name}")) for name in dataset_files(index)
+                     if name not in shards)
     need = tables + len(raw) + sum(shard.num_bytes for shard in index.shards)
 
     def build(target: Path) -> None:

@@ -52,22 +52,55 @@ def encode_array(kind: ArrayType, value: object) -> bytes:
 
 def _as_numbers(kind: ArrayType, value: object) -> npt.NDArray[np.generic]:
     if isinstance(value, np.ndarray):
-        if value.ndim == 0 or value.dtype.kind not in ("iu" if kind == "ints" else "iuf"):
+        if value.ndim == 0 or value.dtype.kind not in _KINDS[kind]:
             raise ArrayValueError(f"a {value.dtype} array of shape {value.shape} is not "
                                   f"{wanted(kind)}")
         return _narrowed(kind, value)
     if not isinstance(value, list):
-        raise ArrayValueError(f"a value of type {type(value).__name__} is not {wanted(kind)}")
+        raise ArrayValueError(f"{_a(type(value).__name__)} is not {wanted(kind)}")
     try:
         array = np.array(value)
-    except (ValueError, OverflowError) as exc:  # ragged
-        raise ArrayValueError(f"a ragged list is not {wanted(kind)}") from exc
-    # numpy reads bools beside numbers as numbers and big ints as objects: refuse both
-    if array.ndim == 0 or array.dtype.kind not in ("iu" if kind == "ints" else "iuf") \
-            or (array.size and _holds_bool(value, array.ndim)):
-        raise ArrayValueError(f"not {wanted(kind)} (every list the same length, "
-                              "numbers only)")
-    return _narrowed(kind, array)
+    except (ValueError, OverflowError):  # ragged, or numbers numpy cannot hold
+        return _narrowed(kind, _from_objects(kind, value))
+    # numpy reads bools beside numbers as numbers: refused. An empty list is float64
+    # to numpy, and an empty array of either type here.
+    if array.ndim and (not array.size or (array.dtype.kind in _KINDS[kind]
+                                          and not _holds_bool(value, array.ndim))):
+        return _narrowed(kind, array)
+    return _narrowed(kind, _from_objects(kind, value))
+
+
+_KINDS = {"floats": "iuf", "ints": "iu"}
+
+
+def _from_objects(kind: ArrayType, value: list[Any]) -> npt.NDArray[np.generic]:
+    """The slow path, for what numpy did not read as numbers: the array, when every
+    element is a Python number of the type (integers beyond int64 in a floats value),
+    else why not."""
+    try:
+        objects = np.array(value, dtype=object)
+    except ValueError as exc:
+        raise ArrayValueError(f"a ragged list is not {wanted(kind)} (every list the same "
+                              "length)") from exc
+    allowed = (int,) if kind == "ints" else (int, float)
+    if objects.ndim == 0 or any(type(x) is list for x in objects.flat):
+        raise ArrayValueError(f"a ragged list is not {wanted(kind)} (every list the same "
+                              "length)")
+    if any(type(x) not in allowed for x in objects.flat):
+        raise ArrayValueError(f"not {wanted(kind)} (numbers only)")
+    if kind == "ints":
+        if not all(-(1 << 63) <= x < 1 << 63 for x in objects.flat):
+            raise ArrayValueError("an integer beyond int64")
+        return objects.astype(np.int64)
+    try:
+        return objects.astype(np.float64)
+    except OverflowError as exc:  # an int beyond any float
+        raise ArrayValueError(f"a number beyond float32's range ({_FLOAT32_MAX:.4g}); use "
+                              "a json field to keep it") from exc
+
+
+def _a(name: str) -> str:
+    return f"an {name}" if name[:1] in "aeiou" else f"a {name}"
 
 
 def _holds_bool(value: list[Any], depth: int) -> bool:

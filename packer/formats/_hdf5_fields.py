@@ -52,7 +52,7 @@ def write_fields(h5: Any, built: Sequence[Column]) -> None:
             group.create_dataset(name, data=np.frombuffer(b"".join(values), np.uint8),
                                  track_times=False)
             h5.require_group(OFFSETS).create_dataset(name, data=offsets, track_times=False)
-        elif column.spec.type in ("bytes", "floats", "ints"):
+        elif column.spec.type == "bytes":
             data = np.empty(len(column.present), dtype=object)
             for i, value in enumerate(column.values or ()):
                 data[i] = np.frombuffer(value, np.uint8)

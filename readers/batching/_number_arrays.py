@@ -141,10 +141,9 @@ def _skeleton_shape(skeleton: bytes) -> tuple[int, ...] | None:
 def stored_arrays(cells: Sequence[bytes | None]) -> NumberArrays | None:
     """The arrays of a batch of an array field's values (floats, ints: .npy bytes,
     packer.core.field_arrays), their numbers joined into one buffer without a copy per
-    sample; None when one is missing or not of the field's one dtype, or when one holds
-    no numbers in a shape other than (0,): field_batch would pad a (1, 0) array as one
-    row (and fail to fill it), where collate_field pads it as none. The per-sample path
-    then gives the values, or the error."""
+    sample; None when one is missing or not of the field's one dtype (the per-sample
+    path then gives the values, or the error). An array without numbers ((0, 4), (1,
+    0)) pads as none of its rows, as collate_field pads it (field_batch._padded)."""
     if not cells or any(cell is None for cell in cells):
         return None
     present = cast(Sequence[bytes], cells)
@@ -157,7 +156,7 @@ def stored_arrays(cells: Sequence[bytes | None]) -> NumberArrays | None:
     except (IndexError, ValueError):
         return None
     dtypes = {layout[0] for layout in layouts}
-    if len(dtypes) != 1 or any(not count and shape != (0,) for _, shape, count in layouts):
+    if len(dtypes) != 1:
         return None
     dtype = dtypes.pop()
     counts = np.array([layout[2] for layout in layouts], dtype=np.int64)

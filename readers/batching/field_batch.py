@@ -107,11 +107,15 @@ def _padded(name: str, arrays: NumberArrays) -> dict[str, Any] | None:
         return {name: torch.from_numpy(arrays.flat.reshape(count, *shapes[0])
                                        .astype(dtypes.pop())),
                 name + LENGTHS_SUFFIX: torch.full((count,), shapes[0][0], dtype=torch.int64)}
-    trailing = {shape[1:] for shape in shapes if shape[0]}
+    # as collate_field: an array without numbers ((0, 4), or (1, 0)) is 0 rows long and
+    # the others give the trailing shape
+    numbers = np.diff(arrays.starts).tolist()
+    trailing = {shape[1:] for shape, n in zip(shapes, numbers, strict=True) if n}
     if len(trailing) != 1:
         return None
     rest = trailing.pop()
-    lengths = np.array([shape[0] for shape in shapes], dtype=np.int64)
+    lengths = np.array([shape[0] if n else 0 for shape, n in zip(shapes, numbers, strict=True)],
+                       dtype=np.int64)
     dtype = np.float32 if np.float32 in dtypes else np.int64
     padded = np.zeros((count, int(lengths.max()), *rest), dtype=dtype)
     padded[np.arange(padded.shape[1]) < lengths[:, None]] = arrays.flat.reshape(-1, *rest)
