@@ -1,12 +1,12 @@
-"""The files a complete copy of a packed dataset holds, besides index.json.
+"""The files our readers need of a packed dataset, besides index.json.
 
     samples.npy, keys.npy    the per-sample table (fields.npy beside them with fields)
     the shards               index.json's list
     side files               the format's (npy: labels.npy and the field files)
-    the wids index           wds, when the dataset has one
 
-What a copy that is read in place of the original needs (readers.in_memory); a
-download (packer.dataset.remote) fetches the same, each with its own checks.
+What a copy read in place of the original holds (readers.in_memory). Not the wids
+index (stock wids' only) nor rejects.jsonl: a download (packer.dataset.remote), which
+makes a dataset to keep, fetches those too, each file with its own checks.
 """
 
 from __future__ import annotations
@@ -17,12 +17,8 @@ from packer.core.layout import FIELDS_NAME, KEYS_NAME, SAMPLES_NAME
 
 
 def dataset_files(index: Index) -> list[str]:
-    """The relative names of every file of the dataset but index.json and rejects.jsonl."""
-    from packer.formats._wids import indexed_name  # wds only: not for every reader
-
+    """The relative names of the files a reader of the dataset opens, but index.json."""
     names = [SAMPLES_NAME, KEYS_NAME, *((FIELDS_NAME,) if index.fields else ())]
     names += [shard.name for shard in index.shards]
     side_files = getattr(formats.load(index.format), "side_files", None)
-    names += list(side_files(index)) if side_files is not None else []
-    wids = indexed_name(index) if index.format == "wds" else None
-    return names + ([wids] if wids is not None else [])
+    return names + (list(side_files(index)) if side_files is not None else [])
