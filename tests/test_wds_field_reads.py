@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -111,12 +112,15 @@ def test_more_shards_than_stay_open(packed: Path, monkeypatch: pytest.MonkeyPatc
         reader.close()
 
 
-def mapped_reader(folder: Path) -> WdsReader:
+def mapped_copy(packed: Path, tmp_path: Path) -> tuple[Path, WdsReader]:
+    """A copy of the dataset, and a reader of it with every shard mapped."""
+    folder = tmp_path / "copy"
+    shutil.copytree(packed, folder)
     reader = reader_of(folder)
     every = list(range(len(reader.table)))
     reader.field_values_many(every)
     reader.field_values_many(every)  # the second batch maps every shard
-    return reader
+    return folder, reader
 
 
 def damage(folder: Path, sample: int, at: int, data: bytes) -> None:
@@ -137,11 +141,7 @@ def damage(folder: Path, sample: int, at: int, data: bytes) -> None:
 ])
 def test_damage_read_through_a_map_keeps_its_error(packed: Path, tmp_path: Path, key: str,
                                                     at: int, data: bytes, error: str) -> None:
-    folder = tmp_path / "copy"
-    folder.mkdir()
-    for path in packed.iterdir():
-        (folder / path.name).write_bytes(path.read_bytes())
-    reader = mapped_reader(folder)
+    folder, reader = mapped_copy(packed, tmp_path)
     try:
         sample = [reader.table.key(i) for i in range(COUNT)].index(key)  # keys are sorted
         damage(folder, sample, at, data)
@@ -155,11 +155,7 @@ def test_damage_read_through_a_map_keeps_its_error(packed: Path, tmp_path: Path,
 
 def test_a_shard_truncated_while_mapped_is_refused(packed: Path, tmp_path: Path) -> None:
     """No read past the new end (a SIGBUS would kill the test run): the pread error."""
-    folder = tmp_path / "copy"
-    folder.mkdir()
-    for path in packed.iterdir():
-        (folder / path.name).write_bytes(path.read_bytes())
-    reader = mapped_reader(folder)
+    folder, reader = mapped_copy(packed, tmp_path)
     try:
         index, table = reader.index, reader.table
         assert table.fields is not None
