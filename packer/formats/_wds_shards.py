@@ -6,20 +6,24 @@ against the shard's size at open before it is made: a damaged table can never as
 gigabytes, and a read past the end gets the same "truncated" error wherever it lies.
 
 Images are read with `os.pread`. Field spans are small (two 512 B headers and a few
-hundred bytes of values) and read a batch at a time, so the syscall and the bytes it
-returns cost more than walking them: a shard read for fields a second time while it is
-open is memory-mapped (read-only), and its spans are walked in place, one bytes copy
-per value. A map has its own descriptor (Python's mmap duplicates it), so a reader that
-reads fields holds at most 2 * MAX_OPEN_SHARDS.
+hundred bytes of values) and read a batch at a time, so a pread's syscall and the bytes
+it returns cost as much as walking them: a shard that a second batch reads fields of
+while it is open is memory-mapped (read-only), and its spans are walked in place, one
+bytes copy per value (a shard read once, as when a batch's samples lie in more shards
+than stay open, is not worth a map: those spans are pread). A map has its own
+descriptor (Python's mmap duplicates it), so a reader that reads fields holds at most
+2 * MAX_OPEN_SHARDS. The pages of a map that were read count in the process's RSS, as
+those of the npy reader's memmap do: clean page cache, shared by every worker that
+reads the shard, dropped by the kernel under memory pressure.
 
 SIGBUS: touching a mapped page past the end of a file that shrank after it was mapped
 kills the process (no Python exception can catch it). A mapped shard's size is checked
 again (lseek to its end) once per batch that reads it, and spans are refused against the
 smaller of that and its size at open, with the "truncated" error a pread would have
 given; no access goes past that bound. What remains is an in-place truncation of a shard
-in the microseconds between that check and the copy, the risk the npy and hdf5 readers'
-memmaps carry too. Packing never truncates a shard in place (it writes a partial file
-and renames it, and a renamed-over shard keeps its old inode mapped).
+while one batch is walked (well under a millisecond), the risk the npy and hdf5
+readers' memmaps carry too. Packing never truncates a shard in place (it writes a
+partial file and renames it, and a renamed-over shard keeps its old inode mapped).
 """
 
 from __future__ import annotations
