@@ -19,10 +19,8 @@ them for wids (packer.formats._wids).
 
 from __future__ import annotations
 
-import functools
 import os
 import tarfile
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,8 +31,10 @@ from packer.core.index import Index, SampleTable, ShardInfo
 from packer.core.record import Record
 from packer.errors import CorruptDatasetError
 from packer.formats._tar import member_header, padding
-from packer.formats._wds_fields import field_members, span_values
+from packer.formats._wds_fields import field_members
 from packer.formats._wds_names import remove_strays, shard_name
+from packer.formats._wds_shards import MAX_OPEN_SHARDS as MAX_OPEN_SHARDS  # re-exported
+from packer.formats._wds_shards import OpenShards, batch_values
 from packer.formats._wids import index_extra, member_types
 from packer.formats.base import (
     DecodedFields,
@@ -56,7 +56,6 @@ LABELS_FILE: str | None = None  # labels beside the data, or in it
 
 BLOCK = 512
 END_OF_ARCHIVE = bytes(2 * BLOCK)
-MAX_OPEN_SHARDS = 16  # per reader, so per DataLoader worker
 
 
 def encode_key(key: str) -> str:
@@ -159,75 +158,20 @@ def open_writer(plan: WriterPlan) -> WdsWriter:
     return WdsWriter(plan)
 
 
-class _ShardName:
-    """A shard's path, joined only when an error message prints it (per read, joining
-    a Path cost as much as the rest of reading a sample's fields)."""
-
-    __slots__ = ("folder", "name")
-
-    def __init__(self, folder: Path, name: str) -> None:
-        self.folder, self.name = folder, name
-
-    def __str__(self) -> str:
-        return str(self.folder / self.name)
-
-
 class WdsReader(DecodedFields):
-    """Reads images from tar shards by the offsets recorded at pack time.
-
-    At most MAX_OPEN_SHARDS shard files stay open (the least recently used is closed),
-    so a worker that walks thousands of shards stays within `ulimit -n`. A read past
-    the end of its shard is refused before it is made: a damaged table can never ask
-    for gigabytes.
-    """
+    """Reads images from tar shards by the offsets recorded at pack time, and field
+    values from the field spans (packer.formats._wds_shards: which shards stay open, the
+    bounds checks, the memory maps and their SIGBUS risk)."""
 
     def __init__(self, folder: Path, index: Index, table: SampleTable) -> None:
         self.folder = folder
         self.index = index
         self.table = table
-        self._fds: OrderedDict[int, tuple[int, int]] = OrderedDict()  # shard -> (fd, size)
-
-    def _open(self, shard: int) -> tuple[int, int]:
-        opened = self._fds.get(shard)
-        if opened is not None:
-            self._fds.move_to_end(shard)
-            return opened
-        path = self.folder / self.index.shards[shard].name
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError as exc:
-            raise CorruptDatasetError(f"{path}: shard is missing; reconvert") from exc
-        except OSError as exc:
-            raise CorruptDatasetError(f"{path}: cannot open ({exc.strerror}); check the file "
-                                      "or reconvert") from exc
-        opened = self._fds[shard] = (fd, os.fstat(fd).st_size)
-        while len(self._fds) > MAX_OPEN_SHARDS:
-            os.close(self._fds.popitem(last=False)[1][0])
-        return opened
-
-    def _pread(self, shard: int, offset: int, size: int, sample: int) -> bytes:
-        fd, file_size = self._open(shard)
-        name = _ShardName(self.folder, self.index.shards[shard].name)  # a Path only for errors
-        if size < 0 or offset < 0 or offset + size > file_size:
-            raise CorruptDatasetError(
-                f"{name}: truncated at sample {sample} ({self.table.key(sample)!r}); "
-                "the shard is damaged, reconvert or restore it"
-            )
-        try:
-            data = os.pread(fd, size, offset)
-        except OSError as exc:
-            raise CorruptDatasetError(f"{name}: cannot read ({exc.strerror}); restore or "
-                                      "reconvert") from exc
-        if len(data) != size:
-            raise CorruptDatasetError(
-                f"{name}: truncated at sample {sample} ({self.table.key(sample)!r}); "
-                "the shard is damaged, reconvert or restore it"
-            )
-        return data
+        self._shards = OpenShards(folder, index, table)
 
     def read(self, i: int) -> bytes:
         shard = self.index.shard_of(i)
-        data = self._pread(shard, int(self.table.offsets[i]), int(self.table.sizes[i]), i)
+        data = self._shards.pread(shard, int(self.table.offsets[i]), int(self.table.sizes[i]), i)
         return checked(self.table, i, data, self.folder / self.index.shards[shard].name)
 
     def read_many(self, indices: Sequence[int]) -> list[bytes]:
@@ -241,7 +185,7 @@ class WdsReader(DecodedFields):
             end = min(stop, int(self.index.shard_starts[shard + 1]))
             first = int(self.table.offsets[i])
             last = int(self.table.offsets[end - 1] + self.table.sizes[end - 1])
-            block = memoryview(self._pread(shard, first, last - first, end - 1))
+            block = memoryview(self._shards.pread(shard, first, last - first, end - 1))
             where = self.folder / self.index.shards[shard].name
             for j in range(i, end):
                 offset = int(self.table.offsets[j]) - first
@@ -250,30 +194,25 @@ class WdsReader(DecodedFields):
             i = end
 
     def field_values_many(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
-        """Each sample's field values, one pread of its members, checked (FieldValuesReader)."""
-        if self.table.fields is None:
+        """Each sample's field values (batch_values), checked (FieldValuesReader)."""
+        fields = self.table.fields
+        if fields is None:
             return [[] for _ in indices]
         found = np.searchsorted(self.index.shard_starts, np.asarray(indices, np.int64),
                                 side="right") - 1
-        shards: list[int] = found.tolist()
-        shard_of = dict(zip(indices, shards, strict=True))
+        offsets, sizes = fields.locations(indices)
+        batch = batch_values(self._shards, self.index.fields, indices, found.tolist(), offsets,
+                             sizes)
+        return checked_values(self.index, self.table, indices, batch, self._shard_path)
 
-        def where(i: int) -> Path:
-            return self.folder / self.index.shards[shard_of[i]].name
-
-        offsets, sizes = self.table.fields.locations(indices)
-        batch = [span_values(self._pread(shard, offset, size, i) if size else b"",
-                             self.index.fields, functools.partial(where, i))
-                 for i, shard, offset, size in zip(indices, shards, offsets, sizes, strict=True)]
-        return checked_values(self.index, self.table, indices, batch, where)
+    def _shard_path(self, sample: int) -> Path:
+        return self.folder / self.index.shards[self.index.shard_of(sample)].name
 
     def close(self, _close: Callable[[int], None] = os.close) -> None:
         """Close every shard file. `os.close` is bound here, at definition: a reader kept
         in a module-level variable is finalized at interpreter exit, when the module's
         globals (`os` among them) may already be gone."""
-        for fd, _ in self._fds.values():
-            _close(fd)
-        self._fds.clear()
+        self._shards.close(_close)
 
     def __del__(self) -> None:
         self.close()

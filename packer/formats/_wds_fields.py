@@ -16,12 +16,13 @@ and of img2dataset). A sample without a value for a field has no member for it. 
 member bytes are the field's byte form (packer.core.fields), so the digest of the
 fields record covers exactly what the shard holds. The per-sample field table
 (fields.npy) records the byte span of a sample's field members, which the reader
-reads with one pread and walks header by header.
+walks header by header (`walked`, in a shard's map; `span_values` for anything else).
 """
 
 from __future__ import annotations
 
 import functools
+import mmap
 from collections.abc import Callable, Iterator, Sequence
 from typing import NoReturn
 
@@ -51,6 +52,41 @@ def field_members(name: str, specs: Sequence[FieldSpec], record: bytes) -> list[
     return pieces
 
 
+def walked(span: bytes | mmap.mmap, at: int, end: int, by_suffix: dict[bytes, int],
+           count: int) -> list[bytes | None] | None:
+    """The values in span[at:end] (a shard's map, or bytes), walked in place with one
+    copy per value, or None where anything is unusual: a pax header, a size field that
+    is not 11 octal digits and a NUL or space, a name without a field suffix, a member
+    cut short.
+
+    None sends the span to `span_values`, which then gives its values or its error:
+    what this returns is exactly what span_values would (the same size parse and name
+    split, with find() in place of slices and splits), so this fast path can change no
+    result and no error. `by_suffix` is `suffixes(specs)`; nothing outside span[at:end]
+    is read (a map is read only within the bounds its shard was checked against).
+    """
+    values: list[bytes | None] = [None] * count
+    while at + BLOCK <= end:
+        if span[at + 156] == 0x78 or span[at + 135] not in (0, 0x20):  # "x": pax header
+            return None
+        try:  # int() strips what span_values strips (spaces), and refuses a NUL
+            size = int(span[at + 124 : at + 135], 8)
+        except ValueError:
+            return None
+        start = at + BLOCK
+        if size < 0 or start + size > end:
+            return None
+        stop = span.find(b"\0", at, at + 100)
+        stop = at + 100 if stop < 0 else stop
+        dot = span.find(b".", span.rfind(b"/", at, stop) + 1 or at, stop)
+        number = None if dot < 0 else by_suffix.get(span[dot + 1 : stop])
+        if number is None:
+            return None
+        values[number] = span[start : start + size]
+        at = start + size + (-size % BLOCK)
+    return values
+
+
 def span_values(span: bytes, specs: Sequence[FieldSpec],
                 where: str | Callable[[], object]) -> list[bytes | None]:
     """The field values in a span of field members (None for a field without a member).
@@ -59,17 +95,13 @@ def span_values(span: bytes, specs: Sequence[FieldSpec],
     members (every name our writer gives a short key) are walked here, header field by
     header field; a span with a pax header (a long or non-ASCII name) goes through
     `_members`, which applies it."""
-    by_suffix = _suffixes(tuple(specs))
+    by_suffix = suffixes(tuple(specs))
     values: list[bytes | None] = [None] * len(specs)
     at, end = 0, len(span)
     while at + BLOCK <= end:
         if span[at + 156] == 0x78:  # "x": a pax header
             return _pax_span_values(span, specs, where)
-        try:
-            size = int(span[at + 124 : at + 136].rstrip(b"\0 ") or b"0", 8)
-        except ValueError as exc:
-            raise CorruptDatasetError(f"{_named(where)}: a damaged tar header among the fields; "
-                                      "reconvert") from exc
+        size = _size(span[at + 124 : at + 136], where)
         start = at + BLOCK
         if start + size > end:
             raise CorruptDatasetError(f"{_named(where)}: a field member is truncated; reconvert")
@@ -84,7 +116,7 @@ def span_values(span: bytes, specs: Sequence[FieldSpec],
 
 def _pax_span_values(span: bytes, specs: Sequence[FieldSpec],
                      where: str | Callable[[], object]) -> list[bytes | None]:
-    by_suffix = _suffixes(tuple(specs))
+    by_suffix = suffixes(tuple(specs))
     values: list[bytes | None] = [None] * len(specs)
     for member, data in _members(span, where):
         number = by_suffix.get(member.partition(".")[2].encode("utf-8"))
@@ -100,9 +132,26 @@ def _unexpected(member: str, where: str | Callable[[], object]) -> NoReturn:
 
 
 @functools.lru_cache(maxsize=64)
-def _suffixes(specs: tuple[FieldSpec, ...]) -> dict[bytes, int]:
+def suffixes(specs: tuple[FieldSpec, ...]) -> dict[bytes, int]:
     """{member suffix: position} of a dataset's fields (the same for every sample)."""
     return {member_suffix(spec).encode("utf-8"): n for n, spec in enumerate(specs)}
+
+
+def _size(field: bytes, where: str | Callable[[], object]) -> int:
+    """A header's size field (octal, ended by NUL or space; a negative one would walk
+    the span backwards, forever)."""
+    try:
+        size = int(field.rstrip(b"\0 ") or b"0", 8)
+    except ValueError as exc:
+        raise _damaged(where) from exc
+    if size < 0:
+        raise _damaged(where)
+    return size
+
+
+def _damaged(where: str | Callable[[], object]) -> CorruptDatasetError:
+    return CorruptDatasetError(f"{_named(where)}: a damaged tar header among the fields; "
+                               "reconvert")
 
 
 def _named(where: str | Callable[[], object]) -> str:
@@ -115,17 +164,16 @@ def _members(span: bytes, where: str | Callable[[], object]) -> Iterator[tuple[s
     long_name: str | None = None
     while at + BLOCK <= len(span):
         header = span[at : at + BLOCK]
-        try:
-            size = int(header[124:136].rstrip(b"\0 ") or b"0", 8)
-        except ValueError as exc:
-            raise CorruptDatasetError(f"{_named(where)}: a damaged tar header among the fields; "
-                                      "reconvert") from exc
+        size = _size(header[124:136], where)
         data = span[at + BLOCK : at + BLOCK + size]
         if len(data) != size:
             raise CorruptDatasetError(f"{_named(where)}: a field member is truncated; reconvert")
         at += BLOCK + size + (-size % BLOCK)
         if header[156:157] == b"x":  # pax: the next member's long or non-ASCII name
-            long_name = _pax_path(data)
+            try:
+                long_name = _pax_path(data)
+            except ValueError as exc:  # a record's length or its UTF-8
+                raise _damaged(where) from exc
             continue
         name = long_name or header[:100].rstrip(b"\0").decode("utf-8", "replace")
         long_name = None
@@ -138,6 +186,8 @@ def _pax_path(data: bytes) -> str | None:
     while at < len(data):
         length_text, _, _ = data[at:].partition(b" ")
         length = int(length_text)
+        if length <= 0:
+            raise ValueError(f"a pax record of length {length}")
         record = data[at + len(length_text) + 1 : at + length - 1]
         keyword, _, value = record.partition(b"=")
         if keyword == b"path":
