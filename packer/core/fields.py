@@ -128,15 +128,29 @@ def parse_text(kind: FieldType, text: str) -> bytes:
             raise FieldValueError(f"{_short(text)} is not an integer") from exc
     if kind == "float":
         try:
-            return encode_value("float", float(text.strip()))
+            value = float(text.strip())
         except ValueError as exc:
             raise FieldValueError(f"{_short(text)} is not a number") from exc
+        if math.isinf(value) and text.strip().lstrip("+-").lower() not in ("inf", "infinity"):
+            finite_float(text.strip())  # raises: a finite number that float() made infinite
+        return encode_value("float", value)
     if kind in ("json", "floats", "ints"):
         try:
-            return encode_value(kind, json.loads(text))
+            return encode_value(kind, json.loads(text, parse_float=finite_float))
         except (json.JSONDecodeError, RecursionError) as exc:
             raise FieldValueError(f"{_short(text)} is not JSON ({exc})") from exc
     raise FieldValueError(f"a {kind} cell cannot be parsed from text")
+
+
+def finite_float(text: str) -> float:
+    """A JSON number's float (json's `parse_float`), refusing one beyond float64's range:
+    json.loads reads 1e400 as infinity, a different number, and nothing would say so.
+    (Infinity and NaN spelled out reach json's parse_constant, not this.)"""
+    value = float(text)
+    if math.isinf(value):
+        raise FieldValueError(f"the number {_short(text)} is beyond float64's range (it would "
+                              "be stored as infinity); write it as a string, or as Infinity")
+    return value
 
 
 def decode_value(kind: FieldType, data: bytes | memoryview) -> object:

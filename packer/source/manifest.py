@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from packer.core.fields import FieldSpec, FieldType, FieldValueError
+from packer.core.fields import FieldSpec, FieldType, FieldValueError, finite_float
 from packer.core.record import Reject
 from packer.errors import SourceError
 from packer.source.fields import (
@@ -113,10 +113,12 @@ def _read_manifest_rows(manifest: Path) -> Iterable[tuple[int, str, str, dict[st
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = json.loads(line, parse_float=finite_float)
             label = obj["label"]
             extras = {k: v for k, v in obj.items() if k not in STANDARD_COLUMNS}
             yield number, str(obj["path"]), "" if label is None else str(label), extras
+        except FieldValueError as exc:
+            raise SourceError(f"{manifest}:{number}: {exc}") from exc
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
             raise SourceError(
                 f"{manifest}:{number}: each line must be a JSON object with `path` and `label`"
