@@ -6,8 +6,9 @@ what reading a detection sample's fields cost. An array field stores them as the
 numbers themselves, in the one byte form every format keeps, hashes and compares:
 
     a .npy file (format 1.0, little-endian, C order), with the shortest header numpy
-    accepts, padded to 64 bytes: b"\\x93NUMPY\\x01\\x00" + length + "{'descr':'<f4',
-    'fortran_order':False,'shape':(3,4)}" + spaces + "\\n", then the numbers
+    accepts, padded to a multiple of 64 bytes (64, or 128 for a longer shape):
+    b"\\x93NUMPY\\x01\\x00" + length + "{'descr':'<f4','fortran_order':False,
+    'shape':(3,4)}" + spaces + "\\n", then the numbers
 
 `np.load` (and stock webdataset's `.npy` decoder) reads it as it is. The header is
 written here, not by numpy, so that the bytes (and the digests over them) never depend
