@@ -172,6 +172,27 @@ def test_a_shard_truncated_while_mapped_is_refused(packed: Path, tmp_path: Path)
         reader.close()
 
 
+def test_a_shard_truncated_before_it_is_mapped_reads_what_is_left(packed: Path,
+                                                                 tmp_path: Path) -> None:
+    """Shrunk after its first batch, before the second maps it: the samples still whole
+    are read, the cut one is refused by name, as a pread reader does."""
+    folder = tmp_path / "copy"
+    shutil.copytree(packed, folder)
+    reader = reader_of(folder)
+    try:
+        first, last = 3, 5  # shard 1: img0, img4 (with fields), by sorted key
+        reader.field_values_many([first, last])  # shard 1 open, not mapped yet
+        assert reader.table.fields is not None
+        offset, size = reader.table.fields.location(last)
+        os.truncate(folder / reader.index.shards[1].name, offset + size // 2)
+        assert [list(v) for v in reader.field_values_many([first])] == \
+            [per_sample(folder, first)]
+        with pytest.raises(CorruptDatasetError, match=rf"truncated at sample {last} "):
+            reader.field_values_many([first, last])
+    finally:
+        reader.close()
+
+
 SPECS = (FieldSpec("caption", "str"), FieldSpec("txt", "str"), FieldSpec("blob", "bytes"))
 keys = st.text(st.one_of(st.sampled_from("./a%"), st.characters(codec="utf-8",
                                                                 exclude_characters="\0")),

@@ -124,15 +124,17 @@ class OpenShards:
     def mapped(self, shard: int) -> tuple[mmap.mmap | None, int]:
         """A shard's map and how far a batch may read in it (the smaller of its size at
         open and its size now), for the batch about to read; (None, 0) for a shard not
-        read for fields before while open (one map costs more than a few preads)."""
+        read for fields before while open (one map costs more than a few preads), or
+        one that shrank before it was mapped (a map of its size at open would fail)."""
         opened = self._get(shard)
+        # lseek to the end tells the size now, at a third of fstat's cost (reads are preads)
+        now = os.lseek(opened.fd, 0, os.SEEK_END)
         if opened.map is None:
             opened.uses += 1
-            if opened.uses == 1 or opened.size == 0:
-                return None, 0
+            if opened.uses == 1 or opened.size == 0 or now < opened.size:
+                return None, 0  # a shard shrunk since open: preads read what is left
             opened.map = self._mapped(shard, opened)
-        # lseek to the end tells the size now, at a third of fstat's cost (reads are preads)
-        return opened.map, min(opened.size, os.lseek(opened.fd, 0, os.SEEK_END))
+        return opened.map, min(opened.size, now)
 
     def _mapped(self, shard: int, opened: _Shard) -> mmap.mmap:
         try:
