@@ -9,11 +9,13 @@ mapped is refused, not read past its end.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import shutil
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 from hypothesis import example, given, settings
@@ -189,6 +191,25 @@ def test_a_shard_truncated_before_it_is_mapped_reads_what_is_left(packed: Path,
             [per_sample(folder, first)]
         with pytest.raises(CorruptDatasetError, match=rf"truncated at sample {last} "):
             reader.field_values_many([first, last])
+    finally:
+        reader.close()
+
+
+def test_a_file_system_without_mmap_reads_by_pread(packed: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """mmap refused (ENODEV: some FUSE and network file systems): the fields still come,
+    read as before the maps, not a "cannot read ... reconvert" of a healthy shard."""
+
+    def no_mmap(*args: object, **kwargs: object) -> NoReturn:
+        raise OSError(errno.ENODEV, os.strerror(errno.ENODEV))
+
+    every = list(range(COUNT))
+    expected = [per_sample(packed, i) for i in every]
+    reader = reader_of(packed)  # its tables mapped before mmap goes
+    monkeypatch.setattr(_wds_shards.mmap, "mmap", no_mmap)
+    try:
+        for _ in range(3):
+            assert [list(v) for v in reader.field_values_many(every)] == expected
     finally:
         reader.close()
 
