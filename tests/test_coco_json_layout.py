@@ -5,14 +5,13 @@ when the source changed). `--field boxes:json ...` packs that layout, byte for b
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from packer.core.fields import FieldSpec
 from packer.core.index import read_index
 from tests.field_array_support import stored_values
 from tests.helpers import run_pack
-from tests.test_coco import coco_folder
+from tests.test_coco import coco_folder, verify_finds_a_changed_box
 
 JSON_TYPES = ("boxes", "category_ids", "annotation_ids", "iscrowd")
 # What 39c88be stored for tests.test_coco's annotations (read from a dataset it packed):
@@ -32,10 +31,4 @@ def test_a_dataset_of_json_annotations_verifies_against_its_source(tmp_path: Pat
     assert packed.exit_code == 0, packed.output
     assert read_index(dst).fields[:4] == tuple(FieldSpec(name, "json") for name in JSON_TYPES)
     assert {key: values[:4] for key, values in stored_values(dst).items()} == OLD_VALUES
-    ok = run_pack("verify", dst, "--source", folder, "--annotations", annotations)
-    assert ok.exit_code == 0, ok.output
-    data = json.loads(annotations.read_text())
-    data["annotations"][0]["bbox"] = [1, 2, 3, 5]  # image a.png's first box
-    annotations.write_text(json.dumps(data))
-    changed = run_pack("verify", dst, "--source", folder, "--annotations", annotations)
-    assert changed.exit_code == 1 and "a.png: fields (boxes," in changed.stderr, changed.stderr
+    verify_finds_a_changed_box(dst, folder, annotations)
