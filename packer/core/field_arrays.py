@@ -39,6 +39,7 @@ MAGIC = b"\x93NUMPY\x01\x00"
 ALIGN = 64
 _HEADER = re.compile(rb"\{'descr':'(<f4|<i8)','fortran_order':False,'shape':\(([0-9,]*)\)\} *\n")
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+_MAX_DIMS = 64  # numpy's
 
 
 class ArrayValueError(ValueError):
@@ -84,17 +85,21 @@ def _from_objects(kind: ArrayType, value: list[Any]) -> npt.NDArray[np.generic]:
         raise ArrayValueError(f"a ragged list is not {wanted(kind)} (every list the same "
                               "length)") from exc
     allowed = (int,) if kind == "ints" else (int, float)
-    if objects.ndim == 0 or any(type(x) is list for x in objects.flat):
+    numbers = objects.reshape(-1)  # not .flat: numpy iterates 32 dimensions at most
+    if objects.ndim == 0 or any(type(x) is list for x in numbers):
+        if objects.ndim == _MAX_DIMS:  # numpy stopped nesting there
+            raise ArrayValueError(f"a list nested deeper than {_MAX_DIMS} is not "
+                                  f"{wanted(kind)}")
         raise ArrayValueError(f"a ragged list is not {wanted(kind)} (every list the same "
                               "length)")
-    if any(type(x) not in allowed for x in objects.flat):
+    if any(type(x) not in allowed for x in numbers):
         raise ArrayValueError(f"not {wanted(kind)} (numbers only)")
     if kind == "ints":
-        if not all(-(1 << 63) <= x < 1 << 63 for x in objects.flat):
+        if not all(-(1 << 63) <= x < 1 << 63 for x in numbers):
             raise ArrayValueError("an integer beyond int64")
-        return objects.astype(np.int64)
+        return numbers.astype(np.int64).reshape(objects.shape)
     try:
-        return objects.astype(np.float64)
+        return numbers.astype(np.float64).reshape(objects.shape)
     except OverflowError as exc:  # an int beyond any float
         raise ArrayValueError(f"a number beyond float32's range ({_FLOAT32_MAX:.4g}); use "
                               "a json field to keep it") from exc
