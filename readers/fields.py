@@ -17,6 +17,8 @@ values become arrays on the way out, the same on either path:
                                                  overflows float32 (1e300), else int64
     empty JSON list                              float32 tensor of shape (0,)
     numpy array (a numeric npy field)            tensor of its dtype
+    floats / ints field (packer.core.field_      float32 / int64 tensor of the stored
+    arrays)                                      shape, (0, 4) and (1, 0) included
     anything else (str, int, float, bool, dict,  unchanged: floats stay Python floats,
     bytes, lists of strings, None when missing)  bit-exact
 

@@ -29,6 +29,7 @@ from typing import Any
 from packer.core.index import INDEX_NAME, parse_index, read_index
 from packer.dataset.files import dataset_files
 from packer.dataset.remote import download_dataset, is_url, open_fs, remote_errors
+from packer.errors import CorruptDatasetError
 from readers import _shm_dir
 from readers.memory_limit import check_fits
 from readers.options import RemoteOptions
@@ -107,7 +108,7 @@ def _folder_plan(source: str, _: Mapping[str, Any]) -> tuple[str, int, Build]:
     index = read_index(folder)  # refuses a folder without index.json
     info = (folder / INDEX_NAME).stat()
     files = dataset_files(index)  # a missing library fails before the copy
-    need = sum((folder / name).stat().st_size for name in files) + info.st_size
+    need = sum(_size(folder / name) for name in files) + info.st_size
 
     def build(target: Path) -> None:
         for name in [*files, INDEX_NAME]:
@@ -115,6 +116,16 @@ def _folder_plan(source: str, _: Mapping[str, Any]) -> tuple[str, int, Build]:
             shutil.copyfile(folder / name, target / name)
 
     return _name(folder, info.st_dev, info.st_ino, info.st_mtime_ns), need, build
+
+
+def _size(path: Path) -> int:
+    """A file's size; a file of the dataset that is gone is named, as a reader on disk
+    names it, not a bare FileNotFoundError."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError as exc:
+        raise CorruptDatasetError(f"{path}: missing from the dataset; restore it or "
+                                  "reconvert the dataset") from exc
 
 
 def _url_plan(url: str, options: Mapping[str, Any]) -> tuple[str, int, Build]:

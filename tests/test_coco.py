@@ -179,11 +179,8 @@ def test_output_is_the_same_for_any_worker_count(tmp_path: Path) -> None:
     assert hashes[0] == hashes[1] and hashes[0]
 
 
-def test_verify_compares_the_annotations(tmp_path: Path) -> None:
-    folder, annotations = coco_folder(tmp_path)
-    dst = tmp_path / "out.lmdb"
-    assert run_pack("convert", folder, dst, "--to", "lmdb", "--annotations",
-                    annotations).exit_code == 0
+def verify_finds_a_changed_box(dst: Path, folder: Path, annotations: Path) -> None:
+    """`pack verify --source` passes, then fails naming a.png once its first box moved."""
     ok = run_pack("verify", dst, "--source", folder, "--annotations", annotations)
     assert ok.exit_code == 0, ok.output
     data = json.loads(annotations.read_text())
@@ -192,6 +189,14 @@ def test_verify_compares_the_annotations(tmp_path: Path) -> None:
     changed = run_pack("verify", dst, "--source", folder, "--annotations", annotations)
     assert changed.exit_code == 1
     assert "a.png: fields (boxes," in changed.stderr, changed.stderr
+
+
+def test_verify_compares_the_annotations(tmp_path: Path) -> None:
+    folder, annotations = coco_folder(tmp_path)
+    dst = tmp_path / "out.lmdb"
+    assert run_pack("convert", folder, dst, "--to", "lmdb", "--annotations",
+                    annotations).exit_code == 0
+    verify_finds_a_changed_box(dst, folder, annotations)
     alone = run_pack("verify", dst, "--annotations", annotations)
     assert alone.exit_code == 2 and "--annotations needs --source" in alone.output
 

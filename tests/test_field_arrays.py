@@ -108,6 +108,13 @@ def test_the_header_is_ours_not_numpys() -> None:
     assert full[:64].endswith(b"'fortran_order':False,'shape':(2,3,4)}\n")
 
 
+def in_lists(value: object, depth: int) -> object:
+    """`value` inside `depth` lists."""
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize(("kind", "value", "words"), [
     ("floats", [True, 1.0], "numbers only"), ("ints", [[1, False]], "numbers only"),
     ("floats", ["1.0"], "numbers only"), ("floats", [[1.0, None]], "numbers only"),
@@ -119,7 +126,11 @@ def test_the_header_is_ours_not_numpys() -> None:
     ("floats", [2**1100], "beyond float32"), ("ints", [1.0], "integers"),
     ("ints", np.array([1.0]), "float64 array"), ("floats", np.array([True]), "bool array"),
     ("floats", np.array(["1"]), "<U1 array"), ("floats", np.array([1j]), "complex"),
-    ("floats", np.float32(1), "a float32 is not"), ("floats", (1.0, 2.0), "a tuple is not")])
+    ("floats", np.float32(1), "a float32 is not"), ("floats", (1.0, 2.0), "a tuple is not"),
+    # past numpy's 32-dimension iterators and its 64 dimensions: a reason, not a RuntimeError
+    ("floats", in_lists(True, 40), "numbers only"), ("ints", in_lists(2**64, 33), "beyond int64"),
+    ("floats", in_lists(1.5, 65), "nested deeper than 64"),
+    ("ints", in_lists(1, 65), "nested deeper than 64")])
 def test_values_that_are_not_arrays_of_the_type_are_refused(kind: str, value: object,
                                                             words: str) -> None:
     with pytest.raises(FieldValueError, match=re.escape(words)):

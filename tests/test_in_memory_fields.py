@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 from torch.utils.data import DataLoader
 
+from packer.errors import CorruptDatasetError
 from readers import PackedDataset, PackedIterableDataset, collate
 from tests.field_array_support import pack_arrays
 from tests.field_support import same_bits
@@ -37,3 +39,14 @@ def test_the_ram_copy_gives_the_fields_the_disk_gives(tmp_path: Path, root: Path
                                                     shuffle=False, in_memory=True),
                               batch_size=None)
         assert same_bits(list(streamed), [disk[i] for i in everything])
+
+
+@pytest.mark.parametrize("missing", ["fields.npy", "fields/caption.data.npy"])
+def test_a_missing_field_file_is_named_before_the_copy(tmp_path: Path, root: Path,
+                                                      missing: str) -> None:
+    dst = pack_with_fields(tmp_path, "npy")[0]
+    (dst / missing).unlink()
+    with pytest.raises(CorruptDatasetError, match=f"{re.escape(str(dst / missing))}: missing "
+                                                  "from the dataset; restore it or reconvert"):
+        PackedDataset(dst, fields="all", in_memory=True)
+    assert not root.exists() or not any(root.iterdir())  # nothing half-copied left

@@ -9,11 +9,13 @@ mapped is refused, not read past its end.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import shutil
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 from hypothesis import example, given, settings
@@ -168,6 +170,46 @@ def test_a_shard_truncated_while_mapped_is_refused(packed: Path, tmp_path: Path)
         assert [list(v) for v in reader.field_values_many([first])] == [first_values]
         with pytest.raises(CorruptDatasetError, match=rf"truncated at sample {last} "):
             reader.field_values_many([first, last])
+    finally:
+        reader.close()
+
+
+def test_a_shard_truncated_before_it_is_mapped_reads_what_is_left(packed: Path,
+                                                                 tmp_path: Path) -> None:
+    """Shrunk after its first batch, before the second maps it: the samples still whole
+    are read, the cut one is refused by name, as a pread reader does."""
+    folder = tmp_path / "copy"
+    shutil.copytree(packed, folder)
+    reader = reader_of(folder)
+    try:
+        first, last = 3, 5  # shard 1: img0, img4 (with fields), by sorted key
+        reader.field_values_many([first, last])  # shard 1 open, not mapped yet
+        assert reader.table.fields is not None
+        offset, size = reader.table.fields.location(last)
+        os.truncate(folder / reader.index.shards[1].name, offset + size // 2)
+        assert [list(v) for v in reader.field_values_many([first])] == \
+            [per_sample(folder, first)]
+        with pytest.raises(CorruptDatasetError, match=rf"truncated at sample {last} "):
+            reader.field_values_many([first, last])
+    finally:
+        reader.close()
+
+
+def test_a_file_system_without_mmap_reads_by_pread(packed: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """mmap refused (ENODEV: some FUSE and network file systems): the fields still come,
+    read as before the maps, not a "cannot read ... reconvert" of a healthy shard."""
+
+    def no_mmap(*args: object, **kwargs: object) -> NoReturn:
+        raise OSError(errno.ENODEV, os.strerror(errno.ENODEV))
+
+    every = list(range(COUNT))
+    expected = [per_sample(packed, i) for i in every]
+    reader = reader_of(packed)  # its tables mapped before mmap goes
+    monkeypatch.setattr(_wds_shards.mmap, "mmap", no_mmap)
+    try:
+        for _ in range(3):
+            assert [list(v) for v in reader.field_values_many(every)] == expected
     finally:
         reader.close()
 

@@ -6,8 +6,9 @@ what reading a detection sample's fields cost. An array field stores them as the
 numbers themselves, in the one byte form every format keeps, hashes and compares:
 
     a .npy file (format 1.0, little-endian, C order), with the shortest header numpy
-    accepts, padded to 64 bytes: b"\\x93NUMPY\\x01\\x00" + length + "{'descr':'<f4',
-    'fortran_order':False,'shape':(3,4)}" + spaces + "\\n", then the numbers
+    accepts, padded to a multiple of 64 bytes (64, or 128 for a longer shape):
+    b"\\x93NUMPY\\x01\\x00" + length + "{'descr':'<f4','fortran_order':False,
+    'shape':(3,4)}" + spaces + "\\n", then the numbers
 
 `np.load` (and stock webdataset's `.npy` decoder) reads it as it is. The header is
 written here, not by numpy, so that the bytes (and the digests over them) never depend
@@ -38,6 +39,7 @@ MAGIC = b"\x93NUMPY\x01\x00"
 ALIGN = 64
 _HEADER = re.compile(rb"\{'descr':'(<f4|<i8)','fortran_order':False,'shape':\(([0-9,]*)\)\} *\n")
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+_MAX_DIMS = 64  # numpy's
 
 
 class ArrayValueError(ValueError):
@@ -83,17 +85,21 @@ def _from_objects(kind: ArrayType, value: list[Any]) -> npt.NDArray[np.generic]:
         raise ArrayValueError(f"a ragged list is not {wanted(kind)} (every list the same "
                               "length)") from exc
     allowed = (int,) if kind == "ints" else (int, float)
-    if objects.ndim == 0 or any(type(x) is list for x in objects.flat):
+    numbers = objects.reshape(-1)  # not .flat: numpy iterates 32 dimensions at most
+    if objects.ndim == 0 or any(type(x) is list for x in numbers):
+        if objects.ndim == _MAX_DIMS:  # numpy stopped nesting there
+            raise ArrayValueError(f"a list nested deeper than {_MAX_DIMS} is not "
+                                  f"{wanted(kind)}")
         raise ArrayValueError(f"a ragged list is not {wanted(kind)} (every list the same "
                               "length)")
-    if any(type(x) not in allowed for x in objects.flat):
+    if any(type(x) not in allowed for x in numbers):
         raise ArrayValueError(f"not {wanted(kind)} (numbers only)")
     if kind == "ints":
-        if not all(-(1 << 63) <= x < 1 << 63 for x in objects.flat):
+        if not all(-(1 << 63) <= x < 1 << 63 for x in numbers):
             raise ArrayValueError("an integer beyond int64")
-        return objects.astype(np.int64)
+        return numbers.astype(np.int64).reshape(objects.shape)
     try:
-        return objects.astype(np.float64)
+        return numbers.astype(np.float64).reshape(objects.shape)
     except OverflowError as exc:  # an int beyond any float
         raise ArrayValueError(f"a number beyond float32's range ({_FLOAT32_MAX:.4g}); use "
                               "a json field to keep it") from exc

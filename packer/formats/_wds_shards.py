@@ -8,7 +8,8 @@ gigabytes, and a read past the end gets the same "truncated" error wherever it l
 Images are read with `os.pread`. Field spans are small (two 512 B headers and a few
 hundred bytes of values) and read a batch at a time, so a pread's syscall and the bytes
 it returns cost as much as walking them: a shard that a second batch reads fields of
-while it is open is memory-mapped (read-only), and its spans are walked in place, one
+while it is open is memory-mapped (read-only; a map refused, as by a file system
+without mmap, leaves it to preads), and its spans are walked in place, one
 bytes copy per value (a shard read once, as when a batch's samples lie in more shards
 than stay open, is not worth a map: those spans are pread). A map has its own
 descriptor (Python's mmap duplicates it), so a reader that reads fields holds at most
@@ -124,23 +125,20 @@ class OpenShards:
     def mapped(self, shard: int) -> tuple[mmap.mmap | None, int]:
         """A shard's map and how far a batch may read in it (the smaller of its size at
         open and its size now), for the batch about to read; (None, 0) for a shard not
-        read for fields before while open (one map costs more than a few preads)."""
+        read for fields before while open (one map costs more than a few preads), or
+        one that shrank before it was mapped (a map of its size at open would fail)."""
         opened = self._get(shard)
+        # lseek to the end tells the size now, at a third of fstat's cost (reads are preads)
+        now = os.lseek(opened.fd, 0, os.SEEK_END)
         if opened.map is None:
             opened.uses += 1
-            if opened.uses == 1 or opened.size == 0:
-                return None, 0
-            opened.map = self._mapped(shard, opened)
-        # lseek to the end tells the size now, at a third of fstat's cost (reads are preads)
-        return opened.map, min(opened.size, os.lseek(opened.fd, 0, os.SEEK_END))
-
-    def _mapped(self, shard: int, opened: _Shard) -> mmap.mmap:
-        try:
-            return mmap.mmap(opened.fd, opened.size, prot=mmap.PROT_READ)
-        except (OSError, ValueError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) else str(exc)
-            raise CorruptDatasetError(f"{self.name(shard)}: cannot read ({reason}); restore "
-                                      "or reconvert") from exc
+            if opened.uses == 1 or opened.size == 0 or now < opened.size:
+                return None, 0  # a shard shrunk since open: preads read what is left
+            try:
+                opened.map = mmap.mmap(opened.fd, opened.size, prot=mmap.PROT_READ)
+            except (OSError, ValueError):  # a file system without mmap (ENODEV), no room
+                return None, 0  # for the map, a shrink just now: preads, and their errors
+        return opened.map, min(opened.size, now)
 
     def close(self, _close: Callable[[int], None]) -> None:
         for opened in self._open.values():

@@ -134,16 +134,21 @@ def _bad_keys(blob: np.ndarray, starts: np.ndarray, stops: np.ndarray,
 
 
 def member_types(folder: Path, shards: Iterable[ShardInfo]) -> set[str]:
-    """The image extensions in shards already written (a resumed run did not see them)."""
+    """The image extensions in shards already written (a resumed run did not see them).
+
+    A sample's image is its first member; its label and field members (`.txt`, `.npy`,
+    ...) follow under the same key, which holds no dot (packer.formats._wds.encode_key)."""
     types: set[str] = set()
     for shard in shards:
         path = folder / shard.name
         try:
             with tarfile.open(path, "r:") as tar:
+                previous = None
                 for member in tar:
-                    ext = member.name.rsplit(".", 1)[-1]
-                    if ext != LABEL_EXT:
-                        types.add(ext)
+                    key = member.name.partition(".")[0]
+                    if key != previous:
+                        types.add(member.name.rsplit(".", 1)[-1])
+                        previous = key
         except (tarfile.TarError, OSError) as exc:
             raise CorruptDatasetError(f"{path}: not a valid tar ({exc}); rerun with "
                                       "--overwrite") from exc

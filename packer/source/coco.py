@@ -7,7 +7,10 @@
                     annotation_ids, iscrowd (ints: int64 (n,)) and, when any
                     annotation has one, segmentation (json: its polygons or RLE);
                     an image without annotations has boxes of shape (0, 4), empty
-                    ids and an empty segmentation list
+                    ids and an empty segmentation list; `--field boxes:json` (or
+                    any base field's name) keeps it as json lists, the layout of
+                    datasets packed before the array types, which `pack verify
+                    --source` rescans with
     categories      {id: name} in index.json's `extra["categories"]` (pack info shows it)
     label           0 for every image: one class named after the image folder
 
@@ -76,7 +79,8 @@ def read_coco(images_in: ImageFiles, annotations: Path, choice: FieldChoice) -> 
                              annotations)
     del data
     has_segmentation = any(isinstance(a, dict) and "segmentation" in a for a in anns)
-    found = list(BASE_FIELDS) + ([SEGMENTATION] if has_segmentation else [])
+    found = [_typed(spec, choice) for spec in BASE_FIELDS] + \
+        ([SEGMENTATION] if has_segmentation else [])
     specs = choice.chosen(found, str(annotations))
     image_ids = [_image_id(entry, n, annotations) for n, entry in enumerate(images)]
     rejects: list[Reject] = []
@@ -95,8 +99,9 @@ def read_coco(images_in: ImageFiles, annotations: Path, choice: FieldChoice) -> 
                                                                f"{annotations}: {exc}"))
             continue
         values = _values(groups.get(image_id), segmentations)
-        record = pack_record([encode_value(spec.type, values[spec.name]) for spec in specs]) \
-            if specs else b""
+        record = pack_record([encode_value(spec.type, _as_json(values[spec.name])
+                                           if spec.type == "json" else values[spec.name])
+                              for spec in specs]) if specs else b""
         builder.add(key_of(rel), tail, 0, record)
     items, archive = images_in.finish(builder.build(rejects), builder.order)
     extra = {CATEGORIES_KEY: categories,
@@ -256,6 +261,19 @@ def _is_number(value: Any) -> bool:
 def _shown(value: Any) -> str:
     text = json.dumps(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _typed(spec: FieldSpec, choice: FieldChoice) -> FieldSpec:
+    """A base field as an array, or as json where `choice` says so: a dataset packed
+    before the array types held json lists, and `pack verify --source` rescans the
+    annotations with the dataset's own types (packer.source.compare)."""
+    return FieldSpec(spec.name, "json") if choice.type_of(spec.name, spec.type) == "json" \
+        else spec
+
+
+def _as_json(value: Any) -> Any:
+    """The lists that json fields held (float boxes, int ids, [] for none)."""
+    return value.tolist() if isinstance(value, np.ndarray) else value
 
 
 def _values(group: _Group | None, segmentations: list[Any]) -> dict[str, Any]:

@@ -11,7 +11,8 @@
     <name>_lengths   (B,) int64 beside every batched array of one or more dimensions:
                      n_b, whether the batch was padded or happened to need no padding
                      (every image with 3 boxes, or batch_size=1), so a batch's keys
-                     never depend on what it holds
+                     do not depend on its row counts (a batch kept as a list, below,
+                     has none)
     int, float, bool of one type in every sample: a tensor, as default_collate makes
     anything else   strings, JSON objects, bytes, None, mixed types: a list of the values
 
