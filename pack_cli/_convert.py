@@ -65,7 +65,8 @@ from packer.formats.base import ShardOptions
               help="URL DST: convert in this folder before uploading, and keep it so "
                    "--resume works (default: a temporary folder, shards dropped once sent).")
 @click.option("--field", "field_types", multiple=True, metavar="NAME:TYPE",
-              help="The type of a manifest column or key kept as a per-sample field: str "
+              help="The type of a manifest column or key, or of a packed source's field, kept "
+                   "as a per-sample field: str "
                    "(CSV default), int, float, json (the cell is JSON text), bytes (the cell "
                    "names a file), floats or ints (a list of numbers stored as a float32 / "
                    "int64 array: boxes, ids); repeatable.")

@@ -58,6 +58,25 @@ class FieldChoice:
                 return spec.type
         return default
 
+    def retyped(self, found: Sequence[FieldSpec], where: str,
+                fixed: bool = False) -> list[FieldSpec]:
+        """`found` with the types --field gives them. A --field naming no field of the
+        source is an error, not ignored (a typo would leave the field as it was); so is
+        one that changes a type the source fixes (`fixed`: an image folder's sidecars)."""
+        if not self.enabled:
+            return list(found)
+        by_name = {spec.name: spec for spec in found}
+        for spec in self.types:
+            if spec.name not in by_name:
+                known = ", ".join(by_name) or "none"
+                raise FieldValueError(f"{where}: --field names {spec.name!r}, which the "
+                                      f"source does not have (its fields: {known})")
+            if fixed and by_name[spec.name] != spec:
+                raise FieldValueError(f"{where}: --field {spec.name}:{spec.type} does not "
+                                      f"apply: the sidecar field {spec.name!r} is "
+                                      f"{by_name[spec.name].type}; drop --field")
+        return [FieldSpec(spec.name, self.type_of(spec.name, spec.type)) for spec in found]
+
     def chosen(self, found: Sequence[FieldSpec], where: str) -> tuple[FieldSpec, ...]:
         """The fields kept of those the source has; an unknown name in --fields is an error."""
         if not self.enabled:

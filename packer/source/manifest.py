@@ -85,8 +85,10 @@ def _manifest_specs(manifest: Path, choice: FieldChoice) -> tuple[FieldSpec, ...
         for name, value in extras.items():
             types[name] = widened(types.get(name), value)
     try:
-        found = [FieldSpec(name, choice.type_of(name, kind or "json"))
-                 for name, kind in types.items()]
+        found = choice.retyped([FieldSpec(name, kind or "json") for name, kind in types.items()],
+                               str(manifest))
+    except FieldValueError:
+        raise
     except ValueError as exc:
         raise FieldValueError(f"{manifest}: {exc}, or pass --fields to choose the keys "
                               "to keep or --no-fields") from exc

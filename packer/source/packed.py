@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from packer import formats
-from packer.core.fields import FieldSpec, encode_value, pack_record
+from packer.core.fields import FieldSpec, FieldValueError, encode_value, pack_record, parse_text
 from packer.core.index import (
     INDEX_NAME,
     KEYS_NAME,
@@ -143,9 +143,11 @@ class PackedSource:
             values = self._reader().fields(item.position, [s.name for s in self.fields])
         except PackError as exc:
             raise RejectReason(f"damaged in the source dataset: {exc}") from exc
-        return pack_record([None if values[spec.name] is None
-                            else encode_value(spec.type, values[spec.name])
-                            for spec in self.fields])
+        try:
+            return pack_record([None if values[spec.name] is None
+                                else _encoded(spec, values[spec.name]) for spec in self.fields])
+        except FieldValueError as exc:
+            raise RejectReason(f"a field does not fit its --field type: {exc}") from exc
 
     def digest(self, i: int) -> bytes:
         return self.table.digest(i)
@@ -193,3 +195,17 @@ def read_rejects(folder: Path) -> list[Reject]:
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
         raise SourceError(f"{path}: unreadable rejects list of the source dataset ({exc}); "
                           "reconvert it") from exc
+
+
+def _encoded(spec: FieldSpec, value: object) -> bytes:
+    """A source value in `spec`'s byte form. Its type may differ from the source's
+    (--field boxes:floats over json boxes): an array becomes a list for json, a string
+    is read as a manifest cell is (str -> int, float, json, floats, ints)."""
+    try:
+        if isinstance(value, np.ndarray) and spec.type == "json":
+            value = value.tolist()
+        elif isinstance(value, str) and spec.type not in ("str", "bytes"):
+            return parse_text(spec.type, value)
+        return encode_value(spec.type, value)
+    except FieldValueError as exc:
+        raise FieldValueError(f"field {spec.name!r} ({spec.type}): {exc}") from exc

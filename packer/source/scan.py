@@ -126,7 +126,10 @@ def scan_packed(folder: Path, choice: FieldChoice | None = None) -> Source:
     the fields chosen of its own."""
     origin = PackedSource(folder)
     index = origin.index
-    fields = (choice or FieldChoice()).chosen(index.fields, str(folder))
+    choice = choice or FieldChoice()
+    # --field retypes a packed source's fields too (json boxes -> floats): the values are
+    # decoded with the source's types and encoded with the new ones (PackedSource)
+    fields = choice.chosen(choice.retyped(index.fields, str(folder)), str(folder))
     origin.fields = fields
     return Source(folder, origin.items(root_prefix(folder)), index.class_names, [],
                   index.num_ignored, origin, read_rejects(folder), fields=fields)
@@ -165,8 +168,8 @@ def scan_folder(root: Path, choice: FieldChoice | None = None) -> Source:
                                 seen if choice.enabled else None)
     rejects.sort(key=lambda reject: reject.path)  # the same whatever order the disk lists
     every = tuple(SIDECARS.values())
-    fields = choice.chosen([spec for suffix, spec in SIDECARS.items() if suffix in seen],
-                           str(root))
+    sidecars = [spec for suffix, spec in SIDECARS.items() if suffix in seen]
+    fields = choice.chosen(choice.retyped(sidecars, str(root), fixed=True), str(root))
     if not fields:
         found.map_fields(None)  # no sidecars (or --no-fields): rows without fields
     elif fields != every:  # the records hold (txt, json): keep the fields chosen
