@@ -2,8 +2,9 @@
 
     int      int64 (N,)    0 where a sample has no value
     float    float64 (N,)  NaN where a sample has no value
-    str, json, bytes       variable-length: the byte form of each value (UTF-8 text,
-                           compact JSON, raw bytes), b"" where a sample has no value
+    str, json, bytes,      variable-length: the byte form of each value (UTF-8 text,
+    floats, ints           compact JSON, raw bytes, .npy bytes), b"" where a sample has
+                           no value
     present  bool (N,)     which samples have a value (an empty string is a value)
 
 Built from the field records the conversion's table holds (packer.core.field_table),

@@ -24,9 +24,10 @@ from typing import Any
 import h5py
 import numpy as np
 
-from packer.core.fields import FieldSpec
+from packer.core.fields import FieldSpec, unpack_record
 from packer.core.index import SAMPLE_DTYPE, SampleTable, ShardInfo
 from packer.core.record import Record
+from packer.errors import UnstorableRecord
 from packer.formats._field_columns import columns
 from packer.formats._hdf5_fields import write_fields
 from packer.formats.base import Location, WriterPlan
@@ -90,6 +91,7 @@ class Hdf5Writer:
         self.tmp = partial_path(self.path)
         self.meta = plan.folder / (FILE + META_SUFFIX)
         self.fields = plan.fields
+        self._strings = [n for n, spec in enumerate(plan.fields) if spec.type == "str"]
         self.blob_start = build_layout(self.meta, 1) or 0
         self.meta.unlink()
         self._file = ShardFile(self.tmp, start=self.blob_start, hashed=False)
@@ -99,10 +101,24 @@ class Hdf5Writer:
         return False
 
     def add(self, record: Record) -> Location:
+        if self._strings:  # checked before anything is written
+            self._check_strings(record.fields)
         offset = self._file.size
         self._file.write([record.data])
         self._exts.append(record.ext)
         return Location(offset, len(record.data))
+
+    def _check_strings(self, fields: bytes) -> None:
+        """HDF5's variable-length strings end at a NUL byte (h5py refuses to write one):
+        a str field holding one is this sample's reject, not the whole file's failure
+        at the end (json fields escape it as \\u0000)."""
+        values = unpack_record(fields, len(self.fields))
+        for n in self._strings:
+            value = values[n]
+            if value is not None and b"\0" in value:
+                raise UnstorableRecord(
+                    f"field {self.fields[n].name!r} holds a NUL byte, which HDF5 strings "
+                    "cannot; remove it, or pack to wds, lmdb or npy, which keep it")
 
     def end_part(self) -> None:
         self._file.flush()
