@@ -280,6 +280,17 @@ def pack_with_fields(root: Path, fmt: str, count: int = FIELD_SAMPLES,
     return dst, expected
 
 
+def jsonl_manifest(root: Path, rows: list[dict[str, Any]]) -> Path:
+    """root/m.jsonl: a small PNG `<i>.png` for each row, label 0 and the row's keys."""
+    root.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for i, row in enumerate(rows):
+        (root / f"{i}.png").write_bytes(png_bytes(random_image(8, 8, seed=i)))
+        lines.append(json.dumps({"path": f"{i}.png", "label": 0, **row}))
+    (root / "m.jsonl").write_text("\n".join(lines) + "\n")
+    return root / "m.jsonl"
+
+
 def csv_manifest(root: Path, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> Path:
     """root/list.csv: a `path` column (root/<i>.png, small images written here) and
     `columns` (label first, then fields) holding `rows`."""

@@ -14,18 +14,12 @@ import torch
 from packer import ConvertOptions, FieldChoice, FieldSpec, convert
 from packer.errors import SourceError
 from readers import PackedDataset
-from tests.helpers import assert_one_line_error, png_bytes, random_image, run_pack
+from tests.helpers import assert_one_line_error, jsonl_manifest, png_bytes, random_image, run_pack
 
 
 def jsonl(root: Path, boxes: list[object]) -> Path:
     """root/m.jsonl: one small PNG per entry of `boxes`, with those boxes."""
-    root.mkdir(parents=True, exist_ok=True)
-    lines = []
-    for i, value in enumerate(boxes):
-        (root / f"{i}.png").write_bytes(png_bytes(random_image(8, 8, seed=i)))
-        lines.append(json.dumps({"path": f"{i}.png", "label": 0, "boxes": value}))
-    (root / "m.jsonl").write_text("\n".join(lines) + "\n")
-    return root / "m.jsonl"
+    return jsonl_manifest(root, [{"boxes": value} for value in boxes])
 
 
 BOXES = [[[0.5, 1.0, 2.25, 3.0]], [], [[0.1, 0.2, 0.3, 0.4], [1, 2, 3, 4]]]

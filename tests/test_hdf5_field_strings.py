@@ -11,19 +11,13 @@ import pytest
 
 from packer import ConvertOptions, convert
 from readers import PackedDataset
-from tests.helpers import assert_one_line_error, png_bytes, random_image, run_pack
+from tests.helpers import assert_one_line_error, jsonl_manifest, run_pack
 
 CAPTIONS = ["a cat", "nul \x00 inside", "a dog"]
 
 
 def manifest(root: Path) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    lines = []
-    for i, caption in enumerate(CAPTIONS):
-        (root / f"{i}.png").write_bytes(png_bytes(random_image(8, 8, seed=i)))
-        lines.append(json.dumps({"path": f"{i}.png", "label": 0, "caption": caption}))
-    (root / "m.jsonl").write_text("\n".join(lines) + "\n")
-    return root / "m.jsonl"
+    return jsonl_manifest(root, [{"caption": caption} for caption in CAPTIONS])
 
 
 def test_hdf5_rejects_the_sample_naming_the_field(tmp_path: Path) -> None:
