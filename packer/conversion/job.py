@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from packer import formats
 from packer.conversion.destination import prepare, refuse_inside_source, write_errors
@@ -45,6 +45,8 @@ from packer.storage.atomic import write_atomic
 from packer.storage.hashing import sha256_file
 
 DEFAULT_NPY_SIZE = (256, 256)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -150,15 +152,22 @@ def convert_local(src: str | Path, dst: str | Path, fmt: str,
                 source.origin.open()  # a source that cannot be read stops here, not per sample
             if source.archive is not None:
                 source.archive.open()  # ... or that changed since the scan
+            # The generators are closed here, whatever ends the loop: one left to the
+            # garbage collector (a traceback kept by the caller holds it) shut its
+            # thread pool down wherever the collection ran, once inside a new thread's
+            # start, which deadlocked on threading's own lock.
             if isinstance(writer, CommittedShards):  # parallel: Ray tasks write the shards
                 assert run.shards.max_samples is not None  # use_parallel_writers checked it
-                job.commit_groups(written_groups(
-                    folder, source.items, done.src_stop, run.shards.max_samples, options,
-                    run.shards.max_bytes, run.workers, run.ray_address,
-                    stop_at_reject=run.on_error == "fail"), writer.commit)
+                with closed_after(written_groups(
+                        folder, source.items, done.src_stop, run.shards.max_samples, options,
+                        run.shards.max_bytes, run.workers, run.ray_address,
+                        stop_at_reject=run.on_error == "fail")) as groups:
+                    job.commit_groups(groups, writer.commit)
             else:
-                job.consume(encoded(source.items[done.src_stop :], options, run.workers,
-                                    run.executor, run.ray_address))
+                with closed_after(encoded(source.items[done.src_stop :], options,
+                                          run.workers, run.executor,
+                                          run.ray_address)) as records:
+                    job.consume(records)
             shards = writer.finish(job.build_table())
         except BaseException:
             with contextlib.suppress(Exception):  # the first failure is the one to report
@@ -206,8 +215,22 @@ def encoded(items: Sequence[SourceItem], options: EncodeOptions, workers: int | 
     # objects in the worker, and pickles (Ray) with only its own keys and paths.
     batches = cast(Iterator[list[SourceItem]],
                    (items[i : i + size] for i in range(0, len(items), size)))
-    for batch in encode_ordered(batches, options, workers, executor, address):
-        yield from batch
+    with closed_after(encode_ordered(batches, options, workers, executor, address)) as ordered:
+        for batch in ordered:  # closing this generator closes the pool's (convert_local)
+            yield from batch
+
+
+@contextlib.contextmanager
+def closed_after(iterator: Iterator[T]) -> Iterator[Iterator[T]]:
+    """`iterator`, closed when the block ends if it can be (a generator; map() cannot):
+    its `finally` (a thread pool's shutdown) runs here and now, not in whatever thread
+    the garbage collector next runs in."""
+    try:
+        yield iterator
+    finally:
+        close = getattr(iterator, "close", None)
+        if close is not None:
+            close()
 
 
 def resume_point(journal: Journal, job: str, resume: bool, files: tuple[str, ...],
