@@ -58,6 +58,27 @@ def columns(specs: Sequence[FieldSpec], rows: FieldRows | None, count: int) -> l
     return built
 
 
+def offsets_and_data(values: Sequence[bytes]) -> tuple[npt.NDArray[np.int64],
+                                                       npt.NDArray[np.uint8]]:
+    """Variable-length values back to back (data) and where each starts (offsets,
+    N + 1): value i is data[offsets[i]:offsets[i + 1]]. npy's offsets + data files and
+    hdf5's array blobs."""
+    offsets = np.zeros(len(values) + 1, np.int64)
+    np.cumsum([len(value) for value in values], out=offsets[1:])
+    return offsets, np.frombuffer(b"".join(values), np.uint8)
+
+
+def sliced_values(flags: list[bool], offsets: npt.NDArray[np.int64],
+                  data: npt.NDArray[np.uint8], wanted: npt.NDArray[np.intp]
+                  ) -> list[bytes | None]:
+    """The values at `wanted` of an offsets + data pair (None where `flags` says no
+    value), one copy each."""
+    starts, stops = offsets[wanted].tolist(), offsets[wanted + 1].tolist()
+    view = data.data  # slicing a memoryview costs a fraction of an array's
+    return [view[start:stop].tobytes() if flag else None
+            for flag, start, stop in zip(flags, starts, stops, strict=True)]
+
+
 def value_bytes(kind: FieldType, stored: object) -> bytes:
     """The byte form of a value as a column holds it (a numpy number, str or bytes)."""
     if kind == "int":

@@ -26,7 +26,7 @@ import numpy as np
 from h5py import h5s
 
 from packer.core.fields import FieldSpec
-from packer.formats._field_columns import Column, value_bytes
+from packer.formats._field_columns import Column, offsets_and_data, sliced_values, value_bytes
 
 GROUP = "fields"
 PRESENT = "fields_present"
@@ -46,11 +46,8 @@ def write_fields(h5: Any, built: Sequence[Column]) -> None:
         if column.numbers is not None:
             group.create_dataset(name, data=column.numbers, track_times=False)
         elif column.spec.type in BLOBS:
-            values = column.values or []
-            offsets = np.zeros(len(values) + 1, np.int64)
-            np.cumsum([len(value) for value in values], out=offsets[1:])
-            group.create_dataset(name, data=np.frombuffer(b"".join(values), np.uint8),
-                                 track_times=False)
+            offsets, data = offsets_and_data(column.values or [])
+            group.create_dataset(name, data=data, track_times=False)
             h5.require_group(OFFSETS).create_dataset(name, data=offsets, track_times=False)
         elif column.spec.type == "bytes":
             data = np.empty(len(column.present), dtype=object)
@@ -120,10 +117,7 @@ class Blob:
             .view(np.ndarray) if size else np.zeros(0, np.uint8)
 
     def values(self, flags: list[bool], wanted: np.ndarray) -> list[bytes | None]:
-        starts, stops = self.offsets[wanted].tolist(), self.offsets[wanted + 1].tolist()
-        view = self.data.data  # slicing a memoryview costs a fraction of an array's
-        return [view[start:stop].tobytes() if flag else None
-                for flag, start, stop in zip(flags, starts, stops, strict=True)]
+        return sliced_values(flags, self.offsets, self.data, wanted)
 
 
 def _opened(h5: Any, spec: FieldSpec) -> Any:

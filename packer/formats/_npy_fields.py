@@ -24,7 +24,7 @@ import numpy as np
 from packer.core.checks import load_array
 from packer.core.fields import FieldSpec
 from packer.errors import CorruptDatasetError
-from packer.formats._field_columns import Column, value_bytes
+from packer.formats._field_columns import Column, offsets_and_data, sliced_values, value_bytes
 from packer.storage.atomic import atomic_writer
 
 FOLDER = "fields"
@@ -51,11 +51,9 @@ def write_fields(folder: Path, built: Sequence[Column]) -> None:
         if column.numbers is not None:
             _save(Path(f"{base}.npy"), column.numbers)
             continue
-        values = column.values or []
-        offsets = np.zeros(len(values) + 1, np.int64)
-        np.cumsum([len(value) for value in values], out=offsets[1:])
+        offsets, data = offsets_and_data(column.values or [])
         _save(Path(f"{base}.offsets.npy"), offsets)
-        _save(Path(f"{base}.data.npy"), np.frombuffer(b"".join(values), np.uint8))
+        _save(Path(f"{base}.data.npy"), data)
 
 
 def _save(path: Path, array: np.ndarray) -> None:
@@ -103,7 +101,4 @@ class FieldArrays:
             return [value_bytes(spec.type, number) if flag else None
                     for flag, number in zip(flags, numbers, strict=True)]
         offsets, data = rest
-        starts, stops = offsets[wanted].tolist(), offsets[wanted + 1].tolist()
-        view = data.data  # slicing a memoryview costs a fraction of an array's
-        return [view[start:stop].tobytes() if flag else None
-                for flag, start, stop in zip(flags, starts, stops, strict=True)]
+        return sliced_values(flags, offsets, data, wanted)
