@@ -35,6 +35,7 @@ from typing import Any, Literal, cast
 import numpy as np
 import torch
 
+from packer.core.field_arrays import FLOAT32_MAX
 from packer.core.fields import FieldSpec, decode_value, numbered
 from packer.core.index import Index
 from packer.formats.base import FieldValuesReader, RecordReader
@@ -155,7 +156,6 @@ def natural(value: Any) -> Any:
     return value  # strings, bools, objects, None among them: Python values
 
 
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def _float_array(array: np.ndarray) -> np.ndarray:
@@ -165,7 +165,7 @@ def _float_array(array: np.ndarray) -> np.ndarray:
     only when some magnitude exceeds float32's largest (`fmax` skips NaN, which a plain
     max would return, hiding a 1e300 beside it).
     """
-    if not array.size or not float(np.fmax.reduce(np.abs(array), axis=None)) > _FLOAT32_MAX:
+    if not array.size or not float(np.fmax.reduce(np.abs(array), axis=None)) > FLOAT32_MAX:
         return array.astype(np.float32)
     with np.errstate(over="ignore"):
         narrow = array.astype(np.float32)

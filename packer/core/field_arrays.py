@@ -38,7 +38,7 @@ DTYPES: dict[str, np.dtype[np.generic]] = {"floats": np.dtype("<f4"), "ints": np
 MAGIC = b"\x93NUMPY\x01\x00"
 ALIGN = 64
 _HEADER = re.compile(rb"\{'descr':'(<f4|<i8)','fortran_order':False,'shape':\(([0-9,]*)\)\} *\n")
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # the largest finite float32
 _MAX_DIMS = 64  # numpy's
 
 
@@ -86,7 +86,7 @@ def _from_objects(kind: ArrayType, value: list[Any]) -> npt.NDArray[np.generic]:
                               "length)") from exc
     allowed = (int,) if kind == "ints" else (int, float)
     numbers = objects.reshape(-1)  # not .flat: numpy iterates 32 dimensions at most
-    if objects.ndim == 0 or any(type(x) is list for x in numbers):
+    if any(type(x) is list for x in numbers):  # a list gives 1 dimension or more
         if objects.ndim == _MAX_DIMS:  # numpy stopped nesting there
             raise ArrayValueError(f"a list nested deeper than {_MAX_DIMS} is not "
                                   f"{wanted(kind)}")
@@ -101,7 +101,7 @@ def _from_objects(kind: ArrayType, value: list[Any]) -> npt.NDArray[np.generic]:
     try:
         return numbers.astype(np.float64).reshape(objects.shape)
     except OverflowError as exc:  # an int beyond any float
-        raise ArrayValueError(f"a number beyond float32's range ({_FLOAT32_MAX:.4g}); use "
+        raise ArrayValueError(f"a number beyond float32's range ({FLOAT32_MAX:.4g}); use "
                               "a json field to keep it") from exc
 
 
@@ -123,10 +123,10 @@ def _narrowed(kind: ArrayType, array: np.ndarray) -> npt.NDArray[np.generic]:
             raise ArrayValueError("an integer beyond int64")
         return np.ascontiguousarray(array, dtype=DTYPES["ints"])
     if array.size and float(np.fmax.reduce(np.abs(array.astype(np.float64, copy=False)),
-                                            axis=None)) > _FLOAT32_MAX:  # NaN skipped
+                                            axis=None)) > FLOAT32_MAX:  # NaN skipped
         finite = array[np.isfinite(array)] if array.dtype.kind == "f" else array
-        if finite.size and float(np.abs(finite.astype(np.float64)).max()) > _FLOAT32_MAX:
-            raise ArrayValueError(f"a number beyond float32's range ({_FLOAT32_MAX:.4g}); "
+        if finite.size and float(np.abs(finite.astype(np.float64)).max()) > FLOAT32_MAX:
+            raise ArrayValueError(f"a number beyond float32's range ({FLOAT32_MAX:.4g}); "
                                   "use a json field to keep it")
     return np.ascontiguousarray(array, dtype=DTYPES["floats"])
 

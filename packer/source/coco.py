@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from packer.core.field_arrays import FLOAT32_MAX
 from packer.core.fields import FieldSpec, encode_value, pack_record
 from packer.core.record import Reject
 from packer.errors import SourceError
@@ -219,7 +220,7 @@ def _problem(ann: dict[str, Any], categories: dict[str, str]) -> str | None:
         return f"has `bbox` {_shown(bbox)}, not 4 numbers [x, y, width, height]"
     if not all(map(_finite, bbox)) or bbox[2] < 0 or bbox[3] < 0:
         return f"has `bbox` {_shown(bbox)}: x, y must be finite, width and height >= 0"
-    if max(abs(float(n)) for n in bbox) > _FLOAT32_MAX:
+    if max(abs(float(n)) for n in bbox) > FLOAT32_MAX:
         return f"has `bbox` {_shown(bbox)}: beyond float32's range, as boxes are stored"
     category = ann.get("category_id")
     if "category_id" not in ann:
@@ -244,7 +245,6 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
 
 
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def _finite(value: float) -> bool:

@@ -29,10 +29,9 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
-from packer.core.field_arrays import parsed_header
+from packer.core.field_arrays import FLOAT32_MAX, parsed_header
 
 _PLAIN = re.compile(rb"[0-9.,eE+\-\[\]]*")  # numbers and brackets, nothing else
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
 _EXACT = float(2**53)  # integers below this are exact in float64
 _INT64_RANGE = float(2**63)  # a JSON int this large or more: numpy makes an object array
 
@@ -100,7 +99,7 @@ def _exact(flat: npt.NDArray[np.float64], counts: npt.NDArray[np.int64],
     if not len(flat):
         return True
     largest = float(np.fmax.reduce(np.abs(flat)))
-    if largest > _FLOAT32_MAX or largest >= _INT64_RANGE:
+    if largest > FLOAT32_MAX or largest >= _INT64_RANGE:
         return False  # an int beyond int64 beside floats: natural() keeps the list
     ints = flat[np.repeat(~np.array(floats, dtype=np.bool_), counts)]
     return not len(ints) or (float(np.abs(ints).max()) < _EXACT
