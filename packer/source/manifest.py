@@ -85,14 +85,11 @@ def _manifest_specs(manifest: Path, choice: FieldChoice) -> tuple[FieldSpec, ...
         for name, value in extras.items():
             types[name] = widened(types.get(name), value)
     try:
-        found = choice.retyped([FieldSpec(name, kind or "json") for name, kind in types.items()],
-                               str(manifest))
-    except FieldValueError:
-        raise
-    except ValueError as exc:
+        found = [FieldSpec(name, kind or "json") for name, kind in types.items()]
+    except ValueError as exc:  # a key that is not a field name
         raise FieldValueError(f"{manifest}: {exc}, or pass --fields to choose the keys "
                               "to keep or --no-fields") from exc
-    return choice.chosen(found, str(manifest))
+    return choice.chosen(choice.retyped(found, str(manifest)), str(manifest))
 
 
 def _read_manifest_rows(manifest: Path) -> Iterable[tuple[int, str, str, dict[str, Any]]]:
