@@ -110,10 +110,7 @@ class PackedIterableDataset(_PackedBase, SplitPasses, IterableDataset[Sample]):
                 yield sample
 
     def __getstate__(self) -> dict[str, Any]:
-        """Spawned workers cannot ask the process group: send them the world as of now."""
-        state = super().__getstate__()
-        state["_sent"] = self._world.now(self._sent_here())
-        return state
+        return self._sending(super().__getstate__())
 
 
 FIELD_GROUP = 64  # records whose fields are read together (their images one at a time)

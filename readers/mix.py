@@ -135,10 +135,7 @@ class Mix(SplitPasses, IterableDataset[Sample]):
             yield _tagged(sample, s) if self.with_source else sample
 
     def __getstate__(self) -> dict[str, Any]:
-        """Spawned workers cannot ask the process group: send them the world as of now."""
-        state = self.__dict__.copy()
-        state["_sent"] = self._world.now(self._sent_here())
-        return state
+        return self._sending(self.__dict__.copy())
 
 
 def _shifted(spans: Spans, base: int) -> Spans:

@@ -17,6 +17,7 @@ from torch.utils.data import get_worker_info
 from readers.epochs import PassEpochs
 from readers.resume import PendingResume, pending_from_state
 from readers.sharding import ShardPlan, Spans, num_in
+from readers.split_owner import LoaderView, loader_view
 from readers.world import LateWorld, RankWorld
 
 
@@ -25,6 +26,7 @@ class SplitPasses:
 
     _world: LateWorld
     _sent: RankWorld | None  # the world when sent to a spawned worker
+    _sent_view: LoaderView | None = None  # the loader's view when sent (readers.split_owner)
     _split: tuple[bool, bool, int]  # (shuffle, drop_last, seed)
     _epochs: PassEpochs
     _resume: PendingResume | None
@@ -66,8 +68,16 @@ class SplitPasses:
         each pass takes the epoch after the previous pass's (see readers.epochs)."""
         self._epochs.set_next(epoch)
 
+    def _view(self) -> LoaderView:
+        """What the loader asking now wants (readers.split_owner); in a spawned worker the
+        view its parent found fills the gaps."""
+        return loader_view(self).or_else(self._sent_view if get_worker_info() else None)
+
     def __len__(self) -> int:
-        return self.plan.num_per_rank
+        """Samples this rank yields per epoch; the whole epoch's when a framework that splits
+        across ranks itself asks (readers.split_owner)."""
+        world_size = 1 if self._view().framework_splits else self.world_size
+        return self._plan_for(world_size).num_per_rank
 
     def __iter__(self) -> Iterator[Any]:
         """This process's share of the epoch, less what a loaded state says it has seen.
@@ -77,17 +87,34 @@ class SplitPasses:
         """
         info = get_worker_info()
         worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        view = self._view()
         rank, world_size = self._world.for_pass(self._sent_here())
+        if view.framework_splits:
+            rank, world_size = 0, 1  # the framework keeps each rank's part of the whole
         plan = self._plan_for(world_size)
         epoch, resume, skip = self._epochs.start_pass(), self._resume, 0
         if resume is not None:
             worker = resume.worker_for(epoch, worker, num_workers)
-        spans = plan.worker_spans(epoch, rank, worker, num_workers, self.batch_size)
+        spans = plan.worker_spans(epoch, rank, worker, num_workers, self._dealt(view))
         if resume is not None:
             skip = resume.take(epoch, worker, num_in(spans))
         self._pass, self._seen = (epoch, worker, num_workers), skip
         return self._stream(spans, plan, (epoch, rank, worker), skip)
 
+    def _dealt(self, view: LoaderView) -> int | None:
+        """The run of samples dealt whole to each worker: the framework's, when it splits
+        (it takes that many at a time across its ranks), else this reader's batch size,
+        else its loader's, so no worker ends on a partial batch of its own."""
+        if view.framework_splits and view.batch_size is not None:
+            return view.batch_size
+        return self.batch_size if self.batch_size is not None else view.batch_size
+
+    def _sending(self, state: dict[str, Any]) -> dict[str, Any]:
+        """`state`, pickled for a spawned worker, with what the worker cannot find out: the
+        world (it cannot ask the process group) and the loader's view, both as of now."""
+        state["_sent"] = self._world.now(self._sent_here())
+        state["_sent_view"] = self._view()
+        return state
 
     def state_dict(self) -> dict[str, int]:
         """{"epoch", "seed", "samples_seen", "worker", "num_workers"} of this process's pass.

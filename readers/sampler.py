@@ -33,6 +33,7 @@ from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_SPLIT, SplitOptions
 from readers.options.legacy import SPLIT_MOVES, accepts_legacy
 from readers.resume import PendingResume, pending_from_state
 from readers.sharding import ShardPlan, buffered_shuffle, check_epoch, epoch_rng, expand
+from readers.split_owner import loader_view
 from readers.weighted import ClassWeights, weighted_split
 from readers.world import LateWorld
 
@@ -125,7 +126,10 @@ class ChunkSampler(DistributedSampler[int]):
         self._next_epoch = check_epoch(epoch)
 
     def __len__(self) -> int:
-        return self.plan.num_per_rank
+        """Indices this rank yields per epoch; the whole epoch's when a framework that splits
+        the batches across ranks itself asks (readers.split_owner)."""
+        world_size = 1 if loader_view(self).framework_splits else self.world_size
+        return self._plan_for(world_size).num_per_rank
 
     def __iter__(self) -> Iterator[int]:
         """This epoch's indices, less those a loaded state says were seen (the first ones).
@@ -134,6 +138,8 @@ class ChunkSampler(DistributedSampler[int]):
         state_dict() taken before its first index (StatefulDataLoader does) is right.
         """
         rank, world_size = self._world.for_pass()
+        if loader_view(self).framework_splits:
+            rank, world_size = 0, 1  # the framework keeps each rank's batches of the whole
         plan = self._plan_for(world_size)
         epoch, self._next_epoch = self._next_epoch, self._next_epoch + 1
         skip = self._resume.take(epoch, 0, plan.num_per_rank) if self._resume is not None else 0

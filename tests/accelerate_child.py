@@ -1,62 +1,86 @@
-"""A real 2-process Accelerate run (torchrun, CPU, gloo): the README's recipe, recorded.
+"""A real 2-process Accelerate run (torchrun, CPU, gloo) with the calls its docs show, recorded.
 
     torchrun --nproc_per_node 2 tests/accelerate_child.py DATASET OUT
 
-`accelerator.prepare` re-splits any DataLoader it is given across processes (its
-BatchSamplerShard keeps every N-th batch, its IterableDatasetShard every N-th slice of
-a stream it expects to be the same on every process), and our readers have split it
-already. The recipe: prepare the model and optimizer, not the loader; the loader splits
-by rank itself and the batches move to `accelerator.device`. Each rank writes
-OUT/rank{r}-epoch{e}.json with the keys each loader gave it, in order.
+Each setup trains side by side for 2 epochs and notes the keys each batch brought:
+
+    sampler            prepare(model, optimizer, DataLoader(ds, sampler=ChunkSampler(ds)))
+    shuffle            prepare(..., DataLoader(ds, shuffle=True))   (Accelerate's own sampler)
+    iterable           prepare(..., DataLoader(PackedIterableDataset, num_workers=2)):
+                       dispatch_batches defaults to True for an IterableDataset
+    iterable_shards    the same under DataLoaderConfiguration(dispatch_batches=False)
+    iterable_spawn     dispatch_batches default, spawn workers, no batch_size= on the dataset
+    unprepared         a DataLoader left unprepared: the readers split it themselves
+
+Keys travel as int positions (framework_support.KeyIds): a dispatched batch is
+broadcast from rank 0, and strings do not broadcast. Each rank writes
+OUT/rank{r}-epoch{e}.json: {setup: keys, in order}.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import torch
-from accelerate import Accelerator
+from accelerate import Accelerator, DataLoaderConfiguration
+from framework_support import SIZE, KeyIds, write_seen
 from torch.nn import functional
 from torch.utils.data import DataLoader
 
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset
 
-BATCH = 20
-SIZE = (8, 8)
+BATCH = 10
 
 
-def loaders(path: Path) -> dict[str, DataLoader[Any]]:
+def loaders(path: Path, collate: KeyIds) -> dict[str, DataLoader[Any]]:
     ds = PackedDataset(path, size=SIZE, with_keys=True)
-    iterable = PackedIterableDataset(path, size=SIZE, with_keys=True, batch_size=BATCH)
+
+    def iterable(**options: Any) -> PackedIterableDataset:
+        return PackedIterableDataset(path, size=SIZE, with_keys=True, **options)
+
     return {
-        "sampler": DataLoader(ds, batch_size=BATCH, sampler=ChunkSampler(ds)),
-        "iterable": DataLoader(iterable, batch_size=BATCH, num_workers=2,
-                               multiprocessing_context="fork"),
+        "sampler": DataLoader(ds, batch_size=BATCH, sampler=ChunkSampler(ds), collate_fn=collate),
+        "shuffle": DataLoader(ds, batch_size=BATCH, shuffle=True, collate_fn=collate),
+        "iterable": DataLoader(iterable(batch_size=BATCH), batch_size=BATCH, num_workers=2,
+                               multiprocessing_context="fork", collate_fn=collate),
+        "iterable_shards": DataLoader(iterable(batch_size=BATCH), batch_size=BATCH,
+                                      num_workers=2, multiprocessing_context="fork",
+                                      collate_fn=collate),
+        "iterable_spawn": DataLoader(iterable(), batch_size=BATCH, num_workers=2,
+                                     multiprocessing_context="spawn", collate_fn=collate),
+        "unprepared": DataLoader(iterable(), batch_size=BATCH, collate_fn=collate),
     }
 
 
 def main() -> None:
     path, out = Path(sys.argv[1]), Path(sys.argv[2])
+    collate = KeyIds.of(path)
     accelerator = Accelerator(cpu=True)
+    shards = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(
+        dispatch_batches=False))
     model = torch.nn.Linear(3 * SIZE[0] * SIZE[1], 3)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    model, optimizer = accelerator.prepare(model, optimizer)
-    built = loaders(path)
-    for epoch in range(2):
-        seen: dict[str, list[str]] = {}
+    built = loaders(path, collate)
+    model, optimizer, *prepared = accelerator.prepare(
+        model, optimizer, built["sampler"], built["shuffle"], built["iterable"],
+        built["iterable_spawn"])
+    prepared += [shards.prepare(built["iterable_shards"])]
+    built.update(zip(["sampler", "shuffle", "iterable", "iterable_spawn", "iterable_shards"],
+                     prepared, strict=True))
+    seen: list[dict[str, list[str]]] = []
+    for _ in range(2):
+        epoch: dict[str, list[str]] = {}
         for name, loader in built.items():
-            for images, labels, keys in loader:
-                logits = model(images.to(accelerator.device).float().flatten(1))
-                loss = functional.cross_entropy(logits, labels.to(accelerator.device))
+            for images, labels, ids in loader:
+                loss = functional.cross_entropy(model(images.flatten(1)), labels.clamp(min=0))
                 accelerator.backward(loss)
                 optimizer.step()
                 optimizer.zero_grad()
-                seen.setdefault(name, []).extend(keys)
-        name = f"rank{accelerator.process_index}-epoch{epoch}.json"
-        (out / name).write_text(json.dumps(seen))
+                epoch.setdefault(name, []).extend(collate.keys_of(ids))
+        seen.append(epoch)
+    write_seen(out, accelerator.process_index, seen)
     accelerator.end_training()
 
 

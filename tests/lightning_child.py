@@ -5,7 +5,8 @@
 Lightning starts rank 1 by running this script again. Three loaders train side by side
 (a CombinedLoader of equal lengths, so none is cycled): PackedDataset + ChunkSampler,
 PackedDataset + shuffle=True (Lightning injects its DistributedSampler), and
-PackedIterableDataset with two workers, dealing whole batches. `inside` builds them in
+PackedIterableDataset with two workers, dealing whole batches of its own batch_size= or,
+without one, of its loader's. `inside` builds them in
 `train_dataloader` (inside fit, after the process group exists), `before` at the top of
 the script, before the group exists. Each rank writes OUT/rank{r}-epoch{e}.json: the keys
 each loader fed to training_step, in order.
@@ -36,6 +37,9 @@ def loaders(path: Path) -> dict[str, torch.utils.data.DataLoader[Any]]:
         "shuffle": torch.utils.data.DataLoader(ds, batch_size=BATCH, shuffle=True),
         "iterable": torch.utils.data.DataLoader(iterable, batch_size=BATCH, num_workers=2,
                                                 multiprocessing_context="fork"),
+        "unbatched": torch.utils.data.DataLoader(
+            PackedIterableDataset(path, size=SIZE, with_keys=True), batch_size=BATCH,
+            num_workers=2, multiprocessing_context="fork"),
     }
 
 

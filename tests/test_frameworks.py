@@ -1,7 +1,8 @@
-"""Exactly once under real Lightning (2 ranks, strategy="ddp") and Accelerate (torchrun, 2
-processes): every sample trained on once per epoch, across the ranks, in a new order in
-epoch 1, with the loaders built inside and before `fit` (tests/lightning_child.py and
-tests/accelerate_child.py say what each run does)."""
+"""Exactly once under real Lightning (2 ranks, strategy="ddp"), Accelerate and
+transformers' Trainer (torchrun, 2 processes), with each framework's standard calls: every
+sample trained on once per epoch, across the ranks, equal counts per rank, in a new order
+in epoch 1 (tests/lightning_child.py, tests/accelerate_child.py and tests/trainer_child.py
+say what each run does)."""
 
 from __future__ import annotations
 
@@ -61,12 +62,23 @@ def test_lightning_ddp_trains_on_every_sample_once(dataset: Path, tmp_path: Path
     pytest.importorskip("lightning")
     run([sys.executable, str(HERE / "lightning_child.py"), str(dataset), str(tmp_path), where],
         tmp_path)
-    check_exactly_once(dataset, tmp_path, ("sampler", "shuffle", "iterable"))
+    check_exactly_once(dataset, tmp_path, ("sampler", "shuffle", "iterable", "unbatched"))
 
 
-def test_accelerate_recipe_trains_on_every_sample_once(dataset: Path, tmp_path: Path) -> None:
-    pytest.importorskip("accelerate")
+def torchrun(child: str, dataset: Path, out: Path) -> None:
     run([sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={RANKS}",
-         f"--master_port={free_port()}", str(HERE / "accelerate_child.py"), str(dataset),
-         str(tmp_path)], tmp_path)
-    check_exactly_once(dataset, tmp_path, ("sampler", "iterable"))
+         f"--master_port={free_port()}", str(HERE / child), str(dataset), str(out)], out)
+
+
+def test_accelerate_prepare_trains_on_every_sample_once(dataset: Path, tmp_path: Path) -> None:
+    pytest.importorskip("accelerate")
+    torchrun("accelerate_child.py", dataset, tmp_path)
+    check_exactly_once(dataset, tmp_path, ("sampler", "shuffle", "iterable", "iterable_shards",
+                                           "iterable_spawn", "unprepared"))
+
+
+def test_hf_trainer_trains_on_every_sample_once(dataset: Path, tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    torchrun("trainer_child.py", dataset, tmp_path)
+    check_exactly_once(dataset, tmp_path, ("map", "iterable", "iterable_shards",
+                                           "iterable_unbatched"))

@@ -142,9 +142,11 @@ def test_dealt_batches_make_exactly_len_loader(path: Path, workers: int, context
     sizes = [len(b[-1]) for b in batches]
     expected = NUM // batch * [batch] + ([] if drop_last else [NUM % batch])
     assert sorted(sizes, reverse=True) == expected, "more than one partial batch"
-    undealt = make_loader(iterable(path), workers, context, persistent, batch_size=batch)
-    if workers > 1 and not drop_last:  # the gap dealing closes: a partial batch per worker
-        assert len(list(undealt)) > len(undealt)
+    learned = make_loader(iterable(path), workers, context, persistent, batch_size=batch,
+                          drop_last=drop_last)  # no batch_size=: dealt the loader's
+    learned_sizes = [len(b[-1]) for b in learned]
+    assert len(learned_sizes) == len(learned)
+    assert sorted(learned_sizes, reverse=True) == expected, "a partial batch per worker"
 
 
 def test_dealt_batches_resume_from_loop_state(path: Path) -> None:

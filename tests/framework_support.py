@@ -1,0 +1,45 @@
+"""What the framework children share: the image size, keys as ints, and the record they write."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from packer.core.index import open_dataset
+
+SIZE = (8, 8)
+
+
+@dataclass(frozen=True)
+class KeyIds:
+    """A collate_fn: (image, label, key) samples -> (float images, labels, key positions).
+
+    Positions are ints, so a batch that a framework broadcasts across ranks (Accelerate's
+    dispatch) carries them; `keys_of` turns them back into keys.
+    """
+
+    keys: tuple[str, ...]
+
+    @classmethod
+    def of(cls, path: Path) -> KeyIds:
+        return cls(tuple(open_dataset(path)[1].keys()))
+
+    def __call__(self, samples: Sequence[tuple[Any, int, str]]) -> tuple[torch.Tensor, ...]:
+        position = {key: i for i, key in enumerate(self.keys)}
+        images = torch.stack([torch.as_tensor(image) for image, _, _ in samples]).float()
+        labels = torch.tensor([label for _, label, _ in samples])
+        return images, labels, torch.tensor([position[key] for _, _, key in samples])
+
+    def keys_of(self, ids: torch.Tensor) -> list[str]:
+        return [self.keys[i] for i in ids.tolist()]
+
+
+def write_seen(out: Path, rank: int, epochs: list[dict[str, list[str]]]) -> None:
+    """OUT/rank{r}-epoch{e}.json: {setup: the keys it trained on, in order}."""
+    for epoch, seen in enumerate(epochs):
+        (out / f"rank{rank}-epoch{epoch}.json").write_text(json.dumps(seen))
