@@ -12,11 +12,15 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 from torch.utils.data import get_worker_info
 
+from readers._stream import stream_order
+from readers.elastic import Segment, piece, rest_of_epoch
 from readers.epochs import PassEpochs
 from readers.resume import PendingResume, pending_from_state
-from readers.sharding import ShardPlan, Spans, num_in
+from readers.sharding import ShardPlan, Spans, epoch_rng, num_in
 from readers.split_owner import LoaderView, loader_view
 from readers.world import LateWorld, RankWorld
 
@@ -33,6 +37,7 @@ class SplitPasses:
     _pass: tuple[int, int, int] | None  # (epoch, worker, num_workers) ...
     _seen: int  # ... of this process's latest pass, and the samples it yielded
     batch_size: int | None
+    buffer_size: int
 
     def _plan_for(self, world_size: int) -> ShardPlan:
         raise NotImplementedError
@@ -92,14 +97,30 @@ class SplitPasses:
         if view.framework_splits:
             rank, world_size = 0, 1  # the framework keeps each rank's part of the whole
         plan = self._plan_for(world_size)
-        epoch, resume, skip = self._epochs.start_pass(), self._resume, 0
-        if resume is not None:
-            worker = resume.worker_for(epoch, worker, num_workers)
-        spans = plan.worker_spans(epoch, rank, worker, num_workers, self._dealt(view))
-        if resume is not None:
-            skip = resume.take(epoch, worker, num_in(spans))
+        epoch, resume, skip, dealt = self._epochs.start_pass(), self._resume, 0, self._dealt(view)
+        elastic = resume.elastic_for(epoch, world_size, num_workers, dealt) if resume else None
+        if elastic is not None:  # saved on another topology: the rest, re-split
+            rest = self._rest(elastic, epoch)
+            spans = piece(rest, world_size, plan.drop_last, rank, worker, num_workers, dealt)
+        else:
+            if resume is not None:
+                worker = resume.worker_for(epoch, worker, num_workers)
+            spans = plan.worker_spans(epoch, rank, worker, num_workers, dealt)
+            if resume is not None:
+                skip = resume.take(epoch, worker, num_in(spans))
         self._pass, self._seen = (epoch, worker, num_workers), skip
         return self._stream(spans, plan, (epoch, rank, worker), skip)
+
+    def _rest(self, segments: tuple[Segment, ...], epoch: int) -> Spans:
+        """What `segments` (a loop state's, readers.elastic) left of `epoch`."""
+        first = self._plan_for(segments[0].world_size)
+        buffer_size = self.buffer_size
+
+        def order(rank: int, worker: int, count: int) -> npt.NDArray[np.int64]:
+            rng = epoch_rng(first.seed, epoch, rank, worker, 2) if first.shuffle else None
+            return stream_order(count, buffer_size, rng)
+
+        return rest_of_epoch(first.epoch_spans(epoch), segments, order, first.drop_last)
 
     def _dealt(self, view: LoaderView) -> int | None:
         """The run of samples dealt whole to each worker: the framework's, when it splits
@@ -139,6 +160,7 @@ class SplitPasses:
         """
         info = get_worker_info()
         here = (info.id, info.num_workers) if info is not None else None
-        self._resume = pending_from_state(state, self._split[2], len(self), here,
-                                          dealt=self.batch_size)
+        self._resume = pending_from_state(
+            state, self._split[2], lambda world: self._plan_for(world).num_per_rank, here,
+            dealt=self.batch_size, world_now=self.world_size)
         self._epochs.set_next(self._resume.epoch)

@@ -14,6 +14,12 @@ that iterates:
 Counts are equal on every rank (each rank yields the same number of batches), so a state
 saved on one rank resumes any rank.
 
+A `loop_state` also records the world size it was saved under, so it loads on any other
+world size and worker count: a pass that finds another topology than the state's reads
+the rest of the epoch, re-split for the ranks and workers it has (readers.elastic),
+each sample once across the new ranks, with equal lengths per rank. A job that resumed so
+and stops again saves `loop_state(..., resumed_from=the state it loaded)`.
+
 What counts is what the training loop consumed, not what was produced, and a DataLoader
 runs ahead (the sampler's indices for prefetched batches, workers' prefetched batches).
 Two ways to get it right:
@@ -31,61 +37,63 @@ Two ways to get it right:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
-from readers.sharding import (
-    check_epoch,
-    worker_bounds,
-)
+from readers.elastic import Segment, samples_per_worker
+from readers.sharding import check_epoch
+from readers.world import group_world
+
+LoopState = dict[str, Any]
+PENDING, APPLIED, DONE = 1, 2, 0  # the stages of a resume that may re-split (PendingResume)
 
 
 def loop_state(epoch: int, batches_consumed: int, batch_size: int, num_workers: int = 0,
-               drop_last: bool = False) -> dict[str, int]:
+               drop_last: bool = False, world_size: int | None = None,
+               resumed_from: Mapping[str, Any] | None = None) -> LoopState:
     """What a training loop over a plain DataLoader saves to resume mid-epoch.
 
-    `drop_last` is the DataLoader's (it decides how many batches each worker makes).
+    `drop_last` is the DataLoader's (it decides how many batches each worker makes);
+    `world_size` defaults to the process group's (1 without one); `resumed_from` is the
+    state this pass was resumed from, when it was one (its batches count from there).
     """
     for name, value in (("batches_consumed", batches_consumed), ("num_workers", num_workers)):
         if value < 0:
             raise ValueError(f"{name} must be 0 or more, not {value}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, not {batch_size}")
-    return {"epoch": check_epoch(epoch), "batches_consumed": batches_consumed,
-            "batch_size": batch_size, "num_workers": num_workers, "drop_last": int(drop_last)}
+    world_size = (group_world() or (0, 1))[1] if world_size is None else world_size
+    if world_size < 1:
+        raise ValueError(f"world_size must be at least 1, not {world_size}")
+    state: LoopState = {"epoch": check_epoch(epoch), "batches_consumed": batches_consumed,
+                        "batch_size": batch_size, "num_workers": num_workers,
+                        "drop_last": int(drop_last), "world_size": world_size}
+    if resumed_from is not None:
+        if int(resumed_from.get("epoch", -1)) != epoch:
+            raise ValueError(f"resumed_from is a state of epoch {resumed_from.get('epoch')}, "
+                             f"not {epoch}: pass the state this epoch's pass resumed from")
+        state["resumed_from"] = dict(resumed_from)
+    return state
 
 
-def samples_per_worker(num_per_rank: int, batches_consumed: int, batch_size: int,
-                       num_workers: int, drop_last: bool = False,
-                       dealt: int | None = None) -> tuple[list[int], int]:
-    """Samples each worker had delivered when the loop had consumed `batches_consumed`
-    batches, and the worker the DataLoader would have asked next.
+def segments_of(state: Mapping[str, Any], dealt: int | None, world_now: int,
+                per_worker: bool = True) -> tuple[Segment, ...]:
+    """The stretches of the epoch a loop state (and those it resumed from) ran, first first.
 
-    Worker w holds its share of the rank's samples (`worker_bounds`, as in ShardPlan: even,
-    or in whole batches of `dealt` when the dataset deals batches) and makes
-    ceil(share / batch_size) batches (floor with drop_last); the DataLoader takes them round
-    robin from worker 0, skipping workers that have none left.
+    `dealt`: the run the reader deals its workers whole, None for its loader's batch (the
+    state's); a state from before world sizes were recorded ran on `world_now`;
+    `per_worker=False`: one stream per rank (ChunkSampler).
     """
-    workers = max(num_workers, 1)
-    shares = [hi - lo for lo, hi in
-              (worker_bounds(num_per_rank, w, workers, dealt) for w in range(workers))]
-    limits = [share // batch_size if drop_last else -(-share // batch_size) for share in shares]
-    if not 0 <= batches_consumed <= sum(limits):
-        raise ValueError(f"{batches_consumed} batches consumed, but an epoch of {num_per_rank} "
-                         f"samples in batches of {batch_size} over {workers} worker(s) has "
-                         f"{sum(limits)}: the state comes from another configuration")
-    taken = [0] * workers
-    left, last = batches_consumed, -1
-    while left:
-        for w in range(workers):
-            if left and taken[w] < limits[w]:
-                taken[w] += 1
-                left -= 1
-                last = w
-    counts = [min(t * batch_size, share) for t, share in zip(taken, shares, strict=True)]
-    return counts, (last + 1) % workers
+    earlier = state.get("resumed_from")
+    before = segments_of(earlier, dealt, world_now, per_worker) if earlier is not None else ()
+    batch_size = int(state["batch_size"])
+    return (*before, Segment(
+        int(state.get("world_size", world_now)),
+        int(state.get("num_workers", 0)) if per_worker else 0, batch_size,
+        int(state["batches_consumed"]), bool(state.get("drop_last", 0)),
+        (dealt or batch_size) if per_worker else None))
 
 
 class PendingResume:
@@ -99,13 +107,53 @@ class PendingResume:
     `first` next: during the resumed pass, DataLoader worker w plays the part of worker
     (w + first) % num_workers (its share, its generator, its count), which puts the rest
     of the round robin back in the order it would have had.
+
+    `segments` (a loop state's): what the job ran, so a pass on another topology reads the
+    rest re-split (`elastic_for`).
     """
 
-    def __init__(self, epoch: int, counts: Sequence[int], first: int = 0) -> None:
+    def __init__(self, epoch: int, counts: Sequence[int], first: int = 0,
+                 segments: tuple[Segment, ...] = ()) -> None:
         self.epoch = check_epoch(epoch)
         self.counts = torch.tensor(list(counts), dtype=torch.int64)
         self.counts.share_memory_()  # type: ignore[no-untyped-call]
         self.first = first
+        self.segments = segments
+        # PENDING, then APPLIED by the passes of the epoch that re-split, DONE otherwise
+        self._elastic = torch.full((1,), PENDING if segments else DONE, dtype=torch.int64)
+        self._elastic.share_memory_()  # type: ignore[no-untyped-call]
+
+    def elastic_for(self, epoch: int, world_size: int, num_workers: int | None,
+                    dealt: int | None) -> tuple[Segment, ...] | None:
+        """The segments to re-split for a pass on this topology (`num_workers` None: a
+        ChunkSampler's single stream), or None where the counts apply as they are."""
+        stage = int(self._elastic[0])
+        if stage == DONE:
+            return None
+        if epoch != self.epoch:
+            if stage == PENDING and self.segments[-1].batches_consumed > 0:
+                raise ValueError(f"the resume state stops mid-way through epoch {self.epoch}, "
+                                 f"but this pass is epoch {epoch}: call set_epoch({self.epoch}) "
+                                 "first")
+            self._elastic[0] = DONE
+            return None
+        if stage == PENDING and self._same_topology(world_size, num_workers, dealt):
+            self._elastic[0] = DONE  # the counts apply as they are
+            return None
+        self._elastic[0] = APPLIED
+        self.counts.fill_(-1)  # the re-split rest replaces them
+        return self.segments
+
+    def _same_topology(self, world_size: int, num_workers: int | None,
+                       dealt: int | None) -> bool:
+        last = self.segments[-1]
+        if len(self.segments) > 1 or last.world_size != world_size:
+            return False
+        if num_workers is None:  # one stream per rank
+            return True
+        workers = max(num_workers, 1)
+        return max(last.num_workers, 1) == workers and (workers == 1 or last.dealt == dealt)
+
 
     def worker_for(self, epoch: int, worker: int, num_workers: int) -> int:
         """The worker whose part DataLoader worker `worker` plays in this pass."""
@@ -134,11 +182,14 @@ class PendingResume:
         return 0  # a finished (or unstarted) epoch leaves nothing to resume in another one
 
 
-def pending_from_state(state: Mapping[str, Any], seed: int, num_per_rank: int,
-                       here: tuple[int, int] | None, per_worker: bool = True,
-                       dealt: int | None = None) -> PendingResume:
+def pending_from_state(state: Mapping[str, Any], seed: int,
+                       per_rank_of: Callable[[int], int], here: tuple[int, int] | None,
+                       per_worker: bool = True, dealt: int | None = None,
+                       world_now: int = 1) -> PendingResume:
     """Check a state (`state_dict()` or `loop_state(...)`) against this reader and parse it.
 
+    `per_rank_of(world_size)`: samples per rank of this reader's epoch on that many ranks;
+    `world_now`: this reader's world size as of now.
     `here` is (worker, num_workers) of a DataLoader worker loading it, None in the main
     process. A ChunkSampler's indices are one stream whatever the number of workers
     (`per_worker=False`): batches reach the loop in sampler order. `dealt`: the batch size
@@ -151,14 +202,15 @@ def pending_from_state(state: Mapping[str, Any], seed: int, num_per_rank: int,
         raise ValueError(f"the state was saved with seed {state['seed']}, this reader has seed "
                          f"{seed}: the order would differ; build it with seed={state['seed']}")
     if "batches_consumed" in state:
-        counts, first = samples_per_worker(
-            num_per_rank, int(state["batches_consumed"]), int(state["batch_size"]),
-            int(state.get("num_workers", 0)) if per_worker else 0,
-            bool(state.get("drop_last", False)), dealt)
-        return PendingResume(epoch, counts, first)
+        return _from_loop_state(state, epoch, per_rank_of,
+                                segments_of(state, dealt, world_now, per_worker))
     if "samples_seen" not in state:
         raise ValueError("a resume state needs samples_seen (from state_dict()) or "
                          "batches_consumed (from loop_state())")
+    if "resumed_from" in state:
+        raise ValueError("this state was saved in a pass resumed on another topology; save "
+                         "loop_state(epoch, batches_consumed, batch_size, num_workers, "
+                         "resumed_from=STATE) from the loop instead")
     seen, worker = int(state["samples_seen"]), int(state.get("worker", 0))
     num_workers = max(int(state.get("num_workers", 1)), 1)
     if seen < 0 or not 0 <= worker < num_workers:
@@ -171,3 +223,15 @@ def pending_from_state(state: Mapping[str, Any], seed: int, num_per_rank: int,
     counts = [-1] * num_workers
     counts[worker] = seen
     return PendingResume(epoch, counts)
+
+
+def _from_loop_state(state: Mapping[str, Any], epoch: int, per_rank_of: Callable[[int], int],
+                     segments: tuple[Segment, ...]) -> PendingResume:
+    """A loop state's counts per worker, for the world it was saved under."""
+    last = segments[-1]
+    counts, first = samples_per_worker(per_rank_of(last.world_size), last.batches_consumed,
+                                       last.batch_size, last.num_workers, last.drop_last,
+                                       last.dealt)
+    if len(segments) > 1:
+        counts = [-1] * len(counts)  # the counts are of a re-split rest, not of the plan
+    return PendingResume(epoch, counts, first, segments)

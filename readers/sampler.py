@@ -26,13 +26,16 @@ from collections.abc import Iterator, Mapping, Sequence, Sized
 from itertools import islice
 from typing import Any
 
+import numpy as np
 import numpy.typing as npt
 from torch.utils.data import DistributedSampler
 
+from readers._stream import stream_order
+from readers.elastic import piece, rest_of_epoch
 from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_SPLIT, SplitOptions
 from readers.options.legacy import SPLIT_MOVES, accepts_legacy
 from readers.resume import PendingResume, pending_from_state
-from readers.sharding import ShardPlan, buffered_shuffle, check_epoch, epoch_rng, expand
+from readers.sharding import ShardPlan, Spans, buffered_shuffle, check_epoch, epoch_rng, expand
 from readers.split_owner import loader_view
 from readers.weighted import ClassWeights, weighted_split
 from readers.world import LateWorld
@@ -142,10 +145,10 @@ class ChunkSampler(DistributedSampler[int]):
             rank, world_size = 0, 1  # the framework keeps each rank's batches of the whole
         plan = self._plan_for(world_size)
         epoch, self._next_epoch = self._next_epoch, self._next_epoch + 1
-        skip = self._resume.take(epoch, 0, plan.num_per_rank) if self._resume is not None else 0
+        spans, skip = self._spans(plan, epoch, rank)
         self._pass_epoch, self._yielded = epoch, skip
         self._forward_epoch(epoch)
-        indices, padded = expand(plan.rank_spans(epoch, rank))
+        indices, padded = expand(spans)
         stream: Iterator[int] = (
             PaddedIndex(i) if pad else int(i)
             for i, pad in zip(indices.tolist(), padded.tolist(), strict=True)
@@ -154,6 +157,24 @@ class ChunkSampler(DistributedSampler[int]):
             rng = epoch_rng(plan.seed, epoch, rank, 1)
             stream = buffered_shuffle(stream, self.buffer_size, rng)
         return self._counted(islice(stream, skip, None))
+
+    def _spans(self, plan: ShardPlan, epoch: int, rank: int) -> tuple[Spans, int]:
+        """This rank's spans of the pass and how many of its indices a resume skips; a
+        state saved on another world size gives the rest of its epoch, re-split."""
+        resume = self._resume
+        if resume is None:
+            return plan.rank_spans(epoch, rank), 0
+        elastic = resume.elastic_for(epoch, plan.world_size, None, None)
+        if elastic is None:
+            return plan.rank_spans(epoch, rank), resume.take(epoch, 0, plan.num_per_rank)
+        first = self._plan_for(elastic[0].world_size)
+
+        def order(old_rank: int, _: int, count: int) -> npt.NDArray[np.int64]:
+            rng = epoch_rng(first.seed, epoch, old_rank, 1) if first.shuffle else None
+            return stream_order(count, self.buffer_size, rng)
+
+        rest = rest_of_epoch(first.epoch_spans(epoch), elastic, order, first.drop_last)
+        return piece(rest, plan.world_size, plan.drop_last, rank, 0, 1, None), 0
 
     def _forward_epoch(self, epoch: int) -> None:
         """Tell a dataset with `set_epoch` (PackedDataset's crops) the epoch of this pass.
@@ -186,6 +207,7 @@ class ChunkSampler(DistributedSampler[int]):
         Takes `state_dict()` or `loop_state(...)`. A later `set_epoch` to another epoch
         raises if the state stops mid-epoch and ignores a finished one.
         """
-        self._resume = pending_from_state(state, self.seed, len(self), here=None,
-                                          per_worker=False)
+        self._resume = pending_from_state(
+            state, self.seed, lambda world: self._plan_for(world).num_per_rank, here=None,
+            per_worker=False, world_now=self.world_size)
         self._next_epoch = self._resume.epoch

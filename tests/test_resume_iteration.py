@@ -244,7 +244,7 @@ def test_states_that_cannot_apply_are_refused(path: Path) -> None:
     raises("state of DataLoader worker 1 of 2", lambda: it.load_state_dict(
         {"epoch": 1, "samples_seen": 5, "worker": 1, "num_workers": 2}))
     it.load_state_dict(loop_state(EPOCH + 1, 2, BATCH, num_workers=2))
-    raises("for 2 DataLoader worker", lambda: iter(it))
+    assert len(list(it)) == NUM - 2 * BATCH, "another worker count reads the rest, re-split"
     raises("14 batches consumed", lambda: it.load_state_dict(loop_state(1, 14, BATCH, 2)))
     sampler = sampler_for(PackedDataset(path))
     sampler.load_state_dict({"epoch": EPOCH, "samples_seen": 40})

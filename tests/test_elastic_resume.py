@@ -1,0 +1,107 @@
+"""A loop state saved by N ranks x K workers resumes on N' x K', exactly once: both readers,
+Mix and class weights, the ranks simulated in one process by their split options (as a
+process group would give them), DataLoaders with 0 and 2 workers, fork and spawn."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from torch.utils.data import DataLoader
+
+from packer.core.index import open_dataset
+from readers import ChunkSampler, Mix, PackedDataset, PackedIterableDataset, SplitOptions
+from readers.resume import loop_state
+from tests.helpers import pack_wds
+
+NUM, BATCH, EPOCH, STOP = 60, 4, 1, 3  # every rank stops after STOP batches
+TOPOLOGIES = [((2, 2), (1, 0)), ((2, 2), (2, 0)), ((2, 0), (3, 2)), ((1, 2), (2, 2)),
+              ((3, 2), (2, 1))]
+Reader = Callable[[int, int], tuple[Any, dict[str, Any]]]  # (rank, world) -> (dataset, loader kw)
+
+
+@pytest.fixture(scope="module")
+def path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return pack_wds(tmp_path_factory.mktemp("elastic"), NUM, 16, min_side=8, max_side=12)
+
+
+def split(rank: int, world: int) -> SplitOptions:
+    return SplitOptions(chunk_size=4, buffer_size=6, rank=rank, world_size=world,
+                        drop_last=False)
+
+
+def kept_keys(batches: Any) -> list[str]:
+    """The keys of the real samples (padding carries label -1)."""
+    return [key for _, labels, keys in batches for key, label in zip(keys, labels.tolist(),
+                                                                     strict=True) if label >= 0]
+
+
+def run(reader: Reader, world: int, workers: int, state: dict[str, Any] | None,
+        stop: int | None) -> tuple[list[str], list[int]]:
+    """Every rank's pass of EPOCH (the first `stop` batches of it), their keys and lengths."""
+    keys, lengths = [], []
+    for rank in range(world):
+        data, options = reader(rank, world)
+        reads = options.get("sampler") or data  # what holds the order
+        if state is None:
+            reads.set_epoch(EPOCH)
+        else:
+            reads.load_state_dict(state)
+        context = "fork" if rank % 2 == 0 else "spawn"
+        loader = DataLoader(data, batch_size=BATCH, num_workers=workers, **options,
+                            **({"multiprocessing_context": context} if workers else {}))
+        batches = list(loader)[:stop]
+        lengths.append(sum(len(b[2]) for b in batches))
+        keys += kept_keys(batches)
+    return keys, lengths
+
+
+def check_elastic(reader: Reader, before: tuple[int, int], after: tuple[int, int],
+                  expected: Counter[str]) -> None:
+    seen, _ = run(reader, *before, None, STOP)
+    state = loop_state(EPOCH, STOP, BATCH, before[1], world_size=before[0])
+    rest, lengths = run(reader, *after, state, None)
+    assert Counter(seen) + Counter(rest) == expected, f"{before} -> {after}: not exactly once"
+    assert len(set(lengths)) == 1, f"{before} -> {after}: uneven new ranks {lengths}"
+
+
+def every_key(path: Path) -> Counter[str]:
+    return Counter(open_dataset(path)[1].keys())
+
+
+@pytest.mark.parametrize(("before", "after"), TOPOLOGIES)
+def test_iterable_resumes_on_another_topology(path: Path, before: tuple[int, int],
+                                              after: tuple[int, int]) -> None:
+    def reader(rank: int, world: int) -> tuple[Any, dict[str, Any]]:
+        ds = PackedIterableDataset(path, decode="raw", with_keys=True, split=split(rank, world))
+        return ds, {}
+    check_elastic(reader, before, after, every_key(path))
+
+
+@pytest.mark.parametrize(("before", "after"), TOPOLOGIES[:4])
+def test_chunk_sampler_resumes_on_another_world(path: Path, before: tuple[int, int],
+                                                after: tuple[int, int]) -> None:
+    def reader(rank: int, world: int) -> tuple[Any, dict[str, Any]]:
+        ds = PackedDataset(path, decode="raw", with_keys=True)
+        return ds, {"sampler": ChunkSampler(ds, split=split(rank, world))}
+    check_elastic(reader, before, after, every_key(path))
+
+
+def test_mix_and_class_weights_resume_on_another_world(path: Path) -> None:
+    def mix(rank: int, world: int) -> tuple[Any, dict[str, Any]]:
+        source = PackedIterableDataset(path, decode="raw", with_keys=True)
+        options = SplitOptions(buffer_size=6, rank=rank, world_size=world, drop_last=False)
+        return Mix([source], epoch_size=NUM, split=options), {}
+
+    check_elastic(mix, (2, 2), (3, 0), every_key(path))
+
+    def weighted(rank: int, world: int) -> tuple[Any, dict[str, Any]]:
+        ds = PackedIterableDataset(path, decode="raw", with_keys=True, split=split(rank, world),
+                                   class_weights="balanced")
+        return ds, {}
+
+    drawn = Counter(run(weighted, 1, 0, None, None)[0])  # the epoch's draws, repeats and all
+    check_elastic(weighted, (2, 2), (1, 0), drawn)
