@@ -37,7 +37,9 @@ class Segment:
 
     `num_workers` 0 means one stream per rank (a ChunkSampler: batches reach the loop in
     sampler order whatever the workers); `dealt` is the run a PackedIterableDataset dealt
-    its workers whole (None: an even split); `drop_last` the DataLoader's.
+    its workers whole (None: an even split); `drop_last` the DataLoader's. `counts`, when
+    known (the workers' own states in a StatefulDataLoader's), are the samples each worker
+    had delivered, and the batch count is not used.
     """
 
     world_size: int
@@ -46,6 +48,7 @@ class Segment:
     batches_consumed: int
     drop_last: bool = False
     dealt: int | None = None
+    counts: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.world_size < 1 or self.batch_size < 1:
@@ -83,6 +86,8 @@ def consumed_mask(sequence: Spans, segment: Segment, order: StreamOrder) -> npt.
 
 def _counts(per_rank: int, segment: Segment) -> list[int]:
     """Samples each worker's stream had delivered (the same on every rank)."""
+    if segment.counts is not None:
+        return list(segment.counts)
     counts, _ = samples_per_worker(per_rank, segment.batches_consumed, segment.batch_size,
                                    segment.num_workers, segment.drop_last, segment.dealt)
     return counts
@@ -146,6 +151,8 @@ def rest_of_epoch(sequence: Spans, segments: Sequence[Segment], order: StreamOrd
 def piece(rest: Spans, world_size: int, drop_last: bool, rank: int, worker: int,
           num_workers: int, dealt: int | None) -> Spans:
     """What (rank, worker) of a new topology reads of `rest`, as a whole epoch would split."""
+    if num_in(rest) == 0:
+        return rest
     evened = even_out(rest, world_size, drop_last)
     per_rank = num_in(evened) // world_size
     lo, hi = worker_bounds(per_rank, worker, max(num_workers, 1), dealt)

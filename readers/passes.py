@@ -36,6 +36,8 @@ class SplitPasses:
     _resume: PendingResume | None
     _pass: tuple[int, int, int] | None  # (epoch, worker, num_workers) ...
     _seen: int  # ... of this process's latest pass, and the samples it yielded
+    _topology: tuple[int, int | None] = (1, None)  # (world_size, dealt) of that pass
+    _resplit = False  # whether that pass read a rest re-split (readers.elastic)
     batch_size: int | None
     buffer_size: int
 
@@ -109,6 +111,8 @@ class SplitPasses:
             if resume is not None:
                 skip = resume.take(epoch, worker, num_in(spans))
         self._pass, self._seen = (epoch, worker, num_workers), skip
+        self._topology = (world_size, dealt)
+        self._resplit = elastic is not None
         return self._stream(spans, plan, (epoch, rank, worker), skip)
 
     def _rest(self, segments: tuple[Segment, ...], epoch: int) -> Spans:
@@ -138,7 +142,8 @@ class SplitPasses:
         return state
 
     def state_dict(self) -> dict[str, int]:
-        """{"epoch", "seed", "samples_seen", "worker", "num_workers"} of this process's pass.
+        """{"epoch", "seed", "samples_seen", "worker", "num_workers", "world_size", "dealt"}
+        of this process's pass ("dealt" 0: an even split among the workers).
 
         In a DataLoader worker, that worker's share (StatefulDataLoader collects it from each
         worker with every batch); the main process of a loader with workers knows nothing
@@ -147,16 +152,24 @@ class SplitPasses:
         info = get_worker_info()
         here = (self.epoch, *((info.id, info.num_workers) if info is not None else (0, 1)))
         epoch, worker, num_workers = self._pass if self._pass is not None else here
-        return {"epoch": epoch, "seed": self._split[2], "samples_seen": self._seen,
-                "worker": worker, "num_workers": num_workers}
+        world_size, dealt = self._topology if self._pass is not None else (self.world_size,
+                                                                            self.batch_size)
+        state = {"epoch": epoch, "seed": self._split[2], "samples_seen": self._seen,
+                 "worker": worker, "num_workers": num_workers, "world_size": world_size,
+                 "dealt": dealt or 0}
+        if self._resplit and self._pass is not None:
+            state["resumed_from"] = 1  # its counts are of a re-split rest: refused on load
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Make the next pass over state["epoch"] skip what was seen, worker by worker.
 
         Takes one worker's `state_dict()` inside that worker (StatefulDataLoader does
-        this), or `loop_state(...)` in the main process before the DataLoader starts its
-        workers. The next pass is then the state's epoch; a `set_epoch` to another epoch
-        raises if the state stops mid-epoch. See `readers.resume`.
+        this), or in the main process before the DataLoader starts its workers either
+        `loop_state(...)` or a whole StatefulDataLoader `state_dict()`, which then loads on
+        any world size and worker count (the rest of its epoch, re-split). The next pass
+        is then the state's epoch; a `set_epoch` to another epoch raises if the state stops
+        mid-epoch. See `readers.resume`.
         """
         info = get_worker_info()
         here = (info.id, info.num_workers) if info is not None else None

@@ -113,12 +113,13 @@ class PendingResume:
     """
 
     def __init__(self, epoch: int, counts: Sequence[int], first: int = 0,
-                 segments: tuple[Segment, ...] = ()) -> None:
+                 segments: tuple[Segment, ...] = (), resplit: bool = False) -> None:
         self.epoch = check_epoch(epoch)
         self.counts = torch.tensor(list(counts), dtype=torch.int64)
         self.counts.share_memory_()  # type: ignore[no-untyped-call]
         self.first = first
         self.segments = segments
+        self.resplit = resplit  # re-split even on the same topology (counts are not kept)
         # PENDING, then APPLIED by the passes of the epoch that re-split, DONE otherwise
         self._elastic = torch.full((1,), PENDING if segments else DONE, dtype=torch.int64)
         self._elastic.share_memory_()  # type: ignore[no-untyped-call]
@@ -147,7 +148,7 @@ class PendingResume:
     def _same_topology(self, world_size: int, num_workers: int | None,
                        dealt: int | None) -> bool:
         last = self.segments[-1]
-        if len(self.segments) > 1 or last.world_size != world_size:
+        if self.resplit or len(self.segments) > 1 or last.world_size != world_size:
             return False
         if num_workers is None:  # one stream per rank
             return True
@@ -195,15 +196,19 @@ def pending_from_state(state: Mapping[str, Any], seed: int,
     (`per_worker=False`): batches reach the loop in sampler order. `dealt`: the batch size
     a PackedIterableDataset deals its workers, if any.
     """
-    if "epoch" not in state:
+    if "epoch" not in state and not any(reader_states(state)):
         raise ValueError(f"a resume state needs an epoch; got keys {sorted(state)}")
-    epoch = check_epoch(int(state["epoch"]))
+    epoch = check_epoch(int(state.get("epoch", 0)))
     if "seed" in state and int(state["seed"]) != seed:
         raise ValueError(f"the state was saved with seed {state['seed']}, this reader has seed "
                          f"{seed}: the order would differ; build it with seed={state['seed']}")
     if "batches_consumed" in state:
         return _from_loop_state(state, epoch, per_rank_of,
                                 segments_of(state, dealt, world_now, per_worker))
+    if "samples_seen" not in state and here is None and per_worker:
+        workers = list(reader_states(state))
+        if workers:
+            return from_worker_states(workers, seed, per_rank_of)
     if "samples_seen" not in state:
         raise ValueError("a resume state needs samples_seen (from state_dict()) or "
                          "batches_consumed (from loop_state())")
@@ -211,6 +216,12 @@ def pending_from_state(state: Mapping[str, Any], seed: int,
         raise ValueError("this state was saved in a pass resumed on another topology; save "
                          "loop_state(epoch, batches_consumed, batch_size, num_workers, "
                          "resumed_from=STATE) from the loop instead")
+    if int(state.get("world_size", world_now)) != world_now:
+        raise ValueError(f"this worker's state was saved on {state['world_size']} rank(s), "
+                         f"this reader runs on {world_now}: load the whole StatefulDataLoader "
+                         "state into the reader (reader.load_state_dict(loader_state)) before "
+                         "the loader starts, or save loop_state(...), to resume on another "
+                         "world size")
     seen, worker = int(state["samples_seen"]), int(state.get("worker", 0))
     num_workers = max(int(state.get("num_workers", 1)), 1)
     if seen < 0 or not 0 <= worker < num_workers:
@@ -235,3 +246,41 @@ def _from_loop_state(state: Mapping[str, Any], epoch: int, per_rank_of: Callable
     if len(segments) > 1:
         counts = [-1] * len(counts)  # the counts are of a re-split rest, not of the plan
     return PendingResume(epoch, counts, first, segments)
+
+
+def reader_states(state: object) -> list[Mapping[str, Any]]:
+    """Our workers' states nested anywhere in a loader's state (a StatefulDataLoader's)."""
+    if not isinstance(state, Mapping):
+        return []
+    if "samples_seen" in state and "num_workers" in state:
+        return [state]
+    return [found for value in state.values() for found in reader_states(value)]
+
+
+def from_worker_states(states: Sequence[Mapping[str, Any]], seed: int,
+                       per_rank_of: Callable[[int], int]) -> PendingResume:
+    """The workers' states of one loader (one rank's: every rank's counts are equal), read
+    as one stretch of the epoch, which re-splits on whatever topology loads it."""
+    first = states[0]
+    shared = ("epoch", "seed", "num_workers", "world_size", "dealt")
+    for state in states:
+        if "resumed_from" in state:
+            raise ValueError("this loader state was saved in a pass resumed on another "
+                             "topology; save loop_state(..., resumed_from=STATE) from the loop "
+                             "to resume it again")
+        if any(state.get(key) != first.get(key) for key in shared):
+            raise ValueError(f"the loader state holds workers of different passes: "
+                             f"{[{k: s.get(k) for k in shared} for s in states]}")
+    if int(first.get("seed", seed)) != seed:
+        raise ValueError(f"the state was saved with seed {first['seed']}, this reader has seed "
+                         f"{seed}: the order would differ; build it with seed={first['seed']}")
+    epoch, workers = check_epoch(int(first["epoch"])), int(first["num_workers"])
+    counts = [0] * max(workers, 1)
+    for state in states:
+        counts[int(state["worker"])] = int(state["samples_seen"])
+    world = int(first.get("world_size", 1))
+    if sum(counts) >= per_rank_of(world):
+        return PendingResume(epoch + 1, [])  # a finished epoch: the next one, whole
+    segment = Segment(world, workers, 1, sum(counts), False, int(first.get("dealt", 0)) or None,
+                      tuple(counts))
+    return PendingResume(epoch, [-1] * len(counts), 0, (segment,), resplit=True)

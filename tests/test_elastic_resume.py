@@ -105,3 +105,31 @@ def test_mix_and_class_weights_resume_on_another_world(path: Path) -> None:
 
     drawn = Counter(run(weighted, 1, 0, None, None)[0])  # the epoch's draws, repeats and all
     check_elastic(weighted, (2, 2), (1, 0), drawn)
+
+
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
+@pytest.mark.parametrize(("before", "after"), [((2, 2), (1, 0)), ((2, 2), (3, 2)),
+                                               ((1, 2), (2, 1))])
+def test_a_stateful_dataloader_state_resumes_on_another_topology(
+        path: Path, before: tuple[int, int], after: tuple[int, int]) -> None:
+    stateful = pytest.importorskip("torchdata.stateful_dataloader").StatefulDataLoader
+    seen: list[str] = []
+    states = []
+    for rank in range(before[0]):
+        ds = PackedIterableDataset(path, decode="raw", with_keys=True,
+                                   split=split(rank, before[0]))
+        ds.set_epoch(EPOCH)
+        loader = stateful(ds, batch_size=BATCH, num_workers=before[1],
+                          **({"multiprocessing_context": "fork"} if before[1] else {}))
+        batches = iter(loader)
+        seen += kept_keys([next(batches) for _ in range(STOP)])
+        states.append(loader.state_dict())
+        del batches
+
+    def reader(rank: int, world: int) -> tuple[Any, dict[str, Any]]:
+        ds = PackedIterableDataset(path, decode="raw", with_keys=True, split=split(rank, world))
+        return ds, {}
+
+    rest, lengths = run(reader, *after, states[0], None)
+    assert Counter(seen) + Counter(rest) == every_key(path), f"{before} -> {after}"
+    assert len(set(lengths)) == 1

@@ -123,7 +123,8 @@ def test_state_dict_of_a_pass_resumes_it(sources: tuple[Path, Path]) -> None:
     stream = iter(mix)
     head = [(s[3], s[2]) for s in islice(stream, 7)]
     state = mix.state_dict()
-    assert state == {"epoch": 1, "seed": 5, "samples_seen": 7, "worker": 0, "num_workers": 1}
+    assert state == {"epoch": 1, "seed": 5, "samples_seen": 7, "worker": 0, "num_workers": 1,
+                     "world_size": 1, "dealt": 0}
     tail = [(s[3], s[2]) for s in stream]
     again = make_mix(sources)
     again.load_state_dict(state)

@@ -97,7 +97,7 @@ def test_every_stop_of_a_pass_resumes_exactly(path: Path, shuffle: bool, buffer_
         assert [(key, label) for _, label, key in islice(stream, k)] == full[:k]
         state = it.state_dict()
         assert state == {"epoch": EPOCH, "seed": 0, "samples_seen": k, "worker": 0,
-                         "num_workers": 1}
+                         "num_workers": 1, "world_size": world_size, "dealt": 0}
         resumed = make()
         resumed.load_state_dict(pickle.loads(pickle.dumps(state)))
         assert [(key, label) for _, label, key in resumed] == full[k:], k
