@@ -15,6 +15,7 @@ for the frameworks' own threads, a forkserver context, is read through as well.
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import threading
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 from torch.utils.data import DataLoader
 
+import readers.remote._cache as remote_cache
 from readers import PackedIterableDataset
 from readers.options import RemoteOptions, SplitOptions
 from tests.helpers import pack_wds
@@ -110,3 +112,32 @@ def test_a_forkserver_loader_reads_every_sample_once_per_epoch(url: str, tmp_pat
         assert len(keys) == NUM and len(set(keys)) == NUM
         orders.append(keys)
     assert orders[0] != orders[1]  # a new order in epoch 1
+
+
+def test_a_fork_waits_for_a_fetch_only_so_long_and_says_so(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A prefetch thread that cannot end (a store that never answers) must not hang the
+    fork that waits for it: after FORK_WAIT_S the fork goes ahead, with one warning."""
+    monkeypatch.setattr(remote_cache, "FORK_WAIT_S", 0.2)
+    monkeypatch.setattr(remote_cache, "_WARNED", [])
+    entered, release = threading.Event(), threading.Event()
+
+    class Stuck:
+        def fetch(self, shard: int) -> None:
+            entered.set()
+            release.wait(30)
+
+    stuck = Stuck()
+    prefetcher = remote_cache.Prefetcher(stuck.fetch, 1)
+    prefetcher.ask(0)
+    assert entered.wait(10)
+    with caplog.at_level(logging.WARNING, logger="readers.remote"):
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert "1 shard prefetch thread(s) still running" in caplog.text
+    release.set()
+    assert prefetcher.stop(10)
+    assert prefetcher.ended()

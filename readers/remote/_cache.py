@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import queue
 import threading
@@ -200,8 +201,9 @@ class Prefetcher:
         for _ in self._threads:
             self.queue.put(STOP)
 
-    def stop(self) -> None:
-        """`halt`, then wait for the threads to end (a fetch under way is finished first).
+    def stop(self, timeout: float | None = None) -> bool:
+        """`halt`, then wait for the threads to end (a fetch under way is finished first),
+        at most `timeout` seconds each; whether they all ended.
 
         In a forked child, or in a prefetch thread (a garbage collection there may drop
         a cache or end a pass), it only halts: the first has no threads to wait for, the
@@ -210,12 +212,15 @@ class Prefetcher:
         """
         if self.pid != os.getpid() or getattr(_THIS_THREAD, "prefetching", False):
             self.halt()
-            return
+            return False
         with _GUARD:
             self.halt()
             for thread in self._threads:
-                thread.join()
+                thread.join(timeout)
+            if not self.ended():
+                return False
             _LIVE.discard(self)
+            return True
 
     def _run(self) -> None:
         _THIS_THREAD.prefetching = True
@@ -235,14 +240,25 @@ STOP = -1  # what a prefetch thread reads as "end now"
 _GUARD = threading.RLock()  # held while prefetch threads start, stop, and while forking
 _LIVE: set[Prefetcher] = set()  # this process's prefetchers whose threads may still run
 _THIS_THREAD = threading.local()  # .prefetching: set in prefetch threads
+FORK_WAIT_S = 60.0  # how long a fork waits for the prefetch threads to end
+LOG = logging.getLogger("readers.remote")
+_WARNED: list[bool] = []
 
 
 def _stop_before_fork() -> None:
     """Before this process forks: end every prefetch thread of it and wait for them, and
-    start none until the fork is done (Prefetcher says why)."""
+    start none until the fork is done (Prefetcher says why).
+
+    A thread still fetching after FORK_WAIT_S (a slow store, or a thread stuck on a lock
+    that another fork hook holds) is left running, with a warning, once per process.
+    """
     _GUARD.acquire()
-    for prefetcher in list(_LIVE):
-        prefetcher.stop()
+    if not all([prefetcher.stop(FORK_WAIT_S) for prefetcher in list(_LIVE)]) and not _WARNED:
+        _WARNED.append(True)
+        LOG.warning("%d shard prefetch thread(s) still running when this process forks: "
+                    "on Python < 3.12 a fork can hang when a thread ends at that moment. "
+                    "DataLoader(multiprocessing_context='forkserver') avoids it.",
+                    sum(not prefetcher.ended() for prefetcher in _LIVE))
 
 
 def _after_fork_in_child() -> None:
