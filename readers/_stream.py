@@ -38,15 +38,23 @@ def span_records(reader: RecordReader, spans: Spans) -> Iterator[SpanRecord]:
     """(index, padded, stored bytes) span by span, each span one sequential read.
 
     A reader that can (readers.remote: a URL's shards) starts fetching the coming spans'
-    data while this one is read.
+    data while this one is read, and stops its fetching threads when the spans end or
+    the pass is closed: no thread of a finished pass is left alive for a fork to meet
+    (readers.remote._cache.Prefetcher).
     """
     prefetch = getattr(reader, "prefetch", None)
+    stop_prefetch = getattr(reader, "stop_prefetch", None)
     rows = spans.tolist()
-    for number, (start, stop, padded) in enumerate(rows):
-        if prefetch is not None and number + 1 < len(rows):
-            prefetch(rows[number + 1 : number + 1 + LOOKAHEAD_SPANS])
-        for i, data in zip(range(start, stop), reader.read_range(start, stop), strict=True):
-            yield i, bool(padded), data
+    try:
+        for number, (start, stop, padded) in enumerate(rows):
+            if prefetch is not None and number + 1 < len(rows):
+                prefetch(rows[number + 1 : number + 1 + LOOKAHEAD_SPANS])
+            for i, data in zip(range(start, stop), reader.read_range(start, stop),
+                               strict=True):
+                yield i, bool(padded), data
+    finally:
+        if stop_prefetch is not None:
+            stop_prefetch()
 
 
 def pass_records(reader: RecordReader, spans: Spans, buffer_size: int,

@@ -132,29 +132,38 @@ def test_a_fork_during_a_fetch_leaves_no_lock_in_the_child(tmp_path: Path) -> No
     assert os.waitstatus_to_exitcode(status) == 0
 
 
-def test_prefetch_threads_end_with_their_dataset(uploaded: dict[str, Any], tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """Only the threads each dataset started count: threads of datasets that earlier tests
-    dropped end within PREFETCH_IDLE_S too, but may do so at any moment of this test."""
-    monkeypatch.setattr(remote_cache, "PREFETCH_IDLE_S", 0.1)
+def test_prefetch_threads_end_with_their_pass_or_dataset(uploaded: dict[str, Any],
+                                                         tmp_path: Path) -> None:
+    """A pass's prefetch threads are stopped and waited for as it ends, so none is left to
+    end at a moment of its own (tests/test_fork_threads.py says why); a dataset dropped
+    mid-pass tells its threads to end. Only the threads each dataset started count."""
 
     def prefetchers() -> set[threading.Thread]:
         return {thread for thread in threading.enumerate()
                 if thread.name == "packer-prefetch" and thread.is_alive()}
 
-    started: set[threading.Thread] = set()
-    for attempt in range(3):  # a dataset made anew each time, as an epoch loop might
+    def started_by(ds: PackedIterableDataset) -> tuple[Any, set[threading.Thread]]:
         before = prefetchers()
+        records = iter(ds)
+        next(records)
+        mine = prefetchers() - before
+        assert mine, "reading a URL starts prefetch threads"
+        return records, mine
+
+    for attempt in range(3):  # a dataset made anew each time, as an epoch loop might
         ds = PackedIterableDataset(uploaded["url"], decode="raw", shuffle=False,
                                    split=SplitOptions(chunk_size=SHARD_SAMPLES),
                                    remote=RemoteOptions(cache_dir=tmp_path / str(attempt)))
-        assert sum(1 for _ in ds) == len(ds)
-        mine = prefetchers() - before
-        assert mine, "reading a URL starts prefetch threads"
-        started |= mine
-        del ds
+        records, mine = started_by(ds)
+        assert 1 + sum(1 for _ in records) == len(ds)
+        assert not [thread for thread in mine if thread.is_alive()]  # at once, not later
+    dropped = PackedIterableDataset(uploaded["url"], decode="raw", shuffle=False,
+                                    split=SplitOptions(chunk_size=SHARD_SAMPLES),
+                                    remote=RemoteOptions(cache_dir=tmp_path / "dropped"))
+    records, mine = started_by(dropped)
+    del dropped, records
     gc.collect()
     deadline = time.monotonic() + 10
-    while any(thread.is_alive() for thread in started) and time.monotonic() < deadline:
+    while any(thread.is_alive() for thread in mine) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not [thread for thread in started if thread.is_alive()]
+    assert not [thread for thread in mine if thread.is_alive()]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import queue
 import threading
@@ -19,7 +20,6 @@ from readers.remote._locks import ShardLocks
 from readers.remote._mirror import RemoteSource
 
 MAX_PINNED = 2  # shards a process keeps pinned (a span can cross one shard boundary)
-PREFETCH_IDLE_S = 5.0  # an idle prefetch thread checks this often whether its cache lives
 
 
 class ShardCache:
@@ -88,7 +88,8 @@ class ShardCache:
         if not self.source.prefetch_shards or shard in self.pinned or self._complete(shard) \
                 or self.source.cache_bytes < size * (len(self.pinned) + pending + 1):
             return
-        if self._prefetcher is None or self._prefetcher.pid != os.getpid():
+        if self._prefetcher is None or self._prefetcher.pid != os.getpid() \
+                or self._prefetcher.stopped:
             self._prefetcher = Prefetcher(self._fetch, self.source.prefetch_shards)
         self._prefetcher.ask(shard)
 
@@ -131,55 +132,144 @@ class ShardCache:
             self._evict(keep=next(reversed(self.pinned)))
         return True
 
-    def close(self) -> None:
-        """Unpin everything. (Closing is enough: in a forked child the parent keeps its pins.)"""
+    def stop_prefetch(self) -> None:
+        """End this process's prefetch threads and wait for them (the pass that wanted
+        them is over); the next prefetch starts new ones."""
+        if self._prefetcher is not None:
+            self._prefetcher.stop()
+
+    def _unpin_all(self) -> None:
         for fd in self.pinned.values():
             os.close(fd)
         self.pinned.clear()
 
-    def __del__(self) -> None:  # a dataset dropped without close(): release its pins
+    def close(self) -> None:
+        """Unpin everything and stop prefetching. (Closing is enough: in a forked child the
+        parent keeps its pins.)"""
+        self._unpin_all()
+        self.stop_prefetch()
+
+    def __del__(self) -> None:  # dropped without close(): release its pins, halt its threads
         with contextlib.suppress(Exception):
-            self.close()
+            self._unpin_all()
+            if self._prefetcher is not None:
+                self._prefetcher.halt()  # not waited for here: see Prefetcher
 
 
 class Prefetcher:
-    """`threads` daemon threads per process that fetch shards ahead of the reader.
+    """`threads` daemon threads of this process that fetch shards ahead of the reader.
 
-    Daemons, so an exiting worker never waits for a download; made anew in a forked
-    child (threads do not survive fork), hence the pid. They hold their cache weakly and
-    end within PREFETCH_IDLE_S once it is gone, so a dataset dropped and made again does
-    not leave threads behind.
+    They end only when told, and are waited for: `stop()` when the pass that asked for
+    them ends or the cache closes, and before this process forks (`_stop_before_fork`).
+    Why: CPython before 3.12 can hang a forked child in os.fork() when a thread of the
+    parent starts or ends at that moment, and a DataLoader forks its workers whenever
+    the user starts an epoch. A cache dropped without close() only sends them the word
+    to end (`halt`); whichever fork or stop comes next waits for them.
+    Daemons, so an exiting process never waits for a download; made anew in a forked
+    child (threads do not survive fork), hence the pid.
     """
 
     def __init__(self, fetch: Callable[[int], None], threads: int) -> None:
         self.pid = os.getpid()
         self.queue: queue.SimpleQueue[int] = queue.SimpleQueue()
         self.pending: set[int] = set()
+        self.stopped = False
         self._fetch = weakref.WeakMethod(fetch)
-        for _ in range(threads):  # a far store's latency is waited out in parallel
-            threading.Thread(target=self._run, name="packer-prefetch", daemon=True).start()
+        self._threads = [threading.Thread(target=self._run, name="packer-prefetch", daemon=True)
+                         for _ in range(threads)]  # a far store's latency waited out in parallel
+        with _GUARD:  # never while this process forks
+            _LIVE.difference_update([ended for ended in list(_LIVE) if ended.ended()])
+            _LIVE.add(self)
+            for thread in self._threads:
+                thread.start()
 
     def ask(self, shard: int) -> None:
-        if shard not in self.pending:
+        if shard not in self.pending and not self.stopped:
             self.pending.add(shard)
             self.queue.put(shard)
 
+    def ended(self) -> bool:
+        """Whether every thread has ended (halted ones end soon after, unwaited for)."""
+        return not any(thread.is_alive() for thread in self._threads)
+
+    def halt(self) -> None:
+        """Drop the shards not begun and tell every thread to end, without waiting."""
+        self.stopped = True
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self.pending.discard(self.queue.get_nowait())
+        for _ in self._threads:
+            self.queue.put(STOP)
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """`halt`, then wait for the threads to end (a fetch under way is finished first),
+        at most `timeout` seconds each; whether they all ended.
+
+        In a forked child, or in a prefetch thread (a garbage collection there may drop
+        a cache or end a pass), it only halts: the first has no threads to wait for, the
+        second must not wait for itself nor for _GUARD, which a fork may hold while it
+        waits for this very thread.
+        """
+        if self.pid != os.getpid() or getattr(_THIS_THREAD, "prefetching", False):
+            self.halt()
+            return False
+        with _GUARD:
+            self.halt()
+            for thread in self._threads:
+                thread.join(timeout)
+            if not self.ended():
+                return False
+            _LIVE.discard(self)
+            return True
+
     def _run(self) -> None:
-        while True:
-            try:
-                shard = self.queue.get(timeout=PREFETCH_IDLE_S)
-            except queue.Empty:
-                if self._fetch() is None:  # the cache is gone: so is the work
-                    return
-                continue
+        _THIS_THREAD.prefetching = True
+        while (shard := self.queue.get()) != STOP:
             fetch = self._fetch()
-            if fetch is None:
-                return
             try:
-                fetch(shard)
+                if fetch is not None:
+                    fetch(shard)
             except Exception:  # the reader fetches it again and reports why
                 pass
             finally:
                 del fetch
                 self.pending.discard(shard)
 
+
+STOP = -1  # what a prefetch thread reads as "end now"
+_GUARD = threading.RLock()  # held while prefetch threads start, stop, and while forking
+_LIVE: set[Prefetcher] = set()  # this process's prefetchers whose threads may still run
+_THIS_THREAD = threading.local()  # .prefetching: set in prefetch threads
+FORK_WAIT_S = 60.0  # how long a fork waits for the prefetch threads to end
+LOG = logging.getLogger("readers.remote")
+_WARNED: list[bool] = []
+
+
+def _stop_before_fork() -> None:
+    """Before this process forks: end every prefetch thread of it and wait for them, and
+    start none until the fork is done (Prefetcher says why).
+
+    A thread still fetching after FORK_WAIT_S (a slow store, or a thread stuck on a lock
+    that another fork hook holds) is left running, with a warning, once per process.
+    """
+    _GUARD.acquire()
+    if not all([prefetcher.stop(FORK_WAIT_S) for prefetcher in list(_LIVE)]) and not _WARNED:
+        _WARNED.append(True)
+        LOG.warning("%d shard prefetch thread(s) still running when this process forks: "
+                    "on Python < 3.12 a fork can hang when a thread ends at that moment. "
+                    "DataLoader(multiprocessing_context='forkserver') avoids it.",
+                    sum(not prefetcher.ended() for prefetcher in _LIVE))
+
+
+def _after_fork_in_child() -> None:
+    global _GUARD
+    _GUARD = threading.RLock()
+    _LIVE.clear()
+
+
+def _after_fork_in_parent() -> None:
+    _GUARD.release()
+
+
+os.register_at_fork(before=_stop_before_fork, after_in_parent=_after_fork_in_parent,
+                    after_in_child=_after_fork_in_child)

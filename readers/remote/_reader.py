@@ -86,6 +86,11 @@ class RemoteReader:
         for shard in wanted[:self.cache.source.prefetch_shards]:
             self.cache.prefetch(shard)
 
+    def stop_prefetch(self) -> None:
+        """End the prefetch threads and wait for them: the pass that showed the coming
+        spans is over (readers._stream), so none is left to end at a random moment."""
+        self.cache.stop_prefetch()
+
     def read_range(self, start: int, stop: int) -> Iterator[bytes]:
         i = start
         while i < stop:
