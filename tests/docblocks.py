@@ -170,6 +170,10 @@ class Session:
         exec(code, self.namespace)
 
     def close(self) -> None:
-        """End what the blocks left running (DataLoader workers) with their names."""
+        """End what the blocks left running: DataLoader workers with their names, and a
+        Ray instance a Ray Data block started (tests/test_ray.py starts its own)."""
         self.namespace.clear()
         gc.collect()
+        ray = sys.modules.get("ray")
+        if ray is not None and ray.is_initialized():
+            ray.shutdown()
