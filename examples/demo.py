@@ -4,6 +4,11 @@ Run as `python -m examples.demo [WORK_DIR]` (scripts/demo does the setup first).
 first row reads the sample folder the common way (devtools.bench.baselines'
 PilFolderDataset: PIL open, convert RGB, resize, to tensor; torch's default collate)
 with the same DataLoader settings, and every row shows its rate against that one.
+
+WORK_DIR (default `demo-out/`) ends up holding what the examples of README.md and docs/
+open: `photos/` (the sample folder: 3 class folders) and `photos.wds`, `photos.lmdb`,
+`photos.h5`, `photos.npy` packed from it (`PACKED`); the demo ends by saying so, with
+the next command to try there.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from devtools.bench.baselines import PilFolderDataset
 from packer import ConvertOptions, convert
+from packer.core.index import Index
 from packer.encode import EncodeOptions
 from packer.formats import FORMATS
 from packer.testing import make_sample_folder
@@ -27,6 +33,11 @@ from readers import PackedDataset, PackedIterableDataset, collate
 
 DECODE_SIZE = (224, 224)
 BASELINE = "PIL ImageFolder (baseline)"
+CLASSES = 3
+PHOTOS = "photos"
+# What each format is packed into, in WORK_DIR. wds is re-encoded as JPEG so that its
+# shards hold one image type, as column-based readers (HF datasets, Ray Data) want.
+PACKED = {"wds": "photos.wds", "lmdb": "photos.lmdb", "hdf5": "photos.h5", "npy": "photos.npy"}
 
 
 @dataclass(frozen=True)
@@ -59,18 +70,30 @@ def read_rate(dataset: Dataset[Any], workers: int, batch_size: int = 32,
     return seen, seen / (time.perf_counter() - start)
 
 
+def encode_options(fmt: str, size: tuple[int, int]) -> EncodeOptions:
+    """The demo's choice per format: npy resized to `size`, wds as JPEG, others as stored."""
+    if fmt == "npy":
+        return EncodeOptions(size=size)
+    return EncodeOptions(codec="jpeg") if fmt == "wds" else EncodeOptions()
+
+
+def pack(source: Path, work: Path, fmt: str, workers: int,
+         size: tuple[int, int] = DECODE_SIZE) -> tuple[Path, Index, float]:
+    """Pack `source` into `work / PACKED[fmt]` afresh; the dataset, its index, seconds."""
+    dst = work / PACKED[fmt]
+    shutil.rmtree(dst, ignore_errors=True)
+    start = time.perf_counter()
+    index = convert(source, dst, fmt, encode_options(fmt, size), ConvertOptions(workers=workers))
+    return dst, index, time.perf_counter() - start
+
+
 def run(work: Path, count: int, workers: int) -> list[Row]:
     """Generate, convert to all formats, read back each in map and iterable style."""
-    source = make_sample_folder(work / "source", count=count, classes=5)
+    source = make_sample_folder(work / PHOTOS, count=count, classes=CLASSES)
     seen, rate = read_rate(PilFolderDataset(source, DECODE_SIZE), workers, collate_fn=None)
     rows = [Row("folder", BASELINE, seen, None, rate, *folder_stats(source))]
     for fmt in FORMATS:
-        dst = work / f"sample.{fmt}"
-        shutil.rmtree(dst, ignore_errors=True)
-        options = EncodeOptions(size=DECODE_SIZE) if fmt == "npy" else EncodeOptions()
-        start = time.perf_counter()
-        index = convert(source, dst, fmt, options, ConvertOptions(workers=workers))
-        packed = time.perf_counter() - start
+        dst, index, packed = pack(source, work, fmt, workers)
         files, megabytes = folder_stats(dst)
         size = None if fmt == "npy" else DECODE_SIZE
         for style, dataset in (("map", PackedDataset(dst, size=size)),
@@ -80,6 +103,14 @@ def run(work: Path, count: int, workers: int) -> list[Row]:
                 raise RuntimeError(f"{dst}: read {seen} of {index.num_samples} samples")
             rows.append(Row(fmt, style, seen, packed, rate, files, megabytes))
     return rows
+
+
+def where(work: Path, count: int) -> str:
+    """The demo's last lines: what it wrote where, and the next command to try there."""
+    packed = ", ".join(PACKED.values())
+    return (f"wrote {work}/: {PHOTOS}/ ({count} images in {CLASSES} class folders) and "
+            f"{packed} packed from it\n"
+            f"next: cd {work} && pack info photos.wds   (then README.md's quick start)")
 
 
 def table(rows: list[Row]) -> str:
@@ -101,9 +132,10 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=500, help="images in the sample folder")
     parser.add_argument("--workers", type=int, default=2, help="pack and DataLoader workers")
     args = parser.parse_args()
-    shutil.rmtree(args.work / "source", ignore_errors=True)
+    shutil.rmtree(args.work / PHOTOS, ignore_errors=True)
     rows = run(args.work, args.count, args.workers)
     print(table(rows))
+    print(where(args.work, args.count))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from pack_cli._params import parse_bytes, parse_fields, parse_size
 from packer.api import convert, holds_complete
 from packer.conversion.executors import EXECUTORS
 from packer.conversion.job import ConvertOptions
+from packer.core.index import Index
 from packer.dataset.describe import wds_notes
 from packer.dataset.remote import is_url, parse_storage_options
 from packer.encode import EncodeOptions
@@ -135,11 +136,18 @@ def convert_command(src: Path, dst: str, fmt: str, shard_size: str, shard_sample
         if finished:
             click.echo(f"nothing to resume: {where} is complete ({index.num_samples} samples)")
             return
-        summary = (f"packed {index.num_samples} samples into {where} "
-                   f"({fmt}, {len(index.shards)} shard(s))")
+        summary = f"packed {index.num_samples} samples into {where} ({stored_as(fmt, index)})"
         if index.num_rejected:
             rejects = f"{where}/rejects.jsonl" if remote else str(Path(dst) / "rejects.jsonl")
             summary += f"; {index.num_rejected} rejected inputs listed in {rejects}"
         click.echo(summary)
         for note in wds_notes(index):
             click.echo(f"note: {note}", err=True)
+
+
+def stored_as(fmt: str, index: Index) -> str:
+    """`wds, 3 shards` for the sharded format; the one-file formats are just named."""
+    if fmt != "wds":
+        return fmt
+    count = len(index.shards)
+    return f"wds, {count} shard{'s' * (count != 1)}"

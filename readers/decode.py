@@ -39,11 +39,9 @@ Mode = Literal["rgb8", "pil", "raw"]
 Buffer = bytes | bytearray | memoryview
 MODES: tuple[Mode, ...] = ("rgb8", "pil", "raw")
 # The DCT-scaled image stays at least this many times the target: scaling right down to
-# it loses the detail a bilinear resize keeps. Issue 12's bound (mean distance to a
-# Lanczos reference at most 1.25x Pillow bilinear's) measured by devtools/bench/quality.py
-# on 48 photos: the former rule (down to the target, 3/8 allowed, rounded-up edges
-# stretched) 1.67x at 64, 1.80x at 112; this one at most 1.03x at 64-224. 1.5 also holds
-# (at most 1.17x on tests/test_decode_quality.py's images), 1 does not.
+# it loses the detail a bilinear resize keeps. At 2 the result stays as close to a
+# Lanczos resize as Pillow's bilinear is (tests/test_decode_quality.py checks the bound;
+# devtools/bench/quality.py prints the distances).
 OVERSAMPLE = 2
 
 

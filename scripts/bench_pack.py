@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Pack a photo folder into every format and print images/s next to baselines.
 
-    python ../shared/bench/photo_folder.py /tmp/photos10k --count 10000   # once
+    python -m devtools.bench.photos /tmp/photos10k --count 10000   # once
     .venv/bin/python scripts/bench_pack.py                 # 10,000 images, 3 runs
     .venv/bin/python scripts/bench_pack.py --quick         # 2,000 images, 1 run
     .venv/bin/python scripts/bench_pack.py --formats wds,npy --runs 5 --no-memory
@@ -35,7 +35,7 @@ def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--src", type=Path, default=Path("/tmp/photos10k"),
-                        help="image folder built by photo_folder.py (default /tmp/photos10k)")
+                        help="image folder built by devtools.bench.photos (default /tmp/photos10k)")
     parser.add_argument("--count", type=int, default=None, help="use the first N images")
     parser.add_argument("--quick", action="store_true", help="2,000 images, 1 run")
     parser.add_argument("--runs", type=int, default=None, help="runs per case (median)")
@@ -81,7 +81,7 @@ def main() -> None:
     args = parse()
     if not args.src.is_dir():
         sys.exit(f"error: {args.src} is not a folder; build it with "
-                 "python ../shared/bench/photo_folder.py /tmp/photos10k --count 10000")
+                 "python -m devtools.bench.photos /tmp/photos10k --count 10000")
     args.work.mkdir(parents=True, exist_ok=True)
     total = len(source_files(args.src))
     count = min(args.count or total, total)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Time `pack convert` with the local threads and with Ray, start-up included.
 
-    python ../shared/bench/photo_folder.py /tmp/photos10k --count 10000   # once
+    python -m devtools.bench.photos /tmp/photos10k --count 10000   # once
     .venv/bin/python scripts/bench_ray.py [--src /tmp/photos10k] [--runs 3] [--shard-samples 1000]
 
 Three ways to pack the same folder into wds, interleaved run by run, medians printed:

@@ -4,7 +4,7 @@
     python scripts/bench_read.py /tmp/photos10k --work /tmp/bench-read [--runs 3]
         [--formats wds,lmdb,hdf5,npy] [--quick]
 
-The folder comes from `python ../shared/bench/photo_folder.py OUT --count 10000`.
+The folder comes from `python -m devtools.bench.photos OUT --count 10000`.
 Packed copies are cached under --work. Prints a markdown table (medians of --runs
 interleaved runs, ratios against the baselines run in the same process), train-time
 crops (augment=) included, against ImageFolder + Pillow crop and resize.

@@ -35,7 +35,7 @@ def test_convert_info_verify(src: Path, tmp_path: Path) -> None:
     dst = tmp_path / "out"
     result = run_pack("convert", src, dst, "--to", "lmdb", "--workers", "2")
     assert result.exit_code == 0, result.output
-    assert result.stdout.strip() == f"packed 24 samples into {dst} (lmdb, 1 shard(s))"
+    assert result.stdout.strip() == f"packed 24 samples into {dst} (lmdb)"
     info = run_pack("info", dst)
     assert info.exit_code == 0
     assert "format: lmdb" in info.stdout and "num_samples: 24" in info.stdout

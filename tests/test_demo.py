@@ -2,16 +2,18 @@
 
 A newcomer must see what packing buys: the PIL ImageFolder-style read of the same
 images with the same DataLoader settings is the first row, and every row has its
-rate as a multiple of that one. The demo prints the table and nothing else.
+rate as a multiple of that one. The demo prints the table, then where it wrote and the
+next command to try there, and nothing else.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
-from examples.demo import BASELINE, run, table
+from examples.demo import BASELINE, PACKED, run, table
 from packer.formats import FORMATS
 
 
@@ -29,10 +31,23 @@ def test_the_table_has_the_baseline_and_a_ratio_per_row(tmp_path: Path) -> None:
         assert line.endswith(f"| {row.images_per_second / baseline:.2f}x |")
 
 
-def test_the_demo_prints_only_its_table(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "examples.demo", str(tmp_path / "out"),
+def test_the_demo_prints_its_table_where_it_wrote_and_what_next(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "examples.demo", str(out),
                            "--count", "12", "--workers", "1"],
                           capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""  # no warnings, no progress bars
-    assert done.stdout.splitlines()[2].startswith(f"| folder | {BASELINE} |")
+    lines = done.stdout.splitlines()
+    assert lines[2].startswith(f"| folder | {BASELINE} |")
+    assert lines[-2].startswith(f"wrote {out}/: photos/ (12 images in 3 class folders)")
+    assert all(name in lines[-2] and (out / name / "index.json").is_file()
+               for name in PACKED.values())
+    command = lines[-1].removeprefix("next: ").split("   (")[0]
+    assert command == f"cd {out} && pack info photos.wds"
+    bin_dir = str(Path(sys.executable).parent)
+    tried = subprocess.run(["bash", "-c", command], capture_output=True, text=True,
+                           timeout=120, check=False,
+                           env={**os.environ, "PATH": bin_dir + os.pathsep + os.environ["PATH"]})
+    assert tried.returncode == 0, tried.stderr
+    assert "num_samples: 12" in tried.stdout

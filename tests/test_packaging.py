@@ -29,8 +29,9 @@ INSTALL = re.compile(
 
 
 def texts() -> dict[str, str]:
-    """README, library sources and scripts: wherever an install line may be shown."""
-    paths = [ROOT / "README.md", *sorted((ROOT / "scripts").iterdir()),
+    """README, the docs, library sources and scripts: wherever an install line may be shown."""
+    paths = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")),
+             *sorted((ROOT / "scripts").iterdir()),
              *sorted((ROOT / "packer").rglob("*.py")), *sorted((ROOT / "readers").rglob("*.py"))]
     return {str(p.relative_to(ROOT)): p.read_text(encoding="utf-8") for p in paths if p.is_file()}
 
@@ -58,7 +59,7 @@ def test_every_install_line_names_our_distribution_and_a_real_extra() -> None:
             found.append(where)
             assert match.group("name") == DISTRIBUTION, (where, match.group(0))
             assert set(match.group("extras").split(",")) <= extras, (where, match.group(0))
-    assert "README.md" in found and len(found) >= 4
+    assert "README.md" in found and "docs/getting-started.md" in found and len(found) >= 4
 
 
 def test_install_line() -> None:

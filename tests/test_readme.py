@@ -1,150 +1,41 @@
-"""Run the README's ```python blocks, so that the README cannot drift from the code.
+"""Run README.md's ```python and ```bash blocks, so that the README cannot drift from the
+code, and hold the README to what a newcomer needs: under 200 lines, about the product.
 
-Convention: a marker is an HTML comment (invisible on the rendered page) on its own
-line directly before a block's opening fence; several markers may stack there.
-
-    <!-- readme-test: skip (reason) -->    the block is never run: it needs what a test
-                                           cannot have here (a GPU, a cluster, S3, ...)
-    <!-- readme-test: needs MODULE -->     the block runs only where MODULE is installed
-                                           (importlib.util.find_spec); elsewhere it is
-                                           skipped. Several modules: `needs a b`.
-
-Any other `readme-test:` marker is an error, so a typo cannot skip a block silently. A
-block without a marker must run: an exception fails the test (an ImportError too, even
-for a module that is not installed: mark the block `needs MODULE` instead).
-
-Blocks run in README order in one namespace, as a reader types them: a block may use
-the names an earlier block defined (`it`, `loader`). The working folder is a temporary
-one holding what the blocks open: `photos/`, a generated image folder, and
-`photos.wds`, `photos.lmdb`, `photos.h5` and `photos.npy` packed from it by
-`packer.convert`. Selecting one block (`-k`) runs the earlier runnable blocks first.
+The convention (markers such as `<!-- readme-test: needs lightning -->`, the working
+folder laid out as scripts/demo leaves demo-out/) is tests/docblocks.py's; docs/ pages
+run the same way in tests/test_docs_blocks.py.
 """
 
 from __future__ import annotations
 
-import gc
-import importlib.util
-import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from packer import ConvertOptions, convert
-from packer.encode import EncodeOptions
-from packer.testing import make_sample_folder
+from tests.docblocks import REPO, Session, code_blocks, demo_folder, python_blocks
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-MARKER = re.compile(r"<!--\s*readme-test:\s*(?P<body>.*?)\s*-->")
-PACKED = {"photos.wds": ("wds", EncodeOptions(codec="jpeg")),  # one image type: HF, Ray
-          "photos.lmdb": ("lmdb", EncodeOptions()),
-          "photos.h5": ("hdf5", EncodeOptions()),
-          "photos.npy": ("npy", EncodeOptions(size=(32, 32)))}
-
-
-@dataclass(frozen=True)
-class Block:
-    """One ```python block of the README and what its markers ask."""
-
-    line: int  # of the opening fence, 1-based
-    code: str
-    skip: str | None = None  # the reason given
-    needs: tuple[str, ...] = ()
-
-    def why_not_run(self) -> str | None:
-        """Why this block is skipped here, or None if it must run."""
-        if self.skip is not None:
-            return f"README line {self.line}: {self.skip}"
-        missing = [module for module in self.needs if not installed(module)]
-        return f"README line {self.line}: needs {', '.join(missing)}" if missing else None
-
-
-def installed(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:  # a dotted name whose parent is missing
-        return False
-
-
-def parse_markers(lines: list[str], line: int) -> tuple[str | None, tuple[str, ...]]:
-    """The skip reason and needed modules of the markers stacked above `line` (0-based)."""
-    skip: str | None = None
-    needs: list[str] = []
-    above = line - 1
-    while above >= 0 and (match := MARKER.fullmatch(lines[above].strip())):
-        body = match.group("body")
-        if skipped := re.fullmatch(r"skip(?:\s*\((?P<reason>.*)\))?", body):
-            skip = skipped.group("reason") or "marked skip"
-        elif body.startswith("needs ") and body.split()[1:]:
-            needs += body.split()[1:]
-        else:
-            raise ValueError(f"{README}:{above + 1}: unknown marker {body!r}; use "
-                             "`readme-test: skip (reason)` or `readme-test: needs MODULE`")
-        above -= 1
-    return skip, tuple(needs)
-
-
-def python_blocks(text: str) -> list[Block]:
-    """Every ```python block, in order."""
-    lines = text.splitlines()
-    blocks = []
-    start: int | None = None
-    for number, line in enumerate(lines):
-        if start is None and line.strip() == "```python":
-            start = number
-        elif start is not None and line.strip() == "```":
-            skip, needs = parse_markers(lines, start)
-            blocks.append(Block(start + 1, "\n".join(lines[start + 1 : number]) + "\n",
-                                skip, needs))
-            start = None
-    return blocks
-
-
-BLOCKS = python_blocks(README.read_text(encoding="utf-8"))
-
-
-@dataclass
-class Session:
-    """The namespace the blocks share, and how far they have run."""
-
-    namespace: dict[str, Any] = field(default_factory=lambda: {"__name__": "__readme__"})
-    done: int = 0  # BLOCKS[:done] have run (or were skipped)
-
-    def run_through(self, number: int) -> None:
-        """Run the blocks up to BLOCKS[number] that have not run yet, skipping marked ones."""
-        while self.done <= number:
-            block = BLOCKS[self.done]
-            self.done += 1
-            if block.why_not_run() is None:
-                code = compile(block.code, f"README.md, block at line {block.line}", "exec")
-                exec(code, self.namespace)
+README = REPO / "README.md"
+BLOCKS = code_blocks(README.read_text(encoding="utf-8"), "README.md")
+MAX_LINES = 200
+# words about how the project was built, not what it does
+BANNED = ("session", "issue", "target", "met")
 
 
 @pytest.fixture(scope="module")
 def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
-    """A working folder holding photos/ and its packed copies, as the README's blocks expect."""
-    work = tmp_path_factory.mktemp("readme")
-    photos = make_sample_folder(work / "photos", count=24, classes=3, min_side=40,
-                                max_side=96)
-    for name, (fmt, options) in PACKED.items():
-        convert(photos, work / name, fmt, options, ConvertOptions(workers=0))
-    before = Path.cwd()
-    os.chdir(work)
-    running = Session()
+    """The README's blocks and a folder laid out as scripts/demo leaves demo-out/."""
+    running = Session(BLOCKS, demo_folder(tmp_path_factory.mktemp("readme")))
     try:
         yield running
     finally:
-        running.namespace.clear()  # ends DataLoader workers the blocks left running
-        gc.collect()
-        os.chdir(before)
+        running.close()
 
 
-def test_the_readme_has_python_blocks() -> None:
+def test_the_readme_has_runnable_blocks() -> None:
     assert len(BLOCKS) >= 3
-    assert any(block.why_not_run() is None for block in BLOCKS)
+    assert {block.lang for block in BLOCKS if block.why_not_run() is None} == {"python", "bash"}
 
 
 @pytest.mark.timeout(300)
@@ -159,6 +50,18 @@ def test_readme_block_runs(session: Session, number: int) -> None:
         pytest.skip(reason)
 
 
+def test_the_readme_is_short_and_about_the_product() -> None:
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) < MAX_LINES
+    found = [word for word in BANNED if re.search(rf"\b{word}\b", text, re.IGNORECASE)]
+    assert found == [], f"README.md says {found}: words about how it was built"
+
+
+def test_the_readme_links_into_the_docs() -> None:
+    links = re.findall(r"\]\((docs/[^)#]+)", README.read_text(encoding="utf-8"))
+    assert len(links) >= 5 and all((REPO / link).is_file() for link in links)
+
+
 # ------------------------------------------------------------------ the convention itself
 
 
@@ -168,8 +71,8 @@ def test_markers_skip_or_require_modules() -> None:
             "<!-- readme-test: needs os -->\n```python\ny = 2\n```\n"
             "```python\nimport surely_not_installed_xyz\n```\n")
     skipped, missing, present, plain = python_blocks(text)
-    assert skipped.why_not_run() == "README line 2: needs a GPU"
-    assert missing.why_not_run() == "README line 6: needs surely_not_installed_xyz"
+    assert skipped.why_not_run() == "README.md line 2: needs a GPU"
+    assert missing.why_not_run() == "README.md line 6: needs surely_not_installed_xyz"
     assert present.why_not_run() is None and present.code == "y = 2\n"
     assert plain.why_not_run() is None  # unmarked: an ImportError must fail it
 
@@ -177,3 +80,15 @@ def test_markers_skip_or_require_modules() -> None:
 def test_an_unknown_marker_is_an_error() -> None:
     with pytest.raises(ValueError, match="unknown marker 'skpi'"):
         python_blocks("<!-- readme-test: skpi -->\n```python\nx = 1\n```\n")
+
+
+def test_shell_blocks_run_and_other_fences_do_not(tmp_path: Path) -> None:
+    text = ("```bash\necho made > made.txt\n```\n```\nnot run\n```\n```text\nout\n```\n"
+            "```bash\nfalse\n```\n")
+    made, failing = code_blocks(text, "page.md")
+    assert (made.lang, failing.lang) == ("bash", "bash")
+    session = Session([made, failing], tmp_path)
+    session.run_through(0)
+    assert (tmp_path / "made.txt").read_text() == "made\n"
+    with pytest.raises(AssertionError, match=r"page\.md, block at line 10 exited 1"):
+        session.run_through(1)

@@ -203,7 +203,7 @@ def test_cli(src: Path, endpoint: str, tmp_path: Path) -> None:
     result = runner.invoke(main, ["convert", str(src), url, "--to", "wds", "--workers", "0",
                                   "--storage-option", f"endpoint_url={endpoint}", "-q"])
     assert result.exit_code == 0, result.output
-    assert f"into {url} (wds, 1 shard(s))" in result.output
+    assert f"into {url} (wds, 1 shard)" in result.output
     result = runner.invoke(main, ["info", url, "--json"])
     assert result.exit_code == 0, result.output
     assert '"num_samples": 24' in result.output and url in result.output

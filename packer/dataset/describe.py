@@ -30,7 +30,7 @@ def describe(folder: Path) -> dict[str, Any]:
         "num_shards": len(index.shards),
         "num_bytes": sum(shard.num_bytes for shard in index.shards),
         "image_size": list(index.image_size) if index.image_size else None,
-        "encode": index.encode,
+        "encode": applied(index.encode),
         "num_rejected": index.num_rejected,
         "num_ignored": index.num_ignored,
         **wds,
@@ -39,6 +39,21 @@ def describe(folder: Path) -> dict[str, Any]:
         "classes": {name: int(counts[i]) for i, name in enumerate(index.class_names)},
         "shards": [asdict(shard) for shard in index.shards],
     }
+
+
+def applied(encode: dict[str, Any]) -> dict[str, Any]:
+    """The encode options of index.json that shaped the stored images, and no others.
+
+    index.json keeps every option (the job fingerprint covers them); shown whole, a
+    pass-through dataset reads as if it had been cropped and re-encoded at quality 90.
+    """
+    sized = encode.get("size") is not None
+    resized = sized or encode.get("resize") is not None
+    reencoded = encode.get("mode") == "reencode" and encode.get("codec") != "png"
+    keep = {"mode": True, "check": True, "resize": encode.get("resize") is not None,
+            "size": sized, "fit": sized, "upscale": resized,
+            "codec": encode.get("codec") is not None, "quality": reencoded}
+    return {key: value for key, value in encode.items() if keep.get(key, False)}
 
 
 def wds_notes(index: Index) -> list[str]:

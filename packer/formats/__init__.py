@@ -10,12 +10,11 @@ from packer.formats.base import FormatModule
 
 FORMATS = {"wds": "_wds", "lmdb": "_lmdb", "hdf5": "_hdf5", "npy": "_npy"}
 REQUIRES = {"lmdb": "lmdb", "hdf5": "h5py", "wds": "webdataset", "npy": "numpy"}
-# Each format's files at the top of a dataset folder (wds' shards as a pattern), also
-# here and not only as its module's FILES: telling which files in a DST are ours
-# (packer.conversion.destination) must not import every format's library. A wds run
-# imported h5py for it: a missing h5py failed the run, and a Ctrl-C landing inside that
-# import left h5py half made, printing tracebacks. tests/test_formats_files.py checks
-# that each module's FILES is this.
+# Each format's files at the top of a dataset folder (wds' shards as a pattern), kept
+# here as well as in each module's FILES: telling which files in a DST are ours
+# (packer.conversion.destination) must not import every format's library, which a
+# conversion to another format may not have. tests/test_formats_files.py checks that
+# each module's FILES is this.
 FILES: dict[str, tuple[str, ...]] = {
     "wds": ("*-[0-9][0-9][0-9][0-9][0-9]*.tar",), "lmdb": ("data.lmdb",),
     "hdf5": ("data.h5",), "npy": ("images.npy", "labels.npy", "fields")}

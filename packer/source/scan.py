@@ -22,6 +22,7 @@ from packer.errors import SourceError
 from packer.source.archive import archive_kind, scan_archive
 from packer.source.coco import read_coco
 from packer.source.coco_images import ArchiveImages, FolderImages, ImageFiles
+from packer.source.empty import no_images
 from packer.source.fields import (
     SIDECARS,
     FieldChoice,
@@ -166,6 +167,8 @@ def scan_folder(root: Path, choice: FieldChoice | None = None) -> Source:
     for label, name in enumerate(classes):
         ignored += _walk_images(prefix, name, label, found, rejects,
                                 seen if choice.enabled else None)
+    if not len(found) and not rejects:  # an empty dataset would block the retry
+        raise no_images(root, tuple(classes))
     rejects.sort(key=lambda reject: reject.path)  # the same whatever order the disk lists
     every = tuple(SIDECARS.values())
     sidecars = [spec for suffix, spec in SIDECARS.items() if suffix in seen]
