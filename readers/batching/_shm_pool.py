@@ -190,15 +190,6 @@ def worker_pool() -> SlotPool | None:
 Rebuild = tuple[Any, tuple[Any, ...]]  # (callable, args): a batch's head from its buffer
 
 
-def __getattr__(name: str) -> Any:
-    """PooledBatch and PooledDict, which live in readers.batching._pooled."""
-    if name in ("PooledBatch", "PooledDict"):
-        from readers.batching import _pooled
-
-        return getattr(_pooled, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 _LOCK = threading.RLock()  # the pin-memory thread unpickles too
 _STATES: collections.OrderedDict[str, npt.NDArray[np.uint8]] = collections.OrderedDict()
 _LIVE: dict[int, tuple[weakref.finalize[Any, Any], npt.NDArray[np.uint8], int]] = {}
