@@ -1,6 +1,7 @@
 """Training side: PyTorch datasets over packed datasets, split exactly once across DDP ranks.
 
     from readers import PackedDataset, PackedIterableDataset, ChunkSampler, collate
+    from readers import RawBatch, decode_on   # decode="raw" batches as one buffer; GPU decode
     from readers import RandomResizedCrop, CenterCrop   # train-time crops, fused into decode
     from readers import Mix   # several packed datasets as one, in chosen proportions
     from readers import LoaderMonitor   # times how long a training loop waits for data
@@ -11,8 +12,10 @@
 
 from readers.augment import Box, CenterCrop, RandomResizedCrop
 from readers.batching.collate import collate
+from readers.batching.raw_batch import RawBatch
 from readers.concat import ConcatDataset
 from readers.datasets import PackedDataset, PackedIterableDataset, Sample
+from readers.device_decode import decode_on
 from readers.mix import Mix
 from readers.monitor import LoaderMonitor  # numpy and logging only: adds nothing heavy
 from readers.options import RemoteOptions, SplitOptions
@@ -31,9 +34,11 @@ __all__ = [
     "PackedIterableDataset",
     "PaddedIndex",
     "RandomResizedCrop",
+    "RawBatch",
     "RemoteOptions",
     "Sample",
     "SplitOptions",
     "collate",
+    "decode_on",
     "loop_state",
 ]

@@ -34,6 +34,7 @@ from torch.utils.data import Dataset
 from readers._base import Sample, Transform, _PackedBase
 from readers.augment import Augment
 from readers.batching.collate import gathered_samples
+from readers.batching.raw_collate import IndexedSamples
 from readers.cache import DEFAULT_CACHE_BYTES
 from readers.decode import Mode
 from readers.epochs import PassEpochs
@@ -133,11 +134,14 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
                                                      make, recyclable=recyclable), positions)
         records = local.cached.read_many(positions)
         crop = (self.seed, self.epoch)  # read once: the whole batch is of one epoch
-        return self._add_fields([
+        samples = [
             self._sample(local.table, i, data, isinstance(original, PaddedIndex), crop,
                          fields=False)
             for original, i, data in zip(indices, positions, records, strict=True)
-        ], positions)
+        ]
+        if self.decode == "raw":  # readers.collate keeps the indices in the RawBatch
+            samples = IndexedSamples(samples, positions)
+        return self._add_fields(samples, positions)
 
     def _position(self, i: int) -> int:
         n = self.index.num_samples

@@ -16,7 +16,8 @@ from packer import ConvertOptions, convert
 from packer.encode import EncodeOptions
 from packer.testing import make_sample_folder
 from readers import PackedDataset
-from readers.batching._shm_pool import BUSY, FREE, PooledBatch, SlotPool
+from readers.batching._pooled import PooledBatch
+from readers.batching._shm_pool import BUSY, FREE, SlotPool
 
 SIZE = (12, 10)
 NUM = 48

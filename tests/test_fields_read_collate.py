@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 
 from readers import collate
 from readers.batching import _shm_pool
+from readers.batching._pooled import PooledDict
 from readers.batching._shm_pool import BUSY, FREE
 from readers.fields import natural
 from tests.shm_pool_support import received, sent
@@ -125,7 +126,7 @@ def test_pooled_dict_arrives_as_a_plain_dict_and_frees_its_slot() -> None:
     inner, slot = sent(pool, (2, 3, 2, 2))
     inner.images.fill_(7)
     boxes = torch.ones(2, 1, 4)
-    pooled = _shm_pool.PooledDict({"image": inner.images, "label": inner[1], "boxes": boxes,
+    pooled = PooledDict({"image": inner.images, "label": inner[1], "boxes": boxes,
                                    "caption": ["a", "b"]}, inner)
     arrived = received(pooled)
     assert type(arrived) is dict and list(arrived) == ["image", "label", "boxes", "caption"]

@@ -31,7 +31,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from readers import PackedDataset, collate
 from readers.batching import _shm_pool as shm_pool
-from readers.batching._shm_pool import BUSY, FREE, GONE, PooledBatch, SlotPool
+from readers.batching._pooled import PooledBatch
+from readers.batching._shm_pool import BUSY, FREE, GONE, SlotPool
 from readers.batching.collate import _pooled
 from tests import shm_pool_support as support
 
@@ -181,7 +182,8 @@ import torch
 from multiprocessing.reduction import ForkingPickler
 from tests.shm_pool_support import received as _received
 from readers.batching import _shm_pool as shm_pool
-from readers.batching._shm_pool import PooledBatch, SlotPool
+from readers.batching._pooled import PooledBatch
+from readers.batching._shm_pool import SlotPool
 
 inside = threading.Event()
 

@@ -41,8 +41,11 @@ from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 import torch.multiprocessing
+
+from readers.batching._columns import unpacked
 
 POOL_BYTES = 96 << 20  # per worker: enough for the DataLoader's prefetched batches
 MIN_SLOTS = 2
@@ -118,13 +121,32 @@ class SlotPool:
             self.slots[free] = _Slot(buffer)
             return buffer.view(shape)
 
-    def _reusable(self, index: int, slot: _Slot, shape: tuple[int, ...],
+    def take_bytes(self, nbytes: int) -> torch.Tensor:
+        """A 1-D uint8 shared buffer of `nbytes` (a raw batch, readers.batching.raw_batch):
+        the start of a free slot of at least that size, else as `take` gives one. Sizes
+        vary batch to batch, so a new slot has room to spare, and a free slot too small
+        for the batch makes room for a larger one."""
+        with self._lock:
+            small = None
+            for index, slot in enumerate(self.slots):
+                if slot is None or not self._reusable(index, slot, None, torch.uint8):
+                    continue
+                if slot.buffer.numel() >= nbytes:
+                    return slot.buffer[:nbytes]
+                small = index if small is None else small
+            if small is not None:
+                self.slots[small] = None  # its place goes to a larger buffer
+        room = -(-(nbytes + nbytes // 4) // 4096) * 4096
+        return self.take((max(room, 1 << 16),))[:nbytes]
+
+    def _reusable(self, index: int, slot: _Slot, shape: tuple[int, ...] | None,
                   dtype: torch.dtype) -> bool:
         if self.state[index] == GONE:  # given up by the main process: forget it
             self.slots[index] = None
             return False
-        return (self.state[index] == FREE and tuple(slot.buffer.shape) == shape
-                and slot.buffer.dtype == dtype and slot.idle())
+        same = slot.buffer.dim() == 1 if shape is None else tuple(slot.buffer.shape) == shape
+        return (self.state[index] == FREE and same and slot.buffer.dtype == dtype
+                and slot.idle())
 
     def _free_index(self, nbytes: int) -> int | None:
         """Where a new slot goes (a forgotten one's place first), or None: pool full."""
@@ -165,111 +187,45 @@ def worker_pool() -> SlotPool | None:
     return _POOL
 
 
-class PooledBatch(list[Any]):
-    """[images, labels, ...] whose images sit in a pool slot; unpickles as a plain list.
-
-    It stays a list in the worker, so code that wraps `collate` can still index it.
-    """
-
-    def __init__(self, items: list[Any], images: torch.Tensor, pool: SlotPool,
-                 slot: int) -> None:
-        super().__init__(items)
-        self.images, self.pool, self.slot = images, pool, slot
-        pool.sending(slot)
-
-    def __copy__(self) -> list[Any]:
-        """A plain list: only the pickle that leaves for the main process is tracked."""
-        return list(self)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> list[Any]:
-        import copy
-
-        return copy.deepcopy(list(self), memo)
-
-    def __reduce__(self) -> Any:
-        items = list(self)
-        if not items or items[0] is not self.images:  # changed in the worker: untracked
-            return list, (items,)
-        tail = items[1:]
-        by_value = bool(tail) and isinstance(tail[0], torch.Tensor) \
-            and not tail[0].untyped_storage().is_shared()
-        if by_value:  # labels: 8 bytes a sample, in the pickle rather than shared memory
-            tail[0] = tail[0].numpy()
-        state = None if self.pool.state_sent else self.pool.state_tensor
-        self.pool.state_sent = True
-        return _arrived, (self.images, tail, by_value, self.pool.token, state, self.slot)
-
-
-class PooledDict(dict[str, Any]):
-    """{"image": images, ...} (readers.batching.fields_collate) whose images sit in the
-    slot of `batch`, a PooledBatch; unpickles as a plain dict, the slot freed as a
-    PooledBatch's is. Other tensors travel by value in the pickle: a batch's labels and
-    fields are small, and each shared tensor would cost a file descriptor."""
-
-    def __init__(self, items: dict[str, Any], batch: PooledBatch) -> None:
-        super().__init__(items)
-        self.batch = batch
-
-    def __copy__(self) -> dict[str, Any]:
-        return dict(self)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
-        import copy
-
-        return copy.deepcopy(dict(self), memo)
-
-    def __reduce__(self) -> Any:
-        names = list(self)
-        if not names or names[0] != "image" or self["image"] is not self.batch.images:
-            return dict, (dict(self),)
-        rest = {name: value.numpy() if _by_value(value) else value
-                for name, value in list(self.items())[1:]}
-        moved = [name for name, value in self.items() if _by_value(value)]
-        self.batch[1:] = [rest, moved]
-        _, args = self.batch.__reduce__()
-        return _arrived_dict, args
-
-
-def _by_value(value: Any) -> bool:
-    return isinstance(value, torch.Tensor) and not value.untyped_storage().is_shared() \
-        and value.device.type == "cpu" and not value.requires_grad
-
-
-def _arrived_dict(images: torch.Tensor, tail: list[Any], *args: Any) -> dict[str, Any]:
-    """In the main process: the plain dict batch (see `_arrived`)."""
-    _, rest, moved = _arrived(images, tail, *args)
-    for name in moved:
-        rest[name] = torch.from_numpy(rest[name])
-    return {"image": images, **rest}
+Rebuild = tuple[Any, tuple[Any, ...]]  # (callable, args): a batch's head from its buffer
 
 
 _LOCK = threading.RLock()  # the pin-memory thread unpickles too
-_STATES: collections.OrderedDict[str, np.ndarray] = collections.OrderedDict()
-_LIVE: dict[int, tuple[weakref.finalize[Any, Any], np.ndarray, int]] = {}
+_STATES: collections.OrderedDict[str, npt.NDArray[np.uint8]] = collections.OrderedDict()
+_LIVE: dict[int, tuple[weakref.finalize[Any, Any], npt.NDArray[np.uint8], int]] = {}
 
 
 def _arrived(images: torch.Tensor, tail: list[Any], by_value: bool, token: str,
-             state: torch.Tensor | None, slot: int) -> list[Any]:
+             state: torch.Tensor | None, slot: int, rebuild: Rebuild | None = None
+             ) -> list[Any]:
     """In the main process: the plain batch, its slot freed once `images`' storage dies."""
+    tail = [unpacked(value) for value in tail]
     if by_value:
         tail[0] = torch.from_numpy(tail[0])
+    _track(images, token, state, slot)
+    head = images if rebuild is None else rebuild[0](images, *rebuild[1])
+    return [head, *tail]
+
+
+def _track(images: torch.Tensor, token: str, state: torch.Tensor | None, slot: int) -> None:
+    """Tie the slot's freeing to the life of `images`' storage in this process."""
     _watch_hand_offs()
     with _LOCK:
         if state is not None:  # a new worker: forget the ones that have ended
             _forget_ended_workers()
             _STATES[token] = state.numpy()
         known = _STATES.get(token)
-        if known is not None:
-            _STATES.move_to_end(token)
-            while len(_STATES) > KNOWN_STATES:
-                _STATES.popitem(last=False)
-            storage = images.untyped_storage()
-            key = storage.data_ptr()
-            if key in _LIVE:  # the same storage again: its finalizer covers both
-                return [images, *tail]
-            done = weakref.finalize(storage, _free, os.getpid(), known, slot, key)
-            _LIVE[key] = (done, known, slot)
-    return [images, *tail]
+        if known is None:
+            return
+        _STATES.move_to_end(token)
+        while len(_STATES) > KNOWN_STATES:
+            _STATES.popitem(last=False)
+        storage = images.untyped_storage()
+        key = storage.data_ptr()
+        if key in _LIVE:  # the same storage again: its finalizer covers both
+            return
+        done = weakref.finalize(storage, _free, os.getpid(), known, slot, key)
+        _LIVE[key] = (done, known, slot)
 
 
 def _forget_ended_workers() -> None:
@@ -285,7 +241,7 @@ def _forget_ended_workers() -> None:
             continue
 
 
-def _free(pid: int, state: np.ndarray, slot: int, key: int) -> None:
+def _free(pid: int, state: npt.NDArray[np.uint8], slot: int, key: int) -> None:
     """Mark the slot free, only in the process that received the batch (not a fork of it)."""
     if os.getpid() != pid:
         return

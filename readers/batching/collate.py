@@ -1,43 +1,40 @@
-"""Batches of fixed-size pixel rows (the npy format) in one gather, and a faster collate.
+"""`readers.collate`: the DataLoader collate that sends a batch as a few buffers, and the
+one gather that builds an npy batch.
 
-`PackedDataset.__getitems__` on a reader that can `gather` (npy) copies a whole batch
-from the memory map in one `np.take` into one buffer, checks every row against its
-digest there, and returns the samples as views of it: images are (3, H, W) views of
-the (H, W, 3) rows (channels-last strides, as `readers.decode` gives them without a
-resize); `decode="raw"` gives each row as a 1-D uint8 numpy array (bytes-like), so a
-DataLoader batches rows into one tensor that travels in shared memory instead of
-pickling them through a pipe.
+What it returns, for samples from the readers:
 
-torch's `default_collate` batches those samples as usual, into a fresh planar
-(B, 3, H, W) tensor: a transposing copy of every image. `collate` (pass
-`collate_fn=readers.collate` to the DataLoader) notices that the images already are one
-batch and returns it as a (B, 3, H, W) tensor in channels-last memory format: same
-shape and values, the layout torch's `channels_last` models want (call `.contiguous()`
-for planar memory).
+    (image, label[, key])     [images, labels(, keys)] as default_collate's, the images
+                              one (B, 3, H, W) uint8 tensor, channels-last memory where
+                              the samples were (npy, JPEGs decoded without a resize):
+                              the layout torch's channels_last models want; call
+                              `.contiguous()` for planar memory
+    raw npy rows              [rows, labels(, keys)], rows one (B, H*W*3) uint8 tensor
+    raw stored bytes          [RawBatch, labels(, keys)] (readers.batching.raw_batch):
+                              the bytes back to back in one uint8 buffer + offsets,
+                              iterating bytes-like per sample
+    dicts (fields=)           a dict, one batched value a field
+                              (readers.batching.fields_collate)
 
-In a DataLoader worker, `collate` also sends every batch of equal-sized tensors (decoded
-JPEGs included: it stacks them, as `default_collate` does) in shared memory that the
-worker recycles (readers.batching._shm_pool) instead of in memory allocated for each batch.
-Anything else it hands to `default_collate`.
+Anything else goes to `default_collate`.
 
-No copy at all for npy, in the main process and in workers: once `collate` has run in a worker
-process, that worker gathers its next batches straight into shared memory (the memory a
-batch leaves a worker in) that it recycles (readers.batching._shm_pool), and `collate` sends that
-buffer as it is. Until then, with a `transform`, or under any other collate, a worker
-gathers into ordinary memory, since `default_collate` copies into shared memory of its
-own anyway and freshly mapped shared pages cost more to touch than ordinary ones.
+Why: in a DataLoader worker every batch leaves for the main process in shared memory.
+torch allocates that memory fresh for each batch and pickles any other value object by
+object; faulting in new shared pages costs more than copying the pixels, and each
+shared tensor costs a file descriptor. `collate` puts a batch's images (or its raw
+bytes) in shared memory the worker recycles (readers.batching._shm_pool), sends labels
+by value in the pickle and a column of strings as one buffer (readers.batching._columns).
 
-Where the time goes (measured on the 2-core benchmark machine, 64 images of 224x224):
-copying the rows into reused memory takes ~23 us an image, into freshly allocated
-shared memory ~72 us (faulting in new shared pages costs more than the copy), and each
-file descriptor a batch hands to the main process costs more again. Side by side
-through a DataLoader with 2 workers: copying into new shared memory in `collate` 11.4k
-images/s, gathering into new shared memory 15.1k, into recycled buffers with the labels
-pickled by value 33.3k (the naive memmap Dataset: 15.9k). An npy batch read in the main
-process skips shared memory: num_workers=0 with `collate` reads at about memcpy speed.
-For decoded JPEGs at 224x224 the recycled buffers gave 2,769 vs 2,444 images/s.
+npy without a copy: `PackedDataset.__getitems__` on a reader that can `gather` copies
+a whole batch from the memory map in one `np.take`, checks every row against its digest
+there, and returns the samples as views of it: images are (3, H, W) views of the
+(H, W, 3) rows, and `decode="raw"` gives each row as a 1-D uint8 numpy array. `collate`
+notices that the samples already are one batch and returns it uncopied. Once `collate`
+has run in a worker, that worker gathers its next batches straight into a recycled
+shared buffer, which `collate` sends as it is; before that, with a `transform`, or
+under another collate, it gathers into ordinary memory (`default_collate` copies into
+shared memory of its own, and fresh shared pages cost more to touch than ordinary ones).
+In the main process (num_workers=0) no shared memory is involved.
 """
-
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -48,9 +45,11 @@ import numpy.typing as npt
 import torch
 from torch.utils.data import default_collate, get_worker_info
 
-from readers.batching._shm_pool import FREE, PooledBatch, SlotPool, shared_buffer, worker_pool
+from readers.batching._pooled import PooledBatch
+from readers.batching._shm_pool import FREE, SlotPool, shared_buffer, worker_pool
 from readers.batching.field_batch import FieldBatch
 from readers.batching.fields_collate import collate_dicts
+from readers.batching.raw_collate import collate_raw, is_raw
 
 Sample = tuple[Any, ...]
 
@@ -99,8 +98,9 @@ def collate(batch: Sequence[Sample]) -> Any:
     """default_collate, but images gathered as one batch come back as it, uncopied, and a
     worker sends its batches in recycled shared memory (readers.batching._shm_pool).
 
-    The result is [images, labels] or [images, labels, keys], like default_collate's;
-    for dict samples (`fields=`), a dict, ragged arrays padded (readers.batching.fields_collate).
+    The result is [images, labels] or [images, labels, keys], like default_collate's,
+    with a RawBatch for images of stored bytes (decode="raw"); for dict samples
+    (`fields=`), a dict, ragged arrays padded (readers.batching.fields_collate).
     """
     if isinstance(batch, FieldBatch) and len(batch):
         return batch.collate_columns(collate)
@@ -110,6 +110,8 @@ def collate(batch: Sequence[Sample]) -> Any:
     if not _plain_samples(batch):
         return default_collate(list(batch))
     images = [sample[0] for sample in batch]
+    if is_raw(images):
+        return collate_raw(batch, getattr(batch, "indices", None))
     whole = _whole_batch(images) if isinstance(images[0], torch.Tensor) else _whole_rows(images)
     if get_worker_info() is None:
         return default_collate(list(batch)) if whole is None else [whole, *_rest(batch)]

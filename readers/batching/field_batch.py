@@ -26,8 +26,9 @@ import numpy as np
 import torch
 
 from readers.batching._number_arrays import NumberArrays
-from readers.batching._shm_pool import PooledBatch, PooledDict
+from readers.batching._pooled import PooledBatch, PooledDict
 from readers.batching.fields_collate import IMAGE, LABEL, LENGTHS_SUFFIX, collate_field
+from readers.batching.raw_collate import IndexedSamples
 
 Column = list[Any] | NumberArrays
 Sample = tuple[Any, ...]
@@ -75,7 +76,9 @@ class FieldBatch(Sequence[dict[str, Any]]):
 
     def collate_columns(self, collate_images: Callable[[list[Any]], Any]) -> dict[str, Any]:
         """What `collate_dicts(list(self), collate_images)` returns, column by column."""
-        images = collate_images([(sample[0], sample[1]) for sample in self.samples])
+        pairs = [(sample[0], sample[1]) for sample in self.samples]
+        indices = getattr(self.samples, "indices", None)  # a raw batch's (IndexedSamples)
+        images = collate_images(pairs if indices is None else IndexedSamples(pairs, indices))
         out: dict[str, Any] = {IMAGE: images[0], LABEL: images[1]}
         for name, column in self.columns.items():
             out.update(_collate_column(name, column))

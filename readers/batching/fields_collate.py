@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-from readers.batching._shm_pool import PooledBatch, PooledDict
+from readers.batching._pooled import PooledBatch, PooledDict
 
 IMAGE, LABEL = "image", "label"
 LENGTHS_SUFFIX = "_lengths"

@@ -1,0 +1,100 @@
+"""Batches that leave a DataLoader worker from a pool slot (readers.batching._shm_pool):
+a list (PooledBatch) or a dict of fields (PooledDict) that unpickles in the main
+process as the plain list or dict, its slot freed once nothing views it there."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from readers.batching._columns import packed, unpacked
+from readers.batching._shm_pool import Rebuild, SlotPool, _arrived
+
+__all__ = ["PooledBatch", "PooledDict"]
+
+
+class PooledBatch(list[Any]):
+    """[head, labels, ...] whose head (images, or a raw batch: `rebuild`) sits in a pool
+    slot; unpickles as a plain list, lists of str or bytes packed as one buffer each
+    (readers.batching._columns).
+
+    It stays a list in the worker, so code that wraps `collate` can still index it.
+    `rebuild` (callable, args): the head is `callable(images, *args)` (a RawBatch over
+    its buffer), else the images tensor itself.
+    """
+
+    def __init__(self, items: list[Any], images: torch.Tensor, pool: SlotPool,
+                 slot: int, rebuild: Rebuild | None = None) -> None:
+        super().__init__(items)
+        self.images, self.pool, self.slot, self.rebuild = images, pool, slot, rebuild
+        self.head = items[0] if items else None
+        pool.sending(slot)
+
+    def __copy__(self) -> list[Any]:
+        """A plain list: only the pickle that leaves for the main process is tracked."""
+        return list(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> list[Any]:
+        import copy
+
+        return copy.deepcopy(list(self), memo)
+
+    def __reduce__(self) -> Any:
+        items = list(self)
+        if not items or items[0] is not self.head:  # changed in the worker: untracked
+            return list, (items,)
+        tail = [packed(value) for value in items[1:]]
+        by_value = bool(tail) and isinstance(tail[0], torch.Tensor) \
+            and not tail[0].untyped_storage().is_shared()
+        if by_value:  # labels: 8 bytes a sample, in the pickle rather than shared memory
+            tail[0] = tail[0].numpy()
+        state = None if self.pool.state_sent else self.pool.state_tensor
+        self.pool.state_sent = True
+        return _arrived, (self.images, tail, by_value, self.pool.token, state, self.slot,
+                          self.rebuild)
+
+
+class PooledDict(dict[str, Any]):
+    """{"image": images, ...} (readers.batching.fields_collate) whose images sit in the
+    slot of `batch`, a PooledBatch; unpickles as a plain dict, the slot freed as a
+    PooledBatch's is. Other tensors travel by value in the pickle: a batch's labels and
+    fields are small, and each shared tensor would cost a file descriptor; a column of
+    str or bytes values travels as one buffer (readers.batching._columns)."""
+
+    def __init__(self, items: dict[str, Any], batch: PooledBatch) -> None:
+        super().__init__(items)
+        self.batch = batch
+
+    def __copy__(self) -> dict[str, Any]:
+        return dict(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        import copy
+
+        return copy.deepcopy(dict(self), memo)
+
+    def __reduce__(self) -> Any:
+        names = list(self)
+        if not names or names[0] != "image" or self["image"] is not self.batch.head:
+            return dict, (dict(self),)
+        rest = {name: value.numpy() if _by_value(value) else packed(value)
+                for name, value in list(self.items())[1:]}
+        moved = [name for name, value in self.items() if _by_value(value)]
+        self.batch[1:] = [rest, moved]
+        _, args = self.batch.__reduce__()
+        return _arrived_dict, args
+
+
+def _by_value(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and not value.untyped_storage().is_shared() \
+        and value.device.type == "cpu" and not value.requires_grad
+
+
+def _arrived_dict(images: torch.Tensor, tail: list[Any], *args: Any) -> dict[str, Any]:
+    """In the main process: the plain dict batch (see `_arrived`)."""
+    head, rest, moved = _arrived(images, tail, *args)
+    rest = {name: unpacked(value) for name, value in rest.items()}
+    for name in moved:
+        rest[name] = torch.from_numpy(rest[name])
+    return {"image": head, **rest}
