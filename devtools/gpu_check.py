@@ -5,7 +5,7 @@ agreement, pinned host-to-device copy rate.
                                  [--workers 4] [--size 224] [--work /tmp/gpu-check]
 
 --src: an image folder (class sub-folders), e.g. from
-`python ../shared/bench/photo_folder.py OUT --count 2048`; without it generated images
+`python -m devtools.bench.photos OUT --count 2048`; without it generated images
 are used. The folder is packed as wds once under --work. Exits 2 with a message where
 no CUDA device exists, 1 where the GPU's pixels disagree with the CPU path's beyond
 MAX_MEAN_DIFF levels, else 0, after printing a Markdown table.

@@ -56,8 +56,10 @@ def loop_state(epoch: int, batches_consumed: int, batch_size: int, num_workers: 
     """What a training loop over a plain DataLoader saves to resume mid-epoch.
 
     `drop_last` is the DataLoader's (it decides how many batches each worker makes);
-    `world_size` defaults to the process group's (1 without one); `resumed_from` is the
-    state this pass was resumed from, when it was one (its batches count from there).
+    `world_size` defaults to the process group's (1 without one). In a pass that was
+    resumed from a state, count the batches of this pass and pass that state as
+    `resumed_from`: on the same topology the two make one count, on another the state
+    records both stretches.
     """
     for name, value in (("batches_consumed", batches_consumed), ("num_workers", num_workers)):
         if value < 0:
@@ -70,12 +72,23 @@ def loop_state(epoch: int, batches_consumed: int, batch_size: int, num_workers: 
     state: LoopState = {"epoch": check_epoch(epoch), "batches_consumed": batches_consumed,
                         "batch_size": batch_size, "num_workers": num_workers,
                         "drop_last": int(drop_last), "world_size": world_size}
-    if resumed_from is not None:
-        if int(resumed_from.get("epoch", -1)) != epoch:
-            raise ValueError(f"resumed_from is a state of epoch {resumed_from.get('epoch')}, "
-                             f"not {epoch}: pass the state this epoch's pass resumed from")
-        state["resumed_from"] = dict(resumed_from)
-    return state
+    if resumed_from is None:
+        return state
+    if int(resumed_from.get("epoch", -1)) != epoch:
+        raise ValueError(f"resumed_from is a state of epoch {resumed_from.get('epoch')}, "
+                         f"not {epoch}: pass the state this epoch's pass resumed from")
+    if _continues(resumed_from, state):  # the pass went on in the very order: one count
+        return {**state, "batches_consumed": batches_consumed
+                + int(resumed_from["batches_consumed"])}
+    return {**state, "resumed_from": dict(resumed_from)}
+
+
+def _continues(earlier: Mapping[str, Any], state: Mapping[str, Any]) -> bool:
+    """Whether a pass resumed from `earlier` on `state`'s topology skipped its way on in the
+    uninterrupted order (the same topology), rather than reading a re-split rest."""
+    same = ("world_size", "num_workers", "batch_size", "drop_last")
+    return "batches_consumed" in earlier and "resumed_from" not in earlier and all(
+        int(earlier.get(key, state[key])) == state[key] for key in same)
 
 
 def segments_of(state: Mapping[str, Any], dealt: int | None, world_now: int,

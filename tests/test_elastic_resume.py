@@ -133,3 +133,20 @@ def test_a_stateful_dataloader_state_resumes_on_another_topology(
     rest, lengths = run(reader, *after, states[0], None)
     assert Counter(seen) + Counter(rest) == every_key(path), f"{before} -> {after}"
     assert len(set(lengths)) == 1
+
+
+@pytest.mark.parametrize("middle", [(3, 2), (2, 2)])
+def test_a_resumed_job_stops_and_resumes_again(path: Path, middle: tuple[int, int]) -> None:
+    """2x2 stops, resumes on `middle` and stops again, then ends on 1x0: each sample once;
+    on an unchanged topology the two stretches collapse into one count."""
+    def reader(rank: int, world: int) -> tuple[Any, dict[str, Any]]:
+        ds = PackedIterableDataset(path, decode="raw", with_keys=True, split=split(rank, world))
+        return ds, {}
+
+    seen, _ = run(reader, 2, 2, None, STOP)
+    first = loop_state(EPOCH, STOP, BATCH, 2, world_size=2)
+    more, _ = run(reader, *middle, first, 2)
+    second = loop_state(EPOCH, 2, BATCH, middle[1], world_size=middle[0], resumed_from=first)
+    assert ("resumed_from" in second) == (middle != (2, 2))
+    rest, _ = run(reader, 1, 0, second, None)
+    assert Counter(seen) + Counter(more) + Counter(rest) == every_key(path)
