@@ -18,9 +18,9 @@ resolved when a pass starts (readers.world).
 `state_dict()` / `load_state_dict()` resume an epoch mid-way (see readers.resume).
 
 Samples are `(image, label)` or, with `with_keys=True`, `(image, label, key)`; with
-`fields=` a dict with the sample's fields too (readers.fields). A repeat
-added to even out the ranks (drop_last=False) has label `PAD_LABEL` (-1): mask it with
-`labels >= 0`, or train with `CrossEntropyLoss(ignore_index=PAD_LABEL)`.
+`fields=` a dict with the sample's fields too (readers.fields). A repeat added to even
+out the ranks (`split=SplitOptions(drop_last=False)`) has label `PAD_LABEL` (-1): mask it
+with `labels >= 0`, or train with `CrossEntropyLoss(ignore_index=PAD_LABEL)`.
 """
 
 from __future__ import annotations
@@ -52,15 +52,16 @@ __all__ = ["PackedDataset", "PackedIterableDataset", "Sample"]
 class PackedDataset(_PackedBase, Dataset[Sample]):
     """Map-style access in index order, with a per-process chunk cache (see readers.cache).
 
-    `cache_bytes` (default 256 MiB) bounds each process's cache of tar-shard (wds)
+    `max_cache_bytes` (default 256 MiB) bounds each process's cache of tar-shard (wds)
     records; 0 turns it off. npy, hdf5 and lmdb read through memory maps, whose cache is
     the OS page cache, so they skip it. Pair with ChunkSampler under DDP so reads stay
     local. npy batches come from one gather (see readers.batching.collate); pass
     `collate_fn=readers.collate` to a DataLoader to get them without another copy.
 
-    `path` may be a URL (s3://bucket/prefix, file://...): shards are fetched into
-    `cache_dir` on demand and evicted beyond `cache_dir_bytes` (default 8 GiB, shared by
-    the processes of the machine); `storage_options` go to fsspec (see readers.remote).
+    `path` may be a URL (s3://bucket/prefix, file://...): shards are fetched on demand
+    into `remote=RemoteOptions(cache_dir=...)` and evicted beyond its `max_cache_bytes`
+    (default 8 GiB, shared by the processes of the machine); its `storage_options` go to
+    fsspec (see readers.remote).
 
     `augment` (readers.RandomResizedCrop or CenterCrop) crops every sample at decode, the
     box a pure function of (seed, epoch, index): `set_epoch(e)` names the epoch, reaching

@@ -31,14 +31,19 @@ class PackedIterableDataset(_PackedBase, SplitPasses, IterableDataset[Sample]):
     """Streams this rank's share of chunks, split among DataLoader workers.
 
     Chunks are read in order with `read_range` (tar shards sequentially) and shuffled
-    within `buffer_size` samples; the buffer then holds about buffer_size / chunk_size
-    chunks, which sets how well classes mix (index order is sorted by key). `len()` is
-    the exact number of samples this rank yields per epoch.
+    within `split=SplitOptions(buffer_size=...)` samples; the buffer then holds about
+    buffer_size / chunk_size chunks, which sets how well classes mix (index order is
+    sorted by key). `len()` is the exact number of samples this rank yields per epoch.
 
     `path` may be a URL (s3://bucket/prefix, file://...): index.json and the tables are
-    fetched now, shards on demand into `cache_dir`, least recently used ones evicted
-    beyond `cache_bytes` (default 8 GiB, shared by the processes of the machine);
-    `storage_options` go to fsspec (see readers.remote).
+    fetched now, shards on demand into `remote=RemoteOptions(cache_dir=...)`, least
+    recently used ones evicted beyond its `max_cache_bytes` (default 8 GiB, shared by the
+    processes of the machine); its `storage_options` go to fsspec (see readers.remote).
+
+    `batch_size` deals each DataLoader worker whole batches (without it, the batch size
+    of the loader that iterates it), so the loader makes exactly `len(loader)` batches.
+    Under Accelerate's `prepare` (and transformers' Trainer) the framework splits across
+    ranks and the dataset gives it the whole epoch (readers.split_owner).
 
     `augment` (readers.RandomResizedCrop or CenterCrop) crops every sample at decode, the
     box a pure function of (seed, epoch of the pass, sample index).

@@ -62,6 +62,13 @@ class _MixedReader:
             if prefetch is not None and mine:
                 prefetch(mine)
 
+    def stop_prefetch(self) -> None:
+        """Stop the sources' prefetch threads when the pass ends (readers.remote)."""
+        for reader in self.readers:
+            stop = getattr(reader, "stop_prefetch", None)
+            if stop is not None:
+                stop()
+
     def read_many(self, indices: Sequence[int]) -> list[bytes]:
         sources = np.searchsorted(self.offsets, np.asarray(indices, np.int64), side="right") - 1
         out: list[bytes] = [b""] * len(indices)

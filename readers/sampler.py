@@ -6,9 +6,9 @@ number of indices (each sample exactly once per epoch across ranks, modulo the
 drop/pad rule), and shuffles only within a bounded window, so a PackedDataset's chunk
 cache serves most reads from a few large sequential ones.
 
-Padding (drop_last=False) yields `PaddedIndex` values: ints that PackedDataset turns
-into samples with label `PAD_LABEL` (-1), so evaluation can mask them out
-(`labels >= 0`) and `CrossEntropyLoss(ignore_index=PAD_LABEL)` skips them.
+Padding (`split=SplitOptions(drop_last=False)`) yields `PaddedIndex` values: ints that
+PackedDataset turns into samples with label `PAD_LABEL` (-1), so evaluation can mask them
+out (`labels >= 0`) and `CrossEntropyLoss(ignore_index=PAD_LABEL)` skips them.
 
 `state_dict()` / `load_state_dict()` resume an epoch mid-way (see readers.resume).
 
@@ -58,8 +58,11 @@ class ChunkSampler(DistributedSampler[int]):
     pass takes the next epoch). Chunks are the dataset's `chunk_size` (PackedDataset's
     cache unit). The default window of 1024 indices spans about 16 chunks of 64, which a
     256 MiB cache holds for images up to ~250 KB; a larger window mixes classes better
-    (index order is sorted by key) but needs a larger `cache_bytes` to keep reads
-    sequential. `rank` and `world_size` default to the process group's when a pass starts.
+    (index order is sorted by key) but needs a larger `max_cache_bytes` to keep reads
+    sequential. `split=SplitOptions(buffer_size=..., rank=..., world_size=...)`: rank and
+    world size default to the process group's when a pass starts. Under Accelerate's
+    `prepare` the framework splits the batches across ranks and the sampler yields the
+    whole epoch (readers.split_owner).
     """
 
     @accepts_legacy(("shuffle", "seed", "drop_last", "rank", "world_size"),

@@ -1,7 +1,7 @@
 """No thread of the readers is alive when a DataLoader forks its workers.
 
 CPython before 3.12 can hang a forked child inside os.fork() when a thread of the parent
-starts or ends at that moment (issue 23: a Lightning DDP run stuck at the start of fit).
+starts or ends at that moment (a Lightning DDP run stuck at the start of fit).
 A URL dataset read in the main process starts prefetch threads (readers.remote); here a
 hook lists the threads alive across every fork of a fork DataLoader that follows such a
 read: none may be a prefetch thread, whether the main-process pass is under way, over,
