@@ -37,8 +37,10 @@ def run(argv: list[str] | None = None) -> None:
     try:
         with unprinted_ctrl_c(lambda: dropped.append(True)):
             main.main(args=argv, prog_name="pack")
-    except KeyboardInterrupt:
-        click.echo(RESUME_HINT if conversion_interrupted() else "interrupted", err=True)
+    except KeyboardInterrupt:  # a `--resume` rerun stopped in start-up keeps its state
+        resumable = conversion_interrupted() or "--resume" in (sys.argv if argv is None
+                                                                else argv)
+        click.echo(RESUME_HINT if resumable else "interrupted", err=True)
         sys.exit(130)
     except SystemExit as exc:
         if dropped and exc.code in (0, None):
