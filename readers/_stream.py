@@ -6,17 +6,18 @@ records a resumed pass skips, this module skips them without reading them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from packer.formats.base import RecordReader
-from readers.sharding import Spans, buffered_shuffle, expand, num_in, take
+from readers.elastic import Segment, rest_of_epoch
+from readers.sharding import ShardPlan, Spans, buffered_shuffle, epoch_rng, expand, num_in, take
 
 SpanRecord = tuple[int, bool, bytes]  # (sample index, padded, stored bytes)
 
-__all__ = ["SpanRecord", "pass_records", "span_records", "stream_order"]
+__all__ = ["SpanRecord", "pass_records", "rest_after", "span_records", "stream_order"]
 
 
 def stream_order(count: int, buffer_size: int,
@@ -29,6 +30,20 @@ def stream_order(count: int, buffer_size: int,
     if rng is None:
         return np.arange(count, dtype=np.int64)
     return np.fromiter(buffered_shuffle(range(count), buffer_size, rng), np.int64, count)
+
+
+def rest_after(first: ShardPlan, segments: Sequence[Segment], epoch: int, buffer_size: int,
+               per_worker: bool) -> Spans:
+    """What `segments` (a loop state's, readers.elastic) left of `epoch`, whose first
+    segment read `first`'s plan: the streams' orders are a PackedIterableDataset worker's
+    (`per_worker`: seed, epoch, rank, worker, 2) or a ChunkSampler rank's (seed, epoch,
+    rank, 1), as their passes draw them."""
+    def order(rank: int, worker: int, count: int) -> npt.NDArray[np.int64]:
+        stream = (rank, worker, 2) if per_worker else (rank, 1)
+        rng = epoch_rng(first.seed, epoch, *stream) if first.shuffle else None
+        return stream_order(count, buffer_size, rng)
+
+    return rest_of_epoch(first.epoch_spans(epoch), segments, order, first.drop_last)
 
 
 LOOKAHEAD_SPANS = 8  # how far ahead of the read a prefetching reader is shown

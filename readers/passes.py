@@ -12,15 +12,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 from torch.utils.data import get_worker_info
 
-from readers._stream import stream_order
-from readers.elastic import Segment, piece, rest_of_epoch
+from readers._stream import rest_after
+from readers.elastic import piece
 from readers.epochs import PassEpochs
 from readers.resume import PendingResume, pending_from_state
-from readers.sharding import ShardPlan, Spans, epoch_rng, num_in
+from readers.sharding import ShardPlan, Spans, num_in
 from readers.split_owner import LoaderView, loader_view
 from readers.world import LateWorld, RankWorld
 
@@ -102,7 +100,8 @@ class SplitPasses:
         epoch, resume, skip, dealt = self._epochs.start_pass(), self._resume, 0, self._dealt(view)
         elastic = resume.elastic_for(epoch, world_size, num_workers, dealt) if resume else None
         if elastic is not None:  # saved on another topology: the rest, re-split
-            rest = self._rest(elastic, epoch)
+            rest = rest_after(self._plan_for(elastic[0].world_size), elastic, epoch,
+                              self.buffer_size, per_worker=True)
             spans = piece(rest, world_size, plan.drop_last, rank, worker, num_workers, dealt)
         else:
             if resume is not None:
@@ -114,17 +113,6 @@ class SplitPasses:
         self._topology = (world_size, dealt)
         self._resplit = elastic is not None
         return self._stream(spans, plan, (epoch, rank, worker), skip)
-
-    def _rest(self, segments: tuple[Segment, ...], epoch: int) -> Spans:
-        """What `segments` (a loop state's, readers.elastic) left of `epoch`."""
-        first = self._plan_for(segments[0].world_size)
-        buffer_size = self.buffer_size
-
-        def order(rank: int, worker: int, count: int) -> npt.NDArray[np.int64]:
-            rng = epoch_rng(first.seed, epoch, rank, worker, 2) if first.shuffle else None
-            return stream_order(count, buffer_size, rng)
-
-        return rest_of_epoch(first.epoch_spans(epoch), segments, order, first.drop_last)
 
     def _dealt(self, view: LoaderView) -> int | None:
         """The run of samples dealt whole to each worker: the framework's, when it splits

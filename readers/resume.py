@@ -212,9 +212,7 @@ def pending_from_state(state: Mapping[str, Any], seed: int,
     if "epoch" not in state and not any(reader_states(state)):
         raise ValueError(f"a resume state needs an epoch; got keys {sorted(state)}")
     epoch = check_epoch(int(state.get("epoch", 0)))
-    if "seed" in state and int(state["seed"]) != seed:
-        raise ValueError(f"the state was saved with seed {state['seed']}, this reader has seed "
-                         f"{seed}: the order would differ; build it with seed={state['seed']}")
+    _check_seed(state, seed)
     if "batches_consumed" in state:
         return _from_loop_state(state, epoch, per_rank_of,
                                 segments_of(state, dealt, world_now, per_worker))
@@ -284,9 +282,7 @@ def from_worker_states(states: Sequence[Mapping[str, Any]], seed: int,
         if any(state.get(key) != first.get(key) for key in shared):
             raise ValueError(f"the loader state holds workers of different passes: "
                              f"{[{k: s.get(k) for k in shared} for s in states]}")
-    if int(first.get("seed", seed)) != seed:
-        raise ValueError(f"the state was saved with seed {first['seed']}, this reader has seed "
-                         f"{seed}: the order would differ; build it with seed={first['seed']}")
+    _check_seed(first, seed)
     epoch, workers = check_epoch(int(first["epoch"])), int(first["num_workers"])
     counts = [0] * max(workers, 1)
     for state in states:
@@ -297,3 +293,9 @@ def from_worker_states(states: Sequence[Mapping[str, Any]], seed: int,
     segment = Segment(world, workers, 1, sum(counts), False, int(first.get("dealt", 0)) or None,
                       tuple(counts))
     return PendingResume(epoch, [-1] * len(counts), 0, (segment,), resplit=True)
+
+
+def _check_seed(state: Mapping[str, Any], seed: int) -> None:
+    if "seed" in state and int(state["seed"]) != seed:
+        raise ValueError(f"the state was saved with seed {state['seed']}, this reader has seed "
+                         f"{seed}: the order would differ; build it with seed={state['seed']}")

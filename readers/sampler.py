@@ -26,12 +26,11 @@ from collections.abc import Iterator, Mapping, Sequence, Sized
 from itertools import islice
 from typing import Any
 
-import numpy as np
 import numpy.typing as npt
 from torch.utils.data import DistributedSampler
 
-from readers._stream import stream_order
-from readers.elastic import piece, rest_of_epoch
+from readers._stream import rest_after
+from readers.elastic import piece
 from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_SPLIT, SplitOptions
 from readers.options.legacy import SPLIT_MOVES, accepts_legacy
 from readers.resume import PendingResume, pending_from_state
@@ -170,13 +169,8 @@ class ChunkSampler(DistributedSampler[int]):
         elastic = resume.elastic_for(epoch, plan.world_size, None, None)
         if elastic is None:
             return plan.rank_spans(epoch, rank), resume.take(epoch, 0, plan.num_per_rank)
-        first = self._plan_for(elastic[0].world_size)
-
-        def order(old_rank: int, _: int, count: int) -> npt.NDArray[np.int64]:
-            rng = epoch_rng(first.seed, epoch, old_rank, 1) if first.shuffle else None
-            return stream_order(count, self.buffer_size, rng)
-
-        rest = rest_of_epoch(first.epoch_spans(epoch), elastic, order, first.drop_last)
+        rest = rest_after(self._plan_for(elastic[0].world_size), elastic, epoch,
+                          self.buffer_size, per_worker=False)
         return piece(rest, plan.world_size, plan.drop_last, rank, 0, 1, None), 0
 
     def _forward_epoch(self, epoch: int) -> None:
