@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from pack_cli._env import environment
 from pack_cli._errors import user_errors
 from packer.api import verify, verify_remote
 from packer.dataset.describe import describe
@@ -16,19 +17,32 @@ from packer.dataset.remote import describe_remote, is_url, parse_storage_options
 
 
 @click.command("info")
-@click.argument("dst")
+@click.argument("dst", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
               help="URL DST: an fsspec/s3fs option, repeatable (see `pack convert --help`).")
-def info_command(dst: str, as_json: bool, storage_options: tuple[str, ...]) -> None:
+@click.option("--env", "show_env", is_flag=True,
+              help="The versions in use and which cropped JPEG decode runs, and why.")
+def info_command(dst: str | None, as_json: bool, storage_options: tuple[str, ...],
+                 show_env: bool) -> None:
     """Describe a packed dataset: format, samples, classes, shards, options, rejects.
 
     \b
     pack info photos.wds
     pack info photos.wds --json | jq .num_samples
     pack info s3://bucket/photos.wds
+    pack info --env
     """
     with user_errors():
+        if show_env or dst is None:
+            if dst is not None or not show_env:
+                raise click.UsageError("give a dataset (pack info DST) or --env, not both"
+                                       if show_env else "missing DST: pack info DST, or "
+                                       "pack info --env for the environment")
+            facts = environment()
+            click.echo(json.dumps(facts, indent=1) if as_json
+                       else "\n".join(f"{key}: {value}" for key, value in facts.items()))
+            return
         if is_url(dst):
             facts = describe_remote(dst, parse_storage_options(storage_options))
         elif storage_options:

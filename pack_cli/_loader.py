@@ -16,6 +16,7 @@ import click
 from tqdm import tqdm
 
 from pack_cli._errors import user_errors
+from packer.imaging.crop_extension import status as crop_decode_status
 
 
 def parse_ints(text: str, name: str) -> list[int]:
@@ -203,7 +204,8 @@ def profile_command(path: Path, samples: int, size: int, workers: int, batch_siz
                                                  result.per_sample_s.items()},
                                "shares": result.shares, "bottleneck": result.bottleneck(),
                                "loader_images_per_s": result.loader_images_per_s,
-                               "loader_wait_ms": result.loader_wait_s * 1e3}, indent=1))
+                               "loader_wait_ms": result.loader_wait_s * 1e3,
+                               "cropped_jpeg_decode": crop_decode_status()}, indent=1))
         return
     click.echo(f"{result.samples} samples, one process:")
     for stage, seconds in result.per_sample_s.items():
@@ -211,3 +213,4 @@ def profile_command(path: Path, samples: int, size: int, workers: int, batch_siz
     click.echo(f"with {workers} workers: {result.loader_images_per_s:,.0f} images/s, main "
                f"process waits {result.loader_wait_s * 1e3:.1f} ms per batch")
     click.echo(f"bottleneck: {result.bottleneck()}")
+    click.echo(f"cropped JPEG decode (augment=): {crop_decode_status()}")

@@ -15,6 +15,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
+from packer.imaging.crop_extension import ExtensionMissingError, require_extension
 from packer.testing import make_sample_folder
 from tests.helpers import (
     FORMATS,
@@ -33,6 +34,16 @@ from tests.shm_pool_support import pack_small, read_by_key
 settings.register_profile("packer", deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("packer")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """PACKER_REQUIRE_EXTENSION=1 (scripts/test sets it where libjpeg-turbo's headers are):
+    a compiled cropped decode that did not build, or failed its self-test, fails the run
+    instead of skipping its tests."""
+    try:
+        require_extension()
+    except ExtensionMissingError as exc:
+        pytest.exit(f"error: {exc}", returncode=1)
 
 
 @pytest.fixture(params=FORMATS)

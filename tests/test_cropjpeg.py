@@ -9,12 +9,16 @@ the augmented samples are bit-identical either way.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import cast
+
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
 from packer.imaging import jpeg
+from packer.imaging.crop_extension import CropDecode, CropExtension
 from readers.augment import Augment, CenterCrop, RandomResizedCrop
 from readers.crop_decode import decode_augmented
 from tests.helpers import jpeg_bytes, random_image
@@ -23,11 +27,16 @@ cropjpeg = pytest.importorskip("packer.imaging._cropjpeg",
                                reason="the optional extension is not built here")
 
 
+def use(monkeypatch: pytest.MonkeyPatch, decode: Callable[..., bytearray] | None) -> None:
+    """decode_box takes `decode` (None: the full decode cut to the box) in this test."""
+    chosen = CropExtension(cast(CropDecode | None, decode), "set by the test")
+    monkeypatch.setattr(jpeg, "extension", lambda: chosen)
+
+
 @pytest.fixture(autouse=True)
 def extension_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every test starts with the extension in use, whatever an earlier one (in another
-    file: the read benchmark's -uncropped cases once) left behind."""
-    monkeypatch.setattr(jpeg, "CROPPED_DECODE", cropjpeg.decode_crop)
+    """Every test starts with the extension in use, whatever the environment says."""
+    use(monkeypatch, cropjpeg.decode_crop)
 
 
 HEIGHT, WIDTH = 203, 317  # no side a multiple of an iMCU (8 or 16)
@@ -139,7 +148,7 @@ def test_decode_box_without_the_extension_gives_the_same_pixels(
     data = SAMPLES["4:2:0"]
     box = (3, 10, 20, 30)
     with_extension = jpeg.decode_box(data, (HEIGHT, WIDTH), factor, box)
-    monkeypatch.setattr(jpeg, "CROPPED_DECODE", None)
+    use(monkeypatch, None)
     without = jpeg.decode_box(data, (HEIGHT, WIDTH), factor, box)
     assert with_extension is not None and without is not None
     assert np.array_equal(with_extension, without)
@@ -183,9 +192,9 @@ def test_damage_below_the_box_fails_as_the_full_decode_does(
         calls.append(1)
         return cropjpeg.decode_crop(data, *box_and_factor)
 
-    monkeypatch.setattr(jpeg, "CROPPED_DECODE", counted)
+    use(monkeypatch, counted)
     with_it = [outcomes(data, augment, 6) for data in damaged]
-    monkeypatch.setattr(jpeg, "CROPPED_DECODE", None)
+    use(monkeypatch, None)
     without = [outcomes(data, augment, 6) for data in damaged]
     assert len(calls) == 6 * len(damaged), "the extension was not what decoded"
     assert with_it == without
@@ -210,7 +219,7 @@ def test_augmented_samples_are_bit_identical_without_the_extension(
     samples = big_samples()
     where = [(7, epoch, index) for epoch in range(3) for index in range(len(samples))]
     ours = [decode_augmented(samples[i], augment, (s, e, i)) for s, e, i in where]
-    monkeypatch.setattr(jpeg, "CROPPED_DECODE", None)
+    use(monkeypatch, None)
     for (seed, epoch, index), got in zip(where, ours, strict=True):
         assert torch.equal(got, decode_augmented(samples[index], augment,
                                                  (seed, epoch, index)))
@@ -231,7 +240,7 @@ def test_only_a_part_of_the_image_takes_the_cropped_decode(
         calls.append(box_and_factor)
         return cropjpeg.decode_crop(data, *box_and_factor)
 
-    monkeypatch.setattr(jpeg, "CROPPED_DECODE", spy)
+    use(monkeypatch, spy)
     data = SAMPLES["4:2:0"]
     whole = jpeg.decode_box(data, (HEIGHT, WIDTH), 2, (0, 0, 102, 159))
     part = jpeg.decode_box(data, (HEIGHT, WIDTH), 2, (1, 0, 101, 159))

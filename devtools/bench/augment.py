@@ -19,6 +19,7 @@ Only these cases, and the cost of the stored resolution (an lmdb copy per --resi
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from itertools import count
 from pathlib import Path
@@ -29,7 +30,7 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
-from packer.imaging import jpeg
+from packer.imaging.crop_extension import OFF_SWITCH, extension
 from packer.source.scan import scan
 from readers import CenterCrop, PackedDataset, PackedIterableDataset, RandomResizedCrop, collate
 from readers.augment import Augment
@@ -78,21 +79,21 @@ def crop_decoder(augment: Augment) -> Callable[[bytes], object]:
     return lambda data: decode_augmented(data, augment, (0, 0, next(indices)))
 
 
-EXTENSION = jpeg.CROPPED_DECODE  # None where the extension is not built
-
-
 def cropped(enabled: bool, make: Callable[..., Any]) -> Callable[[], Any]:
-    """`make`, with the compiled cropped decode on or off: every case sets it, and the
-    DataLoader forks its workers after `make`, so they inherit it."""
+    """`make`, with the compiled cropped decode on or off (PACKER_CROP_DECODE): every case
+    sets it, and the DataLoader starts its workers after `make`, so they inherit it."""
     def made() -> Any:
-        jpeg.CROPPED_DECODE = EXTENSION if enabled else None
+        if enabled:
+            os.environ.pop(OFF_SWITCH, None)
+        else:
+            os.environ[OFF_SWITCH] = "full"
         return make()
     return made
 
 
 def cropped_decode_back_on() -> None:
-    """Undo the -uncropped cases' switch (devtools.bench.read.run_cases calls it)."""
-    jpeg.CROPPED_DECODE = EXTENSION
+    """Undo the -uncropped cases' setting (devtools.bench.read.run_cases calls it)."""
+    os.environ.pop(OFF_SWITCH, None)
 
 
 def augment_cases(case: Callable[..., Any], src: Path, packed: dict[str, Path],
@@ -100,9 +101,9 @@ def augment_cases(case: Callable[..., Any], src: Path, packed: dict[str, Path],
                   one_thread: Callable[..., Any], workers: int = 2) -> list[Any]:
     """`case` builds a read.Case; `one_thread` is baselines.one_thread_rate. With the
     extension built, the one-thread and map-style cases have an -uncropped twin."""
-    twins = (True, False) if EXTENSION is not None else (True,)
+    twins = (True, False) if extension().decode is not None else (True,)
     loaders = [(PackedDataset, True), (PackedIterableDataset, True)]
-    if EXTENSION is not None:
+    if extension().decode is not None:
         loaders.append((PackedDataset, False))
     cases = []
     for name, augment in augments(size).items():

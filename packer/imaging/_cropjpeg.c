@@ -7,6 +7,12 @@
  * of the decode of `data` at that scale. Raises ValueError on any libjpeg error or
  * warning (strict, like simplejpeg's strict=True), or a box outside the scaled image.
  * The GIL is released while libjpeg runs.
+ *
+ * Every jpeg_skip_scanlines call starts on an iMCU-row boundary and the rows between a
+ * boundary and the box are read and dropped: libjpeg-turbo before its fix of issue #915
+ * (2026-09) returns rows from before the skip, or hangs, for a skip that starts inside
+ * a row group (the upsampler still owes that group's rows); from a boundary it is exact
+ * in every release. packer.imaging.crop_extension also checks the pixels at import.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -56,12 +62,48 @@ static void strict_emit_message(j_common_ptr cinfo, int level) {
 
 static unsigned int min_uint(unsigned int a, unsigned int b) { return a < b ? a : b; }
 
+/* Output rows per iMCU row at this scale: the unit every skip starts on. */
+static JDIMENSION imcu_rows(j_decompress_ptr cinfo) {
+#if JPEG_LIB_VERSION >= 70
+    return (JDIMENSION)cinfo->max_v_samp_factor * (JDIMENSION)cinfo->min_DCT_v_scaled_size;
+#else
+    return (JDIMENSION)cinfo->max_v_samp_factor * (JDIMENSION)cinfo->min_DCT_scaled_size;
+#endif
+}
+
+/* Moves the output to row `target`: whole iMCU rows skipped from a boundary, the rows
+ * off a boundary read into `scratch` (BATCH_ROWS rows of the output width) and dropped.
+ * Returns 0, or -1 when the image ends before `target`. */
+static int advance_to(j_decompress_ptr cinfo, JDIMENSION target, unsigned char *scratch) {
+    JDIMENSION unit = imcu_rows(cinfo);
+    while (cinfo->output_scanline < target) {
+        JDIMENSION at = cinfo->output_scanline;
+        JDIMENSION aligned = target - target % unit;
+        if (at % unit == 0 && aligned > at) {
+            if (jpeg_skip_scanlines(cinfo, aligned - at) == 0) {
+                return -1;
+            }
+        } else {
+            JSAMPROW targets[BATCH_ROWS];
+            JDIMENSION want = min_uint(BATCH_ROWS, target - at), i;
+            want = min_uint(want, unit - at % unit);
+            for (i = 0; i < want; i++) {
+                targets[i] = scratch + (size_t)i * cinfo->output_width * 3;
+            }
+            if (jpeg_read_scanlines(cinfo, targets, want) == 0) {
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
 /* Runs without the GIL: no Python calls. Returns 0, or -1 with job->message set. */
 static int run_crop(crop_job *job) {
     struct jpeg_decompress_struct cinfo;
     strict_error err;
     unsigned char *volatile rows = NULL;
-    JDIMENSION xoffset, crop_width, first, last, skip, row, got = 0;
+    JDIMENSION xoffset, crop_width, first, last, row, got = 0;
     unsigned int offset;
     int direct;
 
@@ -105,22 +147,13 @@ static int run_crop(crop_job *job) {
     }
     offset = (job->left - xoffset) * 3;
     direct = offset == 0 && cinfo.output_width == job->width;
-    if (!direct) {
-        rows = malloc((size_t)cinfo.output_width * 3 * BATCH_ROWS);
-        if (rows == NULL) {
-            snprintf(job->message, sizeof(job->message), "out of memory");
-            jpeg_destroy_decompress(&cinfo);
-            return -1;
-        }
+    rows = malloc((size_t)cinfo.output_width * 3 * BATCH_ROWS);
+    if (rows == NULL) {
+        snprintf(job->message, sizeof(job->message), "out of memory");
+        jpeg_destroy_decompress(&cinfo);
+        return -1;
     }
-    skip = job->top;
-    while (skip > 0) {
-        JDIMENSION skipped = jpeg_skip_scanlines(&cinfo, skip);
-        if (skipped == 0) {
-            break; /* the image ended early: the read below says so */
-        }
-        skip -= skipped;
-    }
+    (void)advance_to(&cinfo, job->top, rows); /* an early end: the read below says so */
     for (row = 0; row < job->height; row += got) {
         JSAMPROW targets[BATCH_ROWS];
         JDIMENSION want = min_uint(BATCH_ROWS, job->height - row), i;
@@ -147,22 +180,8 @@ static int run_crop(crop_job *job) {
      * whichever box an epoch draws. */
     if (cinfo.output_scanline < cinfo.output_height) {
         JSAMPROW last_row[1];
-        unsigned char *row_buffer = malloc((size_t)cinfo.output_width * 3);
-        if (row_buffer == NULL) {
-            snprintf(job->message, sizeof(job->message), "out of memory");
-            jpeg_destroy_decompress(&cinfo);
-            free(rows);
-            return -1;
-        }
-        free(rows);
-        rows = row_buffer;
-        last_row[0] = row_buffer;
-        while (cinfo.output_scanline + 1 < cinfo.output_height) {
-            if (jpeg_skip_scanlines(&cinfo,
-                                    cinfo.output_height - 1 - cinfo.output_scanline) == 0) {
-                break;
-            }
-        }
+        last_row[0] = rows;
+        (void)advance_to(&cinfo, cinfo.output_height - 1, rows);
         if (jpeg_read_scanlines(&cinfo, last_row, 1) != 1) {
             snprintf(job->message, sizeof(job->message), "libjpeg: the last row is missing");
             jpeg_destroy_decompress(&cinfo);
@@ -245,4 +264,15 @@ static struct PyModuleDef module = {
     NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__cropjpeg(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__cropjpeg(void) {
+    PyObject *mod = PyModule_Create(&module);
+    if (mod == NULL) {
+        return NULL;
+    }
+    /* The libjpeg-turbo this was built against, as MMMmmmppp (2.1.5: 2001005). */
+    if (PyModule_AddIntConstant(mod, "libjpeg_turbo_version", LIBJPEG_TURBO_VERSION_NUMBER) < 0) {
+        Py_DECREF(mod);
+        return NULL;
+    }
+    return mod;
+}

@@ -12,7 +12,8 @@ is exactly Pillow's. `fast_size` is the one decision; how far to scale is the ca
 
 `decode_box` decodes only a crop (readers.crop_decode) through the optional compiled
 extension `_cropjpeg` (libjpeg-turbo's jpeg_skip_scanlines / jpeg_crop_scanline, built by
-`pip install` where a C compiler and jpeglib.h exist): the same pixels as the full decode
+`pip install` where a C compiler and jpeglib.h exist; packer.imaging.crop_extension says
+whether it runs here and why): the same pixels as the full decode
 cut to the box, without the inverse DCT and colour conversion outside it. Every row is
 still entropy-decoded (those below the box too), so damaged data anywhere fails, or goes
 to Pillow, whichever box an epoch draws, as with the full decode (checked against it on
@@ -22,43 +23,26 @@ is that full decode, cut.
 
 from __future__ import annotations
 
-import importlib
 import math
-from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
 import simplejpeg
 from PIL import Image
 
+from packer.imaging.crop_extension import extension
 from packer.imaging.exif import UNKNOWN, exif_orientation
 from packer.imaging.pillow import Fit, open_image, target_scale
 
 Buffer = bytes | bytearray | memoryview
 SOI = b"\xff\xd8"
 EOI = b"\xff\xd9"
-CropDecode = Callable[[Buffer, int, int, int, int, int], bytearray]
 FAST_COLORSPACES = frozenset({"YCbCr", "Gray"})
 ORIENTATION = 0x0112
 # Only power-of-two DCT scales are fast in libjpeg-turbo (5/8 or 7/8 decode slower than
 # the full image), coarsest first; none between 1/2 and 1.
 DCT_FACTORS = (8, 4, 2)
 MIN_DCT_FACTOR = 2.0
-
-
-def _load_crop_extension() -> CropDecode | None:
-    """The compiled cropped decode, or None where `pip install` could not build it.
-
-    Imported by name: the import-layer checker cannot see into a compiled module."""
-    try:
-        module = importlib.import_module("packer.imaging._cropjpeg")
-    except ImportError:
-        return None
-    decode_crop: CropDecode = module.decode_crop
-    return decode_crop
-
-
-CROPPED_DECODE = _load_crop_extension()
 
 
 class Header(NamedTuple):
@@ -147,9 +131,10 @@ def decode_box(data: Buffer, full: tuple[int, int], factor: int,
     A box of the whole image gains nothing from it.
     """
     whole = box == (0, 0, *scaled_size(full, factor))
-    if CROPPED_DECODE is not None and not whole and data[-2:] == EOI:
+    cropped = extension().decode
+    if cropped is not None and not whole and data[-2:] == EOI:
         try:
-            pixels = CROPPED_DECODE(data, *box, factor)
+            pixels = cropped(data, *box, factor)
         except ValueError:  # any libjpeg error or warning: Pillow judges
             return None
         return np.frombuffer(pixels, np.uint8).reshape(box[2], box[3], 3)
