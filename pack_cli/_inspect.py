@@ -11,9 +11,9 @@ import click
 
 from pack_cli._env import environment
 from pack_cli._errors import user_errors
-from packer.api import verify, verify_remote
-from packer.dataset.describe import describe
-from packer.dataset.remote import describe_remote, is_url, parse_storage_options
+from packer.api import describe, verify
+from packer.dataset.remote import is_url, parse_storage_options
+from packer.dataset.verify import Report
 
 
 @click.command("info")
@@ -43,12 +43,9 @@ def info_command(dst: str | None, as_json: bool, storage_options: tuple[str, ...
             click.echo(json.dumps(facts, indent=1) if as_json
                        else "\n".join(f"{key}: {value}" for key, value in facts.items()))
             return
-        if is_url(dst):
-            facts = describe_remote(dst, parse_storage_options(storage_options))
-        elif storage_options:
+        if storage_options and not is_url(dst):
             raise click.BadParameter("--storage-option applies to a URL (s3://..., file://...)")
-        else:
-            facts = describe(Path(dst))
+        facts = describe(dst, storage_options=parse_storage_options(storage_options))
         click.echo(json.dumps(facts, indent=1, ensure_ascii=False) if as_json
                    else render(facts))
 
@@ -100,16 +97,14 @@ def verify_command(dst: str, source: Path | None, annotations: Path | None, as_j
         if annotations is not None and (source is None or is_url(dst)):
             raise click.BadParameter("--annotations needs --source (the image folder) and "
                                      "a local DST")
-        if is_url(dst):
-            report = verify_remote(dst, parse_storage_options(storage_options), source)
-        elif storage_options:
+        if storage_options and not is_url(dst):
             raise click.BadParameter("--storage-option applies to a URL (s3://..., file://...)")
-        else:
-            report = verify(Path(dst), source, annotations)
+        report = verify(dst, source, annotations,
+                        storage_options=parse_storage_options(storage_options))
     if as_json:
         click.echo(json.dumps(report.__dict__, indent=1, ensure_ascii=False))
     elif report.ok:
-        click.echo(f"ok: {report.num_samples} samples in {report.num_shards} shard(s); "
+        click.echo(f"ok: {report.num_samples} samples {held_in(report)}; "
                    f"checked {', '.join(report.checked)}")
     else:
         click.echo(f"error: {report.problem}", err=True)
@@ -118,3 +113,10 @@ def verify_command(dst: str, source: Path | None, annotations: Path | None, as_j
 
 
 # Registers `pack bench`, `pack tune` and `pack profile` on the group above.
+
+
+def held_in(report: Report) -> str:
+    """`in 3 shards` for the sharded format; `(lmdb)` for a one-file format."""
+    if report.format not in ("wds", ""):
+        return f"({report.format})"
+    return f"in {report.num_shards} shard{'s' * (report.num_shards != 1)}"

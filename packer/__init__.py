@@ -23,23 +23,29 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from packer.errors import (
+    ArrayValueError,
     BadInputError,
     CorruptDatasetError,
     DatasetExistsError,
+    DecodeError,
     DestinationError,
     DiskFullError,
+    ExtensionMissingError,
+    FieldValueError,
     IncompleteDatasetError,
     MissingDependencyError,
     PackError,
+    RayClusterError,
+    RemoteError,
+    ResumeRefused,
     SourceError,
 )
 
 if TYPE_CHECKING:
-    from packer.api import convert, verify
+    from packer.api import convert, describe, verify
     from packer.conversion.job import ConvertOptions
     from packer.core.fields import FieldSpec
     from packer.core.index import Index, SampleTable, open_dataset, read_index
-    from packer.dataset.describe import describe
     from packer.encode import EncodeOptions
     from packer.formats.base import ShardOptions
     from packer.source.fields import FieldChoice
@@ -56,23 +62,30 @@ _LAZY = {
     "open_dataset": "packer.core.index",
     "read_index": "packer.core.index",
     "verify": "packer.api",
-    "describe": "packer.dataset.describe",
+    "describe": "packer.api",
 }
 
 __all__ = [
+    "ArrayValueError",
     "BadInputError",
     "ConvertOptions",
     "CorruptDatasetError",
     "DatasetExistsError",
+    "DecodeError",
     "DestinationError",
     "DiskFullError",
     "EncodeOptions",
+    "ExtensionMissingError",
     "FieldChoice",
     "FieldSpec",
+    "FieldValueError",
     "IncompleteDatasetError",
     "Index",
     "MissingDependencyError",
     "PackError",
+    "RayClusterError",
+    "RemoteError",
+    "ResumeRefused",
     "SampleTable",
     "ShardOptions",
     "SourceError",

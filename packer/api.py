@@ -1,8 +1,9 @@
 """The operations a caller of packer uses, each one call: the top layer of the package.
 
-`convert` is the one place that tells a folder from a URL (the CLI calls it too): a URL
-goes through a staging folder and an upload (packer.conversion.upload), which itself runs
-the local conversion, so the conversion engine never asks where its output ends up.
+`convert`, `verify` and `describe` each take a folder or a URL, and are the one place
+that tells the two apart (the CLI calls them too): a URL DST of `convert` goes through a
+staging folder and an upload (packer.conversion.upload), which itself runs the local
+conversion, so the conversion engine never asks where its output ends up.
 `verify` lives here, above both what it checks and what it compares with: a dataset's own
 checks (packer.dataset.verify) and the comparison with its source (packer.source.compare),
 which needs the scanners.
@@ -17,7 +18,7 @@ from typing import Any
 
 from packer.conversion.job import ConvertOptions, convert_local
 from packer.core.index import INDEX_NAME, Index
-from packer.dataset.describe import describe
+from packer.dataset.describe import describe as describe_folder
 from packer.dataset.remote import is_url
 from packer.dataset.verify import Report, check_dataset
 from packer.encode import EncodeOptions
@@ -63,9 +64,20 @@ def holds_complete(dst: str | Path, storage_options: Mapping[str, Any] | None = 
 
 
 def verify(folder: str | Path, source: str | Path | None = None,
-           annotations: str | Path | None = None) -> Report:
+           annotations: str | Path | None = None, *,
+           storage_options: Mapping[str, Any] | None = None,
+           work: str | Path | None = None) -> Report:
     """Re-read every shard and sample; compare with the source when given (and with the
-    COCO `annotations` file it was converted with)."""
+    COCO `annotations` file it was converted with).
+
+    `folder` may be a URL (s3://bucket/prefix, file:///path): the dataset is downloaded
+    whole into a temporary folder under `work` (default the system's) with fsspec
+    `storage_options`, checked and deleted; problems then name the URL."""
+    if is_url(folder):
+        return _verify_url(str(folder), storage_options, source, annotations, work)
+    if storage_options or work is not None:
+        raise ValueError(f"{folder}: storage_options and work apply to a URL "
+                         "(s3://bucket/prefix, file:///path)")
     folder = Path(folder)
     report = Report(str(folder))
     try:
@@ -81,17 +93,37 @@ def verify(folder: str | Path, source: str | Path | None = None,
 
 def verify_remote(url: str, storage_options: Mapping[str, Any] | None,
                   source: str | Path | None = None, work: str | Path | None = None) -> Report:
-    """`verify` for a dataset behind a URL: downloaded whole into a temporary folder
-    (under `work`, default the system's), checked, deleted. Problems name the URL."""
+    """`verify(url, source, storage_options=..., work=...)`, by its earlier name."""
+    return _verify_url(url, storage_options, source, None, work)
+
+
+def _verify_url(url: str, storage_options: Mapping[str, Any] | None,
+                source: str | Path | None, annotations: str | Path | None,
+                work: str | Path | None) -> Report:
     from packer.dataset.remote import download_dataset  # fsspec is an optional extra
 
     with tempfile.TemporaryDirectory(prefix="pack-verify-", dir=work) as tmp:
         try:
             download_dataset(url, storage_options, Path(tmp))
-            report = verify(tmp, source)
+            report = verify(tmp, source, annotations)
         except PackError as exc:
             report = Report(tmp).fail(str(exc))
     report.folder = url
     if report.problem is not None:
         report.problem = report.problem.replace(tmp, url.rstrip("/"))
     return report
+
+
+def describe(dst: str | Path, *, storage_options: Mapping[str, Any] | None = None
+             ) -> dict[str, Any]:
+    """What `pack info` shows: format, samples, classes, shards, options, rejects.
+
+    `dst` may be a URL: its index and tables are fetched (not the shards)."""
+    if is_url(dst):
+        from packer.dataset.remote import describe_remote  # fsspec is an optional extra
+
+        return describe_remote(str(dst), storage_options)
+    if storage_options:
+        raise ValueError(f"{dst}: storage_options apply to a URL (s3://bucket/prefix, "
+                         "file:///path)")
+    return describe_folder(Path(dst))

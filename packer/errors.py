@@ -62,6 +62,34 @@ class DiskFullError(DestinationError):
     """The disk holding DST filled up during a conversion."""
 
 
+class RayClusterError(PackError, ConnectionError):
+    """The Ray cluster cannot be reached, or lost a task (a node or worker died)."""
+
+
+class ResumeRefused(PackError, ValueError):
+    """The interrupted job does not match this one."""
+
+
+class ArrayValueError(ValueError):
+    """A value that is not an array of its field's type."""
+
+
+class FieldValueError(ValueError):
+    """A value that is not of its field's type (a bad manifest cell, a bad sidecar)."""
+
+
+class RemoteError(PackError, OSError):
+    """Remote storage refused or failed a request (URL, bucket, credentials, network)."""
+
+
+class DecodeError(PackError, ValueError):
+    """Stored bytes are not a decodable image (or not the pixels they claim to be)."""
+
+
+class ExtensionMissingError(PackError, RuntimeError):
+    """PACKER_REQUIRE_EXTENSION=1, and the compiled cropped decode cannot be used."""
+
+
 # Set by `pack convert`'s SIGINT handler before it raises KeyboardInterrupt: code that
 # catches broadly asks it, since C code (numpy, h5py, Pillow) that meets the
 # KeyboardInterrupt may drop it and raise its own error instead.

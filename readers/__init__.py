@@ -7,7 +7,8 @@
     from readers import LoaderMonitor   # times how long a training loop waits for data
     from readers import SplitOptions, RemoteOptions   # sharding and URL-cache settings
 
-`readers` depends on `packer`, never the reverse.
+`readers` depends on `packer`, never the reverse. Its errors are packer's classes
+(packer.errors): `readers.DecodeError` is `packer.DecodeError`.
 """
 
 from readers.augment import Box, CenterCrop, RandomResizedCrop
@@ -15,6 +16,7 @@ from readers.batching.collate import collate
 from readers.batching.raw_batch import RawBatch
 from readers.concat import ConcatDataset
 from readers.datasets import PackedDataset, PackedIterableDataset, Sample
+from readers.decode import DecodeError
 from readers.device_decode import decode_on
 from readers.mix import Mix
 from readers.monitor import LoaderMonitor  # numpy and logging only: adds nothing heavy
@@ -28,6 +30,7 @@ __all__ = [
     "CenterCrop",
     "ChunkSampler",
     "ConcatDataset",
+    "DecodeError",
     "LoaderMonitor",
     "Mix",
     "PackedDataset",

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from packer.errors import PackError
+from packer.errors import DecodeError as DecodeError  # defined with every error class
 from packer.imaging.jpeg import DCT_FACTORS, decode_scaled, fast_size
 from packer.imaging.pillow import load_rgb
 
@@ -43,10 +43,6 @@ MODES: tuple[Mode, ...] = ("rgb8", "pil", "raw")
 # Lanczos resize as Pillow's bilinear is (tests/test_decode_quality.py checks the bound;
 # devtools/bench/quality.py prints the distances).
 OVERSAMPLE = 2
-
-
-class DecodeError(PackError, ValueError):
-    """Stored bytes are not a decodable image (or not the pixels they claim to be)."""
 
 
 def decode(

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+import packer
 import readers.remote._cache as remote_cache
 import readers.remote._locks as remote_locks
 from pack_cli import main
@@ -33,7 +34,7 @@ def test_verify_a_url(src: Path, endpoint: str, tmp_path: Path) -> None:
     runner = CliRunner()
     result = runner.invoke(main, ["verify", url, "--source", str(src)])
     assert result.exit_code == 0, result.output
-    assert result.output.startswith("ok: 24 samples in 5 shard(s)")
+    assert result.output.startswith("ok: 24 samples in 5 shards")
     assert "source images present" in result.output
     fs = s3fs.S3FileSystem()
     shard = f"{BUCKET}/verified.wds/verified-00002.tar"
@@ -167,3 +168,15 @@ def test_prefetch_threads_end_with_their_pass_or_dataset(uploaded: dict[str, Any
     while any(thread.is_alive() for thread in mine) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not [thread for thread in mine if thread.is_alive()]
+
+
+def test_the_api_takes_a_url_where_the_cli_does(src: Path, endpoint: str) -> None:
+    """packer.convert, packer.verify and packer.describe each take a folder or a URL."""
+    url = f"s3://{BUCKET}/api.wds"
+    packer.convert(src, url, "wds", run=RUN)
+    report = packer.verify(url, src)
+    assert report.ok and report.folder == url and report.num_samples == 24, report
+    facts = packer.describe(url)
+    assert facts["path"] == url and facts["num_samples"] == 24
+    with pytest.raises(ValueError, match="storage_options and work apply to a URL"):
+        packer.verify(src, storage_options={"anon": True})

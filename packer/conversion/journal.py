@@ -25,7 +25,7 @@ from packer.conversion.identity import JobIdentity, check_same_job
 from packer.core.index import Index, SampleTable, ShardInfo, load_table, read_index, save_table
 from packer.core.layout import STATE_DIR as STATE_DIR
 from packer.core.record import Reject
-from packer.errors import PackError
+from packer.errors import ResumeRefused as ResumeRefused  # defined with every error class
 from packer.storage.atomic import fsync_dir, write_atomic
 
 
@@ -160,5 +160,3 @@ def _well_formed(part: Any, number: int) -> bool:
             and all(isinstance(s, dict) and s.keys() == shard_fields for s in part["shards"]))
 
 
-class ResumeRefused(PackError, ValueError):
-    """The interrupted job does not match this one."""

@@ -29,16 +29,13 @@ from typing import Any, TypeVar
 from packer.core.record import Record, Reject, SourceItem
 from packer.encode import EncodeOptions, encode_batch
 from packer.errors import MissingDependencyError, PackError, install_line
+from packer.errors import RayClusterError as RayClusterError  # defined with every error class
 
 Task = TypeVar("Task")
 Result = TypeVar("Result")
 TASKS_PER_CPU = 2
 INSTALL_HINT = f"run `{install_line('ray')}` (or `pip install ray`) on every node"
 CONNECT_TIMEOUT_S = 5.0
-
-
-class RayClusterError(PackError, ConnectionError):
-    """The Ray cluster cannot be reached, or lost a task (a node or worker died)."""
 
 
 def import_ray() -> Any:

@@ -33,6 +33,8 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from packer.errors import ArrayValueError as ArrayValueError  # defined with every error class
+
 ArrayType = Literal["floats", "ints"]
 DTYPES: dict[str, np.dtype[np.generic]] = {"floats": np.dtype("<f4"), "ints": np.dtype("<i8")}
 MAGIC = b"\x93NUMPY\x01\x00"
@@ -40,10 +42,6 @@ ALIGN = 64
 _HEADER = re.compile(rb"\{'descr':'(<f4|<i8)','fortran_order':False,'shape':\(([0-9,]*)\)\} *\n")
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # the largest finite float32
 _MAX_DIMS = 64  # numpy's
-
-
-class ArrayValueError(ValueError):
-    """A value that is not an array of its field's type."""
 
 
 def encode_array(kind: ArrayType, value: object) -> bytes:

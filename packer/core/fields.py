@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from packer.core.field_arrays import ArrayValueError, decode_array, encode_array
+from packer.errors import FieldValueError as FieldValueError  # defined with every error class
 
 FieldType = Literal["str", "int", "float", "json", "bytes", "floats", "ints"]
 FIELD_TYPES: tuple[FieldType, ...] = get_args(FieldType)
@@ -42,10 +43,6 @@ RESERVED = frozenset({"image", "label", "key", "path", "cls"})  # names a sample
 INT64 = (-(1 << 63), (1 << 63) - 1)
 _LENGTH = struct.Struct("<q")
 _MISSING = _LENGTH.pack(-1)
-
-
-class FieldValueError(ValueError):
-    """A value that is not of its field's type (a bad manifest cell, a bad sidecar)."""
 
 
 @dataclass(frozen=True, slots=True)

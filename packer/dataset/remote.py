@@ -37,16 +37,13 @@ from packer.errors import (
     PackError,
     install_line,
 )
+from packer.errors import RemoteError as RemoteError  # defined with every error class
 from packer.storage.hashing import sha256_file
 
 URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 INSTALL_HINT = f"run `{install_line('s3')}` (fsspec and s3fs)"
 CHECK_HINT = ("check the URL, that the bucket exists, and the endpoint and credentials "
               "(AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ... or --storage-option KEY=VALUE)")
-
-
-class RemoteError(PackError, OSError):
-    """Remote storage refused or failed a request (URL, bucket, credentials, network)."""
 
 
 def is_url(path: str | os.PathLike[str]) -> bool:

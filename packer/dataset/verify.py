@@ -30,6 +30,7 @@ class Report:
     num_samples: int = 0
     num_shards: int = 0
     checked: list[str] = field(default_factory=list)
+    format: str = ""
 
     def fail(self, problem: str) -> Report:
         self.ok = False
@@ -41,6 +42,7 @@ def check_dataset(folder: Path, report: Report) -> tuple[Index, SampleTable]:
     """Re-read every shard and sample of `folder`; raises PackError at the first problem."""
     index, table = open_dataset(folder)
     report.num_samples, report.num_shards = index.num_samples, len(index.shards)
+    report.format = index.format
     _check_shards(folder, index)
     report.checked.append("shard sizes and sha256")
     _check_samples(folder, index, table)

@@ -29,6 +29,10 @@ from functools import cache
 import numpy as np
 import simplejpeg
 
+from packer.errors import (
+    ExtensionMissingError as ExtensionMissingError,  # defined with every error class
+)
+
 CropDecode = Callable[[bytes | bytearray | memoryview, int, int, int, int, int], bytearray]
 OFF_SWITCH = "PACKER_CROP_DECODE"
 REQUIRE_SWITCH = "PACKER_REQUIRE_EXTENSION"
@@ -41,10 +45,6 @@ class CropExtension:
 
     decode: CropDecode | None
     status: str
-
-
-class ExtensionMissingError(RuntimeError):
-    """PACKER_REQUIRE_EXTENSION=1, and the compiled cropped decode cannot be used."""
 
 
 def _version_text(number: int) -> str:

@@ -1,0 +1,48 @@
+"""Every error class a user can meet is defined in packer.errors and exported from
+`packer` (and the readers' from `readers`), whatever module raises it."""
+
+from __future__ import annotations
+
+import inspect
+import pkgutil
+from importlib import import_module
+
+import packer
+import packer.errors
+import readers
+
+# Control flow inside one module, never raised to a caller: a reject's reason, and the
+# tar header walk's "let tarfile read this one".
+INTERNAL_SIGNALS = {"packer.source.coco_images.Missing", "packer.source.tarheaders.Unusual"}
+
+
+def error_classes_defined_outside_errors() -> list[str]:
+    found = []
+    for package in (packer, readers):
+        for module_info in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
+            if module_info.name in ("packer.errors", "packer.upload"):  # upload: deprecated
+                continue
+            try:
+                module = import_module(module_info.name)
+            except ImportError:  # an optional extra that is not installed
+                continue
+            for name, value in vars(module).items():
+                if inspect.isclass(value) and issubclass(value, Exception) and \
+                        value.__module__ == module.__name__:
+                    found.append(f"{module.__name__}.{name}")
+    return found
+
+
+def test_no_error_class_lives_outside_packer_errors() -> None:
+    assert set(error_classes_defined_outside_errors()) == INTERNAL_SIGNALS
+
+
+def test_every_public_error_is_exported() -> None:
+    errors = {name for name, value in vars(packer.errors).items()
+              if inspect.isclass(value) and issubclass(value, Exception)
+              and value.__module__ == "packer.errors"
+              and name not in ("RejectReason", "UnstorableRecord")}  # internal signals
+    assert errors <= set(packer.__all__), errors - set(packer.__all__)
+    assert readers.DecodeError is packer.DecodeError
+    for name in errors:
+        assert getattr(packer, name) is getattr(packer.errors, name)
