@@ -7,6 +7,7 @@ tests check that by hashing the tree before and after.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +35,17 @@ from tests.shm_pool_support import pack_small, read_by_key
 settings.register_profile("packer", deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("packer")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Wall-clock thresholds (the `perf` marker) run only when asked for: `-m perf`, or
+    PACKER_PERF=1; on a shared 2-core machine speed is measured by the benchmarks."""
+    if "perf" in (config.option.markexpr or "") or os.environ.get("PACKER_PERF") == "1":
+        return
+    skip = pytest.mark.skip(reason="a wall-clock threshold: run with -m perf on a quiet machine")
+    for item in items:
+        if "perf" in item.keywords:
+            item.add_marker(skip)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

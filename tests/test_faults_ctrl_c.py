@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -187,6 +186,4 @@ def test_abort_does_not_wait_for_a_hash_queue_left_locked() -> None:
     held and abort() waited for it forever. Stopping the hasher must not block."""
     hasher = Hasher()
     hasher.queue.mutex.acquire()  # what the interrupted put() left behind
-    start = time.monotonic()
-    hasher.stop()
-    assert time.monotonic() - start < 5
+    hasher.stop()  # returns: a stop that waits for the lock fails by the test's timeout

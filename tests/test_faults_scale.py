@@ -44,13 +44,18 @@ def test_the_generated_dataset_is_a_valid_one(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_a_million_sample_index_loads_in_under_1_s_and_100_mb(million: Path) -> None:
+def test_a_million_sample_index_loads_in_under_100_mb(million: Path) -> None:
     cost = index_load_cost(million)
     print(f"index of {MILLION} samples: {cost['seconds']:.3f} s, traced peak "
           f"{cost['peak_bytes'] / 2**20:.1f} MiB, RSS +{cost['rss_bytes'] / 2**20:.1f} MiB")
     assert cost["samples"] == MILLION
-    assert cost["seconds"] < MAX_LOAD_S
     assert cost["peak_bytes"] < MAX_LOAD_BYTES and cost["rss_bytes"] < MAX_LOAD_BYTES
+
+
+@pytest.mark.perf
+@pytest.mark.timeout(120)
+def test_a_million_sample_index_loads_in_under_1_s(million: Path) -> None:
+    assert index_load_cost(million)["seconds"] < MAX_LOAD_S
 
 
 @pytest.mark.timeout(300)

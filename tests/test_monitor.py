@@ -74,6 +74,7 @@ def per_batch_seconds(batches: object, repeats: int = 9) -> float:
     return min(times)
 
 
+@pytest.mark.perf
 def test_overhead_under_two_percent_of_a_fast_loader() -> None:
     """The monitor's own cost per batch, against what a fast in-memory loader costs."""
     loader = DataLoader(TensorDataset(torch.zeros(6400, 8), torch.zeros(6400)), batch_size=64)

@@ -196,9 +196,7 @@ def test_sigint_exits_promptly_and_resumes(tmp_path: Path) -> None:
     wait_for_state(proc, dst)
     time.sleep(0.05)  # into the encoding
     os.kill(proc.pid, signal.SIGINT)
-    start = time.monotonic()
-    _, stderr = proc.communicate(timeout=30)
-    assert time.monotonic() - start < 10
+    _, stderr = proc.communicate(timeout=30)  # a hang fails here
     with pytest.raises(ProcessLookupError):  # nothing of its process group is left
         os.killpg(proc.pid, 0)
     if proc.returncode == 0:  # it finished before the signal landed

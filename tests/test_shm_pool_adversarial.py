@@ -6,9 +6,9 @@ would prove nothing), then compares what it held against a plain main-process re
 A finalizer that fired too early, a slot marked free twice or a buffer handed out while
 still in use shows up as changed pixels.
 
-Problems found in review (samples the worker keeps, threads taking slots, samples that
-are not (image, label) tuples, single-sample reads) are pinned in
-tests/test_shm_pool_review1.py; hand-offs from the main process in test_shm_pool_review2.py.
+What a worker does with its slots (samples it keeps, threads, sample structure,
+single-sample reads) is pinned in tests/test_shm_pool_workers.py; hand-offs between the
+main process, the collector and forks in tests/test_shm_pool_handoffs.py.
 """
 
 from __future__ import annotations

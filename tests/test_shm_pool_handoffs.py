@@ -1,6 +1,5 @@
-"""Second review of the recycled shared memory (readers.batching._shm_pool): problems in the fixes.
-
-Each test pins one problem that review found, now fixed:
+"""Hand-offs of the recycled shared memory (readers.batching._shm_pool) between a worker,
+the main process, the garbage collector and a fork. Each test pins one way it can fail:
 - a slot sent again while it is still out (a worker that keeps its samples) is tracked
   twice: the first finalizer is orphaned, survives a give-up and later frees the slot's
   next buffer while the main process holds it; and the re-send turns GONE back to BUSY;
@@ -41,7 +40,7 @@ SHAPE = (2, 3, 4, 4)
 
 @pytest.fixture(scope="module")
 def npy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return support.pack_small(tmp_path_factory.mktemp("pool-review2"))["npy"]
+    return support.pack_small(tmp_path_factory.mktemp("pool-handoffs"))["npy"]
 
 
 class _KeepsOneBatch(Dataset[Any]):

@@ -1,6 +1,6 @@
-"""Problems found in review of the recycled shared memory, now fixed: samples the worker
-itself keeps, threads taking slots, samples that are not (image, label) tuples,
-single-sample reads (readers.batching._shm_pool)."""
+"""What a worker does with the recycled shared memory (readers.batching._shm_pool): samples
+the worker itself keeps are never overwritten, threads never share a buffer, samples that
+are not (image, label) tuples keep their structure, single-sample reads use no slot."""
 
 from __future__ import annotations
 
