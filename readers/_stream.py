@@ -13,7 +13,7 @@ import numpy.typing as npt
 
 from packer.formats.base import RecordReader
 from readers.elastic import Segment, rest_of_epoch
-from readers.sharding import ShardPlan, Spans, buffered_shuffle, epoch_rng, expand, num_in, take
+from readers.plan.chunks import ShardPlan, Spans, buffered_shuffle, epoch_rng, expand, num_in, take
 
 SpanRecord = tuple[int, bool, bytes]  # (sample index, padded, stored bytes)
 

@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from readers.sharding import check_epoch
+from readers.plan.chunks import check_epoch
 
 # Stream constant of the crop generators: keeps them apart from the order's (1, 2).
 CROP_STREAM = 0xC809

@@ -39,10 +39,10 @@ from readers.cache import DEFAULT_CACHE_BYTES
 from readers.decode import Mode
 from readers.epochs import PassEpochs
 from readers.fields import FieldNames, chosen_fields
-from readers.in_memory import in_memory_copy
 from readers.iterable import PackedIterableDataset
 from readers.options import DEFAULT_CHUNK_SIZE, RemoteOptions
 from readers.options.legacy import REMOTE_MOVES, accepts_legacy
+from readers.ram.copies import in_memory_copy
 from readers.remote import remote_source
 from readers.sampler import PaddedIndex
 
@@ -70,7 +70,7 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
     set_epoch on the sampler only).
 
     `in_memory=True` copies the dataset (a URL: downloads it) once per node into shared
-    RAM that every worker and rank reads (readers.in_memory); no chunk cache then.
+    RAM that every worker and rank reads (readers.ram.copies); no chunk cache then.
     """
 
     @accepts_legacy(("decode", "size", "transform", "with_keys", "cache_bytes"),

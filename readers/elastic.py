@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from readers.sharding import Spans, cycle_to, expand, num_in, take, worker_bounds
+from readers.plan.chunks import Spans, cycle_to, expand, num_in, take, worker_bounds
 
 # positions 0..count-1 in the order stream `(rank, worker)` delivers them
 StreamOrder = Callable[[int, int, int], npt.NDArray[np.int64]]

@@ -32,7 +32,7 @@ import secrets
 import torch
 from torch.utils.data import get_worker_info
 
-from readers.sharding import check_epoch
+from readers.plan.chunks import check_epoch
 
 _EPOCH_BITS = 32
 _EPOCH_MASK = (1 << _EPOCH_BITS) - 1

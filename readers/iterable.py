@@ -16,13 +16,13 @@ from readers.augment import Augment
 from readers.decode import Mode
 from readers.epochs import PassEpochs
 from readers.fields import FieldNames, chosen_fields, fields_ahead
-from readers.in_memory import in_memory_copy
 from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_SPLIT, RemoteOptions, SplitOptions
 from readers.options.legacy import REMOTE_MOVES, SPLIT_MOVES, accepts_legacy
 from readers.passes import SplitPasses
+from readers.plan.chunks import ShardPlan, Spans, epoch_rng
+from readers.ram.copies import in_memory_copy
 from readers.remote import remote_source
 from readers.resume import PendingResume
-from readers.sharding import ShardPlan, Spans, epoch_rng
 from readers.weighted import ClassWeights, weighted_split
 from readers.world import LateWorld, RankWorld
 
@@ -49,7 +49,7 @@ class PackedIterableDataset(_PackedBase, SplitPasses, IterableDataset[Sample]):
     box a pure function of (seed, epoch of the pass, sample index).
 
     `in_memory=True` copies the dataset (a URL: downloads it) once per node into shared
-    RAM that every worker and rank reads (readers.in_memory).
+    RAM that every worker and rank reads (readers.ram.copies).
     """
 
     @accepts_legacy(("shuffle", "seed", "decode", "size", "transform", "with_keys",
@@ -63,7 +63,7 @@ class PackedIterableDataset(_PackedBase, SplitPasses, IterableDataset[Sample]):
                  remote: RemoteOptions | None = None, in_memory: bool = False,
                  class_weights: ClassWeights | None = None,
                  fields: FieldNames = None) -> None:
-        self._ram = in_memory_copy(path, remote) if in_memory else None  # readers.in_memory
+        self._ram = in_memory_copy(path, remote) if in_memory else None  # readers.ram.copies
         source = None if self._ram else remote_source(path, remote)
         super().__init__(self._ram.folder if self._ram else path, decode, size, transform,
                          with_keys, split.chunk_size_or(DEFAULT_CHUNK_SIZE), cache_bytes=0,

@@ -3,7 +3,7 @@
     mix = Mix([PackedIterableDataset(a), PackedIterableDataset(b)], weights=[0.8, 0.2])
     DataLoader(mix, batch_size=64, num_workers=4)
 
-The plan (`readers.mixing.GroupPlan`) lives in one index space, the sources' indices laid
+The plan (`readers.plan.groups.GroupPlan`) lives in one index space, the sources' indices laid
 end to end: source s holds indices offsets[s] .. offsets[s + 1] - 1. Each epoch draws
 `epoch_size` samples, exactly `counts[s]` from source s (largest-remainder rounding of the
 weights), through each source's successive permutations, so over consecutive epochs every
@@ -29,11 +29,11 @@ from packer.formats.base import RecordReader
 from readers._base import Sample, _PackedBase
 from readers._stream import pass_records
 from readers.epochs import PassEpochs
-from readers.mixing import GroupPlan, largest_remainder
 from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_SPLIT, SplitOptions
 from readers.passes import SplitPasses
+from readers.plan.chunks import ShardPlan, Spans, chunk_spans, epoch_rng
+from readers.plan.groups import GroupPlan, largest_remainder
 from readers.resume import PendingResume
-from readers.sharding import ShardPlan, Spans, chunk_spans, epoch_rng
 from readers.world import LateWorld, RankWorld
 
 

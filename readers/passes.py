@@ -17,8 +17,8 @@ from torch.utils.data import get_worker_info
 from readers._stream import rest_after
 from readers.elastic import piece
 from readers.epochs import PassEpochs
+from readers.plan.chunks import ShardPlan, Spans, num_in
 from readers.resume import PendingResume, pending_from_state
-from readers.sharding import ShardPlan, Spans, num_in
 from readers.split_owner import LoaderView, loader_view
 from readers.world import LateWorld, RankWorld
 

@@ -1,7 +1,7 @@
 """Resume an epoch mid-way: exactly the samples not yet seen, in the order they would have come.
 
 Every order here is a pure function of (seed, epoch, rank, worker, num_workers): the chunk
-plan (`readers.sharding`) and the shuffle buffer's generator, `epoch_rng(seed, epoch, rank,
+plan (`readers.plan.chunks`) and the shuffle buffer's generator, `epoch_rng(seed, epoch, rank,
 worker, 2)` for a PackedIterableDataset worker and `(seed, epoch, rank, 1)` for a
 ChunkSampler. The buffer draws the same numbers whatever the items are, so the order of a
 pass is known before reading a byte, and a position in an epoch is one count per process
@@ -43,7 +43,7 @@ from typing import Any
 import torch
 
 from readers.elastic import Segment, samples_per_worker
-from readers.sharding import check_epoch
+from readers.plan.chunks import check_epoch
 from readers.world import group_world
 
 LoopState = dict[str, Any]

@@ -1,7 +1,7 @@
 """ChunkSampler: a DDP sampler for map-style datasets that keeps reads local.
 
 DistributedSampler permutes single indices, so consecutive reads land anywhere in the
-files. ChunkSampler permutes chunks (see `readers.sharding`), gives every rank the same
+files. ChunkSampler permutes chunks (see `readers.plan.chunks`), gives every rank the same
 number of indices (each sample exactly once per epoch across ranks, modulo the
 drop/pad rule), and shuffles only within a bounded window, so a PackedDataset's chunk
 cache serves most reads from a few large sequential ones.
@@ -33,8 +33,8 @@ from readers._stream import rest_after
 from readers.elastic import piece
 from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_SPLIT, SplitOptions
 from readers.options.legacy import SPLIT_MOVES, accepts_legacy
+from readers.plan.chunks import ShardPlan, Spans, buffered_shuffle, check_epoch, epoch_rng, expand
 from readers.resume import PendingResume, pending_from_state
-from readers.sharding import ShardPlan, Spans, buffered_shuffle, check_epoch, epoch_rng, expand
 from readers.split_owner import loader_view
 from readers.weighted import ClassWeights, weighted_split
 from readers.world import LateWorld

@@ -1,10 +1,10 @@
 """Class-balanced and per-sample weighted epoch plans: which samples an epoch draws.
 
-Both keep the split rules of `readers.sharding` (exactly `num_per_rank` per rank, disjoint
+Both keep the split rules of `readers.plan.chunks` (exactly `num_per_rank` per rank, disjoint
 rank slices of one sequence that depends on (seed, epoch) only) and change only what the
 sequence holds:
 
-    class_weights   the classes are the groups of a `readers.mixing.GroupPlan`: class c
+    class_weights   the classes are the groups of a `readers.plan.groups.GroupPlan`: class c
                     gives its largest-remainder share of the epoch (frequencies
                     proportional to the weights; "balanced": equal), drawn without
                     replacement through its own successive permutations. Its samples are
@@ -26,8 +26,8 @@ import numpy as np
 import numpy.typing as npt
 
 from packer.core.index import open_dataset
-from readers.mixing import CLASS_STREAM, MIX_STREAM, GroupPlan, largest_remainder
-from readers.sharding import ShardPlan, Spans, check_epoch, cycle_to, epoch_rng, take
+from readers.plan.chunks import ShardPlan, Spans, check_epoch, cycle_to, epoch_rng, take
+from readers.plan.groups import CLASS_STREAM, MIX_STREAM, GroupPlan, largest_remainder
 
 ClassWeights = str | Mapping[Any, float] | Sequence[float]
 WEIGHTED_STREAM = 5

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from readers._stream import stream_order
 from readers.elastic import Segment, even_out, piece, rest_of_epoch
-from readers.sharding import ShardPlan, Spans, epoch_rng, expand, num_in, take
+from readers.plan.chunks import ShardPlan, Spans, epoch_rng, expand, num_in, take
 
 SEED, EPOCH, BUFFER = 3, 1, 6
 

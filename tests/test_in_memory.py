@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 from torch.utils.data import DataLoader, Dataset
 
-from readers import PackedDataset, PackedIterableDataset, _shm_dir, memory_limit
-from readers.in_memory import remove_unused
+from readers import PackedDataset, PackedIterableDataset
 from readers.options import RemoteOptions, SplitOptions
+from readers.ram import _tmpfs, memory_limit
+from readers.ram.copies import remove_unused
 from tests.helpers import pack_every_format
 
 
@@ -133,14 +134,14 @@ def test_dataloader_reads_every_sample_once(packed: dict[str, Path], root: Path,
 def _owner(folder: Path, mode: str, ready: Any) -> None:
     """Make the copy, its way, and wait to be killed."""
     if mode == "no-watcher":
-        _shm_dir._start_watcher = lambda paths: None  # type: ignore[assignment]
+        _tmpfs._start_watcher = lambda paths: None  # type: ignore[assignment]
     if mode == "stuck":  # to be killed half way through the copy
-        real = _shm_dir.attach
+        real = _tmpfs.attach
 
-        def stuck(paths: _shm_dir.Paths, build: Callable[[Path], None]) -> int:
+        def stuck(paths: _tmpfs.Paths, build: Callable[[Path], None]) -> int:
             return real(paths, lambda f: (build(f), ready.put("ready"), time.sleep(600))[0])
 
-        _shm_dir.attach = stuck  # type: ignore[assignment]
+        _tmpfs.attach = stuck  # type: ignore[assignment]
     ds = PackedDataset(folder, in_memory=True)
     ready.put("ready")
     time.sleep(600 + len(ds))

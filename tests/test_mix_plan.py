@@ -1,4 +1,4 @@
-"""Properties of the mixing plan (readers.mixing): exact counts, no repeat before a group
+"""Properties of the mixing plan (readers.plan.groups): exact counts, no repeat before a group
 is used up, disjoint ranks with equal counts, a pure function of (seed, epoch)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from readers.mixing import GroupPlan, cut, group_draws, largest_remainder
-from readers.sharding import chunk_spans, expand, num_in
+from readers.plan.chunks import chunk_spans, expand, num_in
+from readers.plan.groups import GroupPlan, cut, group_draws, largest_remainder
 
 sizes_st = st.lists(st.integers(1, 30), min_size=1, max_size=4)
 

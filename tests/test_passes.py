@@ -23,8 +23,8 @@ from torch.utils.data import DataLoader, DistributedSampler
 import readers.world
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset, loop_state
 from readers.options import SplitOptions
+from readers.plan.chunks import ShardPlan, expand, worker_bounds
 from readers.resume import samples_per_worker
-from readers.sharding import ShardPlan, expand, worker_bounds
 from tests.helpers import pack_every_format
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker")

@@ -21,8 +21,8 @@ from packer.core.index import open_dataset
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset, loop_state
 from readers._stream import resumed_records, stream_order
 from readers.options import SplitOptions
+from readers.plan.chunks import ShardPlan, epoch_rng, expand
 from readers.resume import samples_per_worker
-from readers.sharding import ShardPlan, epoch_rng, expand
 from tests.helpers import pack_wds
 from tests.test_sharding import CountingReader
 

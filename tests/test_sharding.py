@@ -13,8 +13,7 @@ from hypothesis import strategies as st
 
 from readers.cache import RECORD_OVERHEAD, CachedReader
 from readers.options import SplitOptions
-from readers.sampler import ChunkSampler, PaddedIndex
-from readers.sharding import (
+from readers.plan.chunks import (
     ShardPlan,
     buffered_shuffle,
     chunk_spans,
@@ -23,6 +22,7 @@ from readers.sharding import (
     rotate,
     take,
 )
+from readers.sampler import ChunkSampler, PaddedIndex
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ from packer import ConvertOptions, convert
 from packer.formats.base import ShardOptions
 from packer.testing import make_sample_folder
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset
-from readers.mixing import largest_remainder
 from readers.options import SplitOptions
-from readers.sharding import expand
+from readers.plan.chunks import expand
+from readers.plan.groups import largest_remainder
 
 COUNTS = (12, 9, 3)  # an unbalanced dataset: 24 samples in 3 classes
 

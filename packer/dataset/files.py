@@ -4,7 +4,7 @@
     the shards               index.json's list
     side files               the format's (npy: labels.npy and the field files)
 
-What a copy read in place of the original holds (readers.in_memory). Not the wids
+What a copy read in place of the original holds (readers.ram.copies). Not the wids
 index (stock wids' only) nor rejects.jsonl: a download (packer.dataset.remote), which
 makes a dataset to keep, fetches those too, each file with its own checks.
 """

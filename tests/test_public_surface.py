@@ -1,16 +1,21 @@
-"""Every error class a user can meet is defined in packer.errors and exported from
-`packer` (and the readers' from `readers`), whatever module raises it."""
+"""The public surface: every error class a user can meet is defined in packer.errors and
+exported from `packer` (the readers' from `readers` too), whatever module raises it; a
+module that moved answers to its old name for a release, with a warning."""
 
 from __future__ import annotations
 
 import inspect
 import pkgutil
+import sys
 from importlib import import_module
+
+import pytest
 
 import packer
 import packer.errors
 import readers
 
+MOVED = ("packer.upload", "readers.sharding", "readers.mixing", "readers.in_memory")
 # Control flow inside one module, never raised to a caller: a reject's reason, and the
 # tar header walk's "let tarfile read this one".
 INTERNAL_SIGNALS = {"packer.source.coco_images.Missing", "packer.source.tarheaders.Unusual"}
@@ -20,7 +25,7 @@ def error_classes_defined_outside_errors() -> list[str]:
     found = []
     for package in (packer, readers):
         for module_info in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
-            if module_info.name in ("packer.errors", "packer.upload"):  # upload: deprecated
+            if module_info.name in ("packer.errors", *MOVED):
                 continue
             try:
                 module = import_module(module_info.name)
@@ -46,3 +51,13 @@ def test_every_public_error_is_exported() -> None:
     assert readers.DecodeError is packer.DecodeError
     for name in errors:
         assert getattr(packer, name) is getattr(packer.errors, name)
+
+
+@pytest.mark.parametrize(("old", "new"), [("readers.sharding", "readers.plan.chunks"),
+                                          ("readers.mixing", "readers.plan.groups"),
+                                          ("readers.in_memory", "readers.ram.copies")])
+def test_a_moved_module_answers_to_its_old_name_with_a_warning(old: str, new: str) -> None:
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=f"{old} is deprecated: import from {new}"):
+        module = import_module(old)
+    assert module is import_module(new)

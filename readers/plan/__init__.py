@@ -1,0 +1,6 @@
+"""The pure planning of the readers: which samples each rank and worker reads, in which
+order, for an epoch: numpy only (an import-linter contract holds it), seeded, no I/O.
+
+    chunks   chunk spans, the seeded epoch order, ShardPlan (chunks to ranks and workers)
+    groups   GroupPlan: exact per-group counts for Mix and class weights
+"""
