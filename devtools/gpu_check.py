@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
               "it on a machine with an NVIDIA GPU and a CUDA build of torch", file=sys.stderr)
         return 2
     args = parse_args(argv)
-    from readers._cuda_decode import best_decoder
+    from readers.decoding._cuda_decode import best_decoder
 
     path = packed(args)
     print(f"# decode_on on {torch.cuda.get_device_name()}: decoder "

@@ -16,8 +16,8 @@ from readers.batching.collate import collate
 from readers.batching.raw_batch import RawBatch
 from readers.concat import ConcatDataset
 from readers.datasets import PackedDataset, PackedIterableDataset, Sample
-from readers.decode import DecodeError
-from readers.device_decode import decode_on
+from readers.decoding.decode import DecodeError
+from readers.decoding.device_decode import decode_on
 from readers.mix import Mix
 from readers.monitor import LoaderMonitor  # numpy and logging only: adds nothing heavy
 from readers.options import RemoteOptions, SplitOptions

@@ -13,9 +13,9 @@ from packer import formats
 from packer.core.index import SampleTable, open_dataset
 from readers._handles import Handles, identity, release
 from readers.augment import Augment
-from readers.crop_decode import as_numpy, decode_augmented
-from readers.decode import Mode
-from readers.decode import decode as decode_record
+from readers.decoding.crop_decode import as_numpy, decode_augmented
+from readers.decoding.decode import Mode
+from readers.decoding.decode import decode as decode_record
 from readers.fields import with_fields, with_fields_many
 from readers.remote import RemoteSource
 from readers.sampler import PAD_LABEL

@@ -1,4 +1,4 @@
-"""Train-time crops and flips, chosen per sample before decode (see readers.crop_decode).
+"""Train-time crops and flips, chosen per sample before decode (see readers.decoding.crop_decode).
 
     RandomResizedCrop(224)            training: torchvision's area/ratio rule, plus a flip
     CenterCrop(224, resize=256)       evaluation: resize the shorter side, center crop

@@ -36,7 +36,7 @@ from readers.augment import Augment
 from readers.batching.collate import gathered_samples
 from readers.batching.raw_collate import IndexedSamples
 from readers.cache import DEFAULT_CACHE_BYTES
-from readers.decode import Mode
+from readers.decoding.decode import Mode
 from readers.epochs import PassEpochs
 from readers.fields import FieldNames, chosen_fields
 from readers.iterable import PackedIterableDataset

@@ -13,7 +13,7 @@ from torch.utils.data import IterableDataset
 from readers._base import Sample, Transform, _PackedBase
 from readers._stream import SpanRecord, pass_records
 from readers.augment import Augment
-from readers.decode import Mode
+from readers.decoding.decode import Mode
 from readers.epochs import PassEpochs
 from readers.fields import FieldNames, chosen_fields, fields_ahead
 from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_SPLIT, RemoteOptions, SplitOptions

@@ -32,7 +32,7 @@ from readers import (
     collate,
     loop_state,
 )
-from readers.decode import dct_factor
+from readers.decoding.decode import dct_factor
 from readers.options import SplitOptions
 from tests.helpers import pack_every_format
 

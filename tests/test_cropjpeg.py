@@ -20,7 +20,7 @@ from PIL import Image
 from packer.imaging import jpeg
 from packer.imaging.crop_extension import CropDecode, CropExtension
 from readers.augment import Augment, CenterCrop, RandomResizedCrop
-from readers.crop_decode import decode_augmented
+from readers.decoding.crop_decode import decode_augmented
 from tests.helpers import jpeg_bytes, random_image
 
 cropjpeg = pytest.importorskip("packer.imaging._cropjpeg",

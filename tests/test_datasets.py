@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 from packer.core.index import INDEX_NAME, open_dataset
 from packer.errors import CorruptDatasetError, IncompleteDatasetError
 from readers import PAD_LABEL, ChunkSampler, PackedDataset, PackedIterableDataset
-from readers.decode import decode
+from readers.decoding.decode import decode
 from readers.options import SplitOptions
 from tests.helpers import pack_every_format
 

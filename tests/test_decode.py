@@ -1,4 +1,4 @@
-"""readers.decode: fast paths agree with Pillow, every mode ends up RGB, errors are clear."""
+"""readers.decoding.decode: fast paths agree with Pillow, every mode ends up RGB, clear errors."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from PIL import Image, ImageDraw, ImageFilter
 
 from packer.imaging.exif import exif_orientation
 from packer.testing import synthetic_image
-from readers.decode import DecodeError, decode
+from readers.decoding.decode import DecodeError, decode
 
 MAX_MEAN_ERROR = 3.0
 

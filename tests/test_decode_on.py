@@ -22,7 +22,7 @@ from readers import (
     collate,
     decode_on,
 )
-from readers._cuda_decode import decode_cuda
+from readers.decoding._cuda_decode import decode_cuda
 from tests.helpers import pack_wds
 
 BATCH = 6

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-import readers.decode
+import readers.decoding.decode
 from devtools.bench.quality import WAYS, jpeg_samples, score
-from readers.decode import dct_factor
+from readers.decoding.decode import dct_factor
 from tests.helpers import jpeg_bytes, random_image
 
 SIDES = [(300, 420), (520, 380), (700, 900), (1100, 640), (450, 450), (860, 1300)]
@@ -43,15 +43,15 @@ def test_within_the_bound_of_pillow_bilinear(samples: list[bytes], way: str,
 def test_the_bound_catches_scaling_down_to_the_target(samples: list[bytes],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """The check can fail: the DCT scale right down to the output breaks it."""
-    monkeypatch.setattr(readers.decode, "OVERSAMPLE", 1)
+    monkeypatch.setattr(readers.decoding.decode, "OVERSAMPLE", 1)
     assert not score(samples, "center", SIZES[0]).passes
 
 
 def test_the_bound_catches_stretching_the_rounded_up_edge(
         samples: list[bytes], monkeypatch: pytest.MonkeyPatch) -> None:
     """The check can fail: resizing libjpeg's rounded-up pixels as if whole breaks it."""
-    monkeypatch.setattr(readers.decode, "_resize_whole",
-                        lambda hwc, extent, size: readers.decode.resize_hwc(hwc, size))
+    monkeypatch.setattr(readers.decoding.decode, "_resize_whole",
+                        lambda hwc, extent, size: readers.decoding.decode.resize_hwc(hwc, size))
     assert not score(samples, "size", SIZES[0]).passes
 
 

@@ -16,7 +16,7 @@ from packer.imaging.exif import UNKNOWN, exif_orientation
 from packer.imaging.jpeg import fast_size, load_rgb_fast
 from packer.imaging.pillow import load_rgb
 from packer.testing import synthetic_image
-from readers.decode import decode
+from readers.decoding.decode import decode
 from tests.helpers import jpeg_bytes
 
 XMP = ('<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF xmlns:rdf="http://www.w3.org/1999/'

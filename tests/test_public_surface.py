@@ -15,7 +15,8 @@ import packer
 import packer.errors
 import readers
 
-MOVED = ("packer.upload", "readers.sharding", "readers.mixing", "readers.in_memory")
+MOVED = ("packer.upload", "readers.sharding", "readers.mixing", "readers.in_memory",
+         "readers.decode", "readers.crop_decode", "readers.device_decode")
 # Control flow inside one module, never raised to a caller: a reject's reason, and the
 # tar header walk's "let tarfile read this one".
 INTERNAL_SIGNALS = {"packer.source.coco_images.Missing", "packer.source.tarheaders.Unusual"}
@@ -55,7 +56,11 @@ def test_every_public_error_is_exported() -> None:
 
 @pytest.mark.parametrize(("old", "new"), [("readers.sharding", "readers.plan.chunks"),
                                           ("readers.mixing", "readers.plan.groups"),
-                                          ("readers.in_memory", "readers.ram.copies")])
+                                          ("readers.in_memory", "readers.ram.copies"),
+                                          ("readers.decode", "readers.decoding.decode"),
+                                          ("readers.crop_decode", "readers.decoding.crop_decode"),
+                                          ("readers.device_decode",
+                                           "readers.decoding.device_decode")])
 def test_a_moved_module_answers_to_its_old_name_with_a_warning(old: str, new: str) -> None:
     sys.modules.pop(old, None)
     with pytest.warns(DeprecationWarning, match=f"{old} is deprecated: import from {new}"):

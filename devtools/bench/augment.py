@@ -34,7 +34,7 @@ from packer.imaging.crop_extension import OFF_SWITCH, extension
 from packer.source.scan import scan
 from readers import CenterCrop, PackedDataset, PackedIterableDataset, RandomResizedCrop, collate
 from readers.augment import Augment
-from readers.crop_decode import decode_augmented
+from readers.decoding.crop_decode import decode_augmented
 
 JPEG_FORMATS = ("wds", "lmdb", "hdf5")
 

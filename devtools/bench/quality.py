@@ -23,8 +23,8 @@ from PIL import Image
 
 from packer.source.scan import scan
 from readers.augment import Augment, Box, CenterCrop, RandomResizedCrop
-from readers.crop_decode import decode_augmented
-from readers.decode import decode
+from readers.decoding.crop_decode import decode_augmented
+from readers.decoding.decode import decode
 
 WAYS = ("size", "rrc", "center")
 MEAN_FACTOR, WORST_FACTOR, WORST_SLACK = 1.25, 1.25, 1.0

@@ -39,7 +39,7 @@ from devtools.bench.mix import mix_cases
 from packer.core.fields import FieldSpec
 from packer.core.index import INDEX_NAME, read_index
 from packer.source.scan import scan
-from readers.decode import decode as decode_sample
+from readers.decoding.decode import decode as decode_sample
 
 Progress = Callable[[str], None]
 JPEG_FORMATS = ("wds", "lmdb", "hdf5")

@@ -8,9 +8,9 @@ it declines (not a JPEG, CMYK/YCCK or RGB colour, an EXIF or XMP orientation oth
 upright, too many pixels, any libjpeg warning), the caller falls back to
 Pillow, which gives the verdict and the worded reason; so on unusual files the behaviour
 is exactly Pillow's. `fast_size` is the one decision; how far to scale is the caller's
-(pack: `load_rgb_fast`; readers.decode: powers of two kept OVERSAMPLE x the target).
+(pack: `load_rgb_fast`; readers.decoding.decode: powers of two kept OVERSAMPLE x the target).
 
-`decode_box` decodes only a crop (readers.crop_decode) through the optional compiled
+`decode_box` decodes only a crop (readers.decoding.crop_decode) through the optional compiled
 extension `_cropjpeg` (libjpeg-turbo's jpeg_skip_scanlines / jpeg_crop_scanline, built by
 `pip install` where a C compiler and jpeglib.h exist; packer.imaging.crop_extension says
 whether it runs here and why): the same pixels as the full decode

@@ -14,7 +14,7 @@ from torch.utils.data import Dataset
 
 from packer.source.scan import scan
 from packer.storage.files import read_input
-from readers.decode import decode
+from readers.decoding.decode import decode
 
 
 class ImageFolderDataset(Dataset[tuple[Any, int]]):

@@ -23,7 +23,7 @@ from packer import formats
 from packer.core.index import INDEX_NAME, open_dataset
 from packer.source.scan import scan
 from packer.storage.files import read_input
-from readers.decode import decode
+from readers.decoding.decode import decode
 from readers.diagnostics.sweep import open_for_bench
 from readers.monitor import LoaderMonitor
 

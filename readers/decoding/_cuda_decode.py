@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 
 from packer.imaging.jpeg import fast_size
-from readers._host_decode import Where, decode_cpu, stacked
 from readers.augment import Augment, CenterCrop
 from readers.batching.raw_batch import RawBatch
+from readers.decoding._host_decode import Where, decode_cpu, stacked
 
 Decoder = Callable[[list[torch.Tensor], torch.device], list[torch.Tensor]]
 _DECODERS: list[Decoder] = []

@@ -1,6 +1,6 @@
 """readers.decode_on's CPU side: the CPU readers' decode of a raw batch's samples,
-shared by the CPU fallback (readers.device_decode) and the CUDA path's samples that
-the fast path declines (readers._cuda_decode)."""
+shared by the CPU fallback (readers.decoding.device_decode) and the CUDA path's samples that
+the fast path declines (readers.decoding._cuda_decode)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import torch
 
 from readers.augment import Augment
 from readers.batching.raw_batch import RawBatch
-from readers.crop_decode import decode_augmented
-from readers.decode import decode
+from readers.decoding.crop_decode import decode_augmented
+from readers.decoding.decode import decode
 
 Where = tuple[int, int, int]  # (seed, epoch, index) of a sample's crop
 
