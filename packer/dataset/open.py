@@ -28,20 +28,21 @@ from pathlib import Path
 
 from packer import formats
 from packer.core.index import INDEX_NAME, Index, open_dataset
+from packer.dataset.version import LocalVersion, local_version
 from packer.formats.base import RecordReader
 
 __all__ = ["Identity", "Opened", "Wrap", "identity", "is_current", "opened", "release"]
 
-# A folder and the version of its index.json: (folder, inode, mtime in ns).
-Identity = tuple[Path, int, int]
+# A folder and the version of its index.json (packer.dataset.version).
+Identity = LocalVersion
 # Builds the shared reader from the format's opener (readers.remote: a URL's mirror).
 Wrap = Callable[[Callable[[], RecordReader], Index], RecordReader]
 KEPT = 4  # entries a conversion source keeps open after its last holder is gone
 
 
 def identity(folder: Path) -> Identity:
-    info = (folder / INDEX_NAME).stat()
-    return folder, info.st_ino, info.st_mtime_ns
+    """The key of `folder`'s dataset as it is now: its version."""
+    return local_version(folder)
 
 
 class Opened:
@@ -49,7 +50,7 @@ class Opened:
 
     def __init__(self, key: Identity, wrap: Wrap | None) -> None:
         self.key = key
-        self.folder = key[0]
+        self.folder = key.folder
         self.pid = os.getpid()
         self.index, self.table = open_dataset(self.folder)
         # what a converted dataset records as its source (packer.source.packed)

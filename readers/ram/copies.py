@@ -9,17 +9,16 @@ format readers open that copy: npy, lmdb and hdf5 map it, so every process on th
 reads the same pages of RAM; wds reads its tars with `pread` from the same pages. One
 copy per node, whatever the workers, ranks and start methods.
 
-The identity is the folder and the version of its index.json (as for the chunk cache:
-a dataset reconverted in place gets a new copy), or, for a URL, the URL and the content
-of its index.json; a URL is downloaded straight into RAM, never into the disk cache.
-Before copying, the size is checked against the memory this process may take (the host,
-the cgroup limit, the tmpfs: readers.ram.memory_limit). Locking, sharing and removal when
-the last user ends, a SIGKILL included, are readers.ram._tmpfs's.
+The copy is named after the dataset's version (packer.dataset.version: a folder and the
+file identity of its index.json, so a dataset reconverted in place gets a new copy; a URL
+and the content of its index.json); a URL is downloaded straight into RAM, never into
+the disk cache. Before copying, the size is checked against the memory this process may
+take (the host, the cgroup limit, the tmpfs: readers.ram.memory_limit). Locking, sharing
+and removal when the last user ends, a SIGKILL included, are readers.ram._tmpfs's.
 """
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import weakref
 from collections.abc import Callable, Mapping
@@ -29,6 +28,7 @@ from typing import Any
 from packer.core.index import INDEX_NAME, parse_index, read_index
 from packer.dataset.files import dataset_files
 from packer.dataset.remote import download_dataset, is_url, open_fs, remote_errors
+from packer.dataset.version import local_version, url_version_name
 from packer.errors import CorruptDatasetError
 from readers.options import RemoteOptions
 from readers.ram import _tmpfs
@@ -97,25 +97,21 @@ def remove_unused() -> list[str]:
     return _tmpfs.sweep(root) if root.is_dir() else []
 
 
-def _name(*parts: object) -> str:
-    return hashlib.sha256("\0".join(map(str, parts)).encode()).hexdigest()[:32]
-
-
 def _folder_plan(source: str, _: Mapping[str, Any]) -> tuple[str, int, Build]:
     """A local folder: copy the tables, the shards and the format's other files (field
     files among them), index.json last."""
     folder = Path(source).resolve()
     index = read_index(folder)  # refuses a folder without index.json
-    info = (folder / INDEX_NAME).stat()
+    version = local_version(folder)
     files = dataset_files(index)  # a missing library fails before the copy
-    need = sum(_size(folder / name) for name in files) + info.st_size
+    need = sum(_size(folder / name) for name in files) + _size(folder / INDEX_NAME)
 
     def build(target: Path) -> None:
         for name in [*files, INDEX_NAME]:
             (target / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(folder / name, target / name)
 
-    return _name(folder, info.st_dev, info.st_ino, info.st_mtime_ns), need, build
+    return version.name(), need, build
 
 
 def _size(path: Path) -> int:
@@ -144,5 +140,4 @@ def _url_plan(url: str, options: Mapping[str, Any]) -> tuple[str, int, Build]:
     def build(target: Path) -> None:
         download_dataset(url, options, target)
 
-    name = _name(url.rstrip("/"), hashlib.sha256(raw).hexdigest())
-    return name, need, build
+    return url_version_name(url, raw), need, build

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -14,6 +13,7 @@ from typing import Any
 
 from packer.core.index import INDEX_NAME, KEYS_NAME, SAMPLES_NAME
 from packer.dataset.remote import fetch_metadata, is_url
+from packer.dataset.version import url_version_name
 from readers.options import RemoteOptions
 from readers.remote._fields import fetch_field_files
 from readers.remote._locks import LOCKS
@@ -52,9 +52,7 @@ def open_remote(url: str, storage_options: Mapping[str, Any] | None = None,
     try:
         raw = fetch_metadata(url, options, staging)
         extra = fetch_field_files(url, options, raw, staging)  # readers.remote._fields
-        name = hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:16] + "-" \
-            + hashlib.sha256(raw).hexdigest()[:16]
-        folder = staging.parent / name
+        folder = staging.parent / url_version_name(url, raw)
         if not (folder / INDEX_NAME).is_file():
             (folder / LOCKS).mkdir(parents=True, exist_ok=True)
             for table in (SAMPLES_NAME, KEYS_NAME, *extra):
