@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from packer.formats.base import RecordReader
+from readers.options.values import check_budget
 
 DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
 # What holding one record costs beyond its bytes: the bytes object's header and its
@@ -51,9 +52,7 @@ class ChunkCache:
     """Least recently used chunks, evicted to stay within `max_bytes` of memory."""
 
     def __init__(self, max_bytes: int) -> None:
-        if max_bytes < 0:
-            raise ValueError(f"cache_bytes must be 0 (off) or positive, not {max_bytes}")
-        self.max_bytes = max_bytes
+        self.max_bytes = check_budget("max_cache_bytes", max_bytes, "off")
         self.num_bytes = 0
         self._entries: OrderedDict[int, Entry] = OrderedDict()
 

@@ -42,6 +42,7 @@ from readers.fields import FieldNames, chosen_fields
 from readers.iterable import PackedIterableDataset
 from readers.options import DEFAULT_CHUNK_SIZE, RemoteOptions
 from readers.options.legacy import REMOTE_MOVES, accepts_legacy
+from readers.options.values import check_budget
 from readers.ram.copies import in_memory_copy
 from readers.remote import remote_source
 from readers.sampler import PaddedIndex
@@ -83,9 +84,7 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
                  chunk_size: int = DEFAULT_CHUNK_SIZE,
                  remote: RemoteOptions | None = None, in_memory: bool = False,
                  fields: FieldNames = None) -> None:
-        if max_cache_bytes < 0:
-            raise ValueError(f"max_cache_bytes must be 0 (off) or positive, "
-                             f"not {max_cache_bytes}")
+        check_budget("max_cache_bytes", max_cache_bytes, "off")
         if seed < 0:
             raise ValueError(f"seed must be a non-negative integer, not {seed}")
         self._ram = in_memory_copy(path, remote) if in_memory else None  # the RAM is the cache

@@ -7,6 +7,7 @@ new spelling; the new shape gives the very same reader.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from readers import (
     RemoteOptions,
     SplitOptions,
 )
+from readers.cache import ChunkCache
 from tests.helpers import pack_wds
 
 NUM = 24
@@ -110,3 +112,13 @@ def test_remote_options_are_checked_when_built() -> None:
         RemoteOptions(max_cache_bytes=-1)
     with pytest.raises(AttributeError):
         RemoteOptions().cache_dir = "x"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(("build", "message"), [
+    (lambda: RemoteOptions(max_cache_bytes=-1),
+     r"RemoteOptions.max_cache_bytes must be 0 \(pinned shards only\) or more, not -1"),
+    (lambda: ChunkCache(-2), r"max_cache_bytes must be 0 \(off\) or more, not -2"),
+])
+def test_every_cache_budget_says_what_0_means(build: Callable[[], object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        build()

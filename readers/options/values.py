@@ -8,6 +8,14 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+
+def check_budget(name: str, value: int, zero: str) -> int:
+    """`value` if it is a byte budget (0 or more), else the one-line error that names the
+    argument and what 0 means for it; every cache budget is checked here."""
+    if value < 0:
+        raise ValueError(f"{name} must be 0 ({zero}) or more, not {value}")
+    return value
+
 DEFAULT_CHUNK_SIZE = 64
 DEFAULT_BUFFER_SIZE = 1024
 
@@ -61,9 +69,9 @@ class RemoteOptions:
     prefetch_shards: int = 2
 
     def __post_init__(self) -> None:
-        if self.max_cache_bytes is not None and self.max_cache_bytes < 0:
-            raise ValueError(f"max_cache_bytes must be 0 (pinned shards only) or more, "
-                             f"not {self.max_cache_bytes}")
+        if self.max_cache_bytes is not None:
+            check_budget("RemoteOptions.max_cache_bytes", self.max_cache_bytes,
+                         "pinned shards only")
         if self.prefetch_shards < 0:
             raise ValueError(f"prefetch_shards must be 0 (off) or more, "
                              f"not {self.prefetch_shards}")

@@ -15,6 +15,7 @@ from packer.core.index import INDEX_NAME, KEYS_NAME, SAMPLES_NAME
 from packer.dataset.remote import fetch_metadata, is_url
 from packer.dataset.version import url_version_name
 from readers.options import RemoteOptions
+from readers.options.values import check_budget
 from readers.remote._fields import fetch_field_files
 from readers.remote._locks import LOCKS
 
@@ -43,9 +44,9 @@ def open_remote(url: str, storage_options: Mapping[str, Any] | None = None,
     The mirror folder is named after the URL and the index's content, so a dataset
     reconverted at the same URL gets a fresh mirror. index.json is written last.
     """
-    budget = DEFAULT_DISK_CACHE_BYTES if cache_bytes is None else cache_bytes
-    if budget < 0:
-        raise ValueError(f"cache_bytes must be 0 or positive, not {budget}")
+    budget = check_budget("RemoteOptions.max_cache_bytes",
+                          DEFAULT_DISK_CACHE_BYTES if cache_bytes is None else cache_bytes,
+                          "pinned shards only")
     options = dict(storage_options or {})
     staging = Path(cache_dir if cache_dir is not None else default_cache_dir()) / \
         f".incoming-{os.getpid()}-{uuid.uuid4().hex[:8]}"
