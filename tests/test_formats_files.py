@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from packer import formats
+from packer import ConvertOptions, EncodeOptions, convert, formats
+from packer.testing import make_sample_folder
 from tests.helpers import FORMATS, png_bytes, random_image
 
 
@@ -30,3 +31,20 @@ def test_a_wds_conversion_imports_no_other_formats_library(tmp_path: Path) -> No
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "src"),
                            str(tmp_path / "out")], capture_output=True, text=True, check=True)
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_each_format_says_its_files_beside_the_shards(fmt: str, tmp_path: Path) -> None:
+    """side_files (what our readers need), kept_files (for other tools) and their check,
+    asked of the format module, never probed for by attribute name."""
+    src = make_sample_folder(tmp_path / "src", count=4, classes=2, min_side=8, max_side=10)
+    options = EncodeOptions(size=(8, 8)) if fmt == "npy" else None
+    index = convert(src, tmp_path / fmt, fmt, options, ConvertOptions(workers=0))
+    module = formats.load(fmt)
+    side = module.side_files(index)
+    kept = module.kept_files(index)
+    assert side == (("labels.npy",) if fmt == "npy" else ())
+    assert kept == ((f"{fmt}.wids.json",) if fmt == "wds" else ()), kept  # named after DST
+    assert all((tmp_path / fmt / name).is_file() for name in (*side, *kept))
+    checked = module.check_kept_files(tmp_path / fmt, index)
+    assert checked == (("wids index",) if fmt == "wds" else ())

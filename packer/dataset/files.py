@@ -4,9 +4,10 @@
     the shards               index.json's list
     side files               the format's (npy: labels.npy and the field files)
 
-What a copy read in place of the original holds (readers.ram.copies). Not the wids
-index (stock wids' only) nor rejects.jsonl: a download (packer.dataset.remote), which
-makes a dataset to keep, fetches those too, each file with its own checks.
+What a copy read in place of the original holds (readers.ram.copies). Not the files kept
+for other tools (the wids index: `kept_files`) nor rejects.jsonl: a download
+(packer.dataset.remote), which makes a dataset to keep, fetches those too, each file with
+its own checks. Each format says its own (packer.formats.base.FormatModule).
 """
 
 from __future__ import annotations
@@ -20,5 +21,9 @@ def dataset_files(index: Index) -> list[str]:
     """The relative names of the files a reader of the dataset opens, but index.json."""
     names = [SAMPLES_NAME, KEYS_NAME, *((FIELDS_NAME,) if index.fields else ())]
     names += [shard.name for shard in index.shards]
-    side_files = getattr(formats.load(index.format), "side_files", None)
-    return names + (list(side_files(index)) if side_files is not None else [])
+    return names + list(formats.load(index.format).side_files(index))
+
+
+def kept_files(index: Index) -> list[str]:
+    """The files of the dataset kept for other tools (the wids index), not read by ours."""
+    return list(formats.load(index.format).kept_files(index))

@@ -171,8 +171,6 @@ def download_dataset(url: str, storage_options: Mapping[str, Any] | None,
     """Copy the dataset at `url` into `folder`: tables, every shard (size and sha256
     checked), rejects.jsonl when there is one, and index.json last, so an interrupted
     download is refused like an interrupted conversion."""
-    from packer.formats._wids import indexed_name  # wds only: not for every reader
-
     raw = fetch_metadata(url, storage_options, folder)
     index = parse_index(raw, Path(url) / INDEX_NAME)
     fs, root = open_fs(url, storage_options)
@@ -180,13 +178,10 @@ def download_dataset(url: str, storage_options: Mapping[str, Any] | None,
         local = folder / shard.name
         local.parent.mkdir(parents=True, exist_ok=True)
         fetch(fs, f"{root}/{shard.name}", local, url, shard.num_bytes, shard.sha256)
-    side_files = getattr(formats.load(index.format), "side_files", None)  # npy: labels, fields
-    for name in side_files(index) if side_files is not None else ():
+    module = formats.load(index.format)
+    for name in (*module.side_files(index), *module.kept_files(index)):  # verify checks them
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         fetch(fs, f"{root}/{name}", folder / name, url)
-    wids = indexed_name(index) if index.format == "wds" else None
-    if wids is not None:  # beside the shards, for wids; verify checks it
-        fetch(fs, f"{root}/{wids}", folder / wids, url)
     with remote_errors(url, f"look for {REJECTS_NAME}"):
         rejects = fs.exists(f"{root}/{REJECTS_NAME}")
     if rejects:

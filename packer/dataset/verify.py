@@ -14,7 +14,6 @@ import numpy as np
 from packer import formats
 from packer.core.index import Index, SampleTable, open_dataset
 from packer.errors import PackError
-from packer.formats._wids import check_index as check_wids_index
 from packer.storage.hashing import sha256_file
 
 __all__ = ["Report", "check_dataset"]
@@ -47,8 +46,8 @@ def check_dataset(folder: Path, report: Report) -> tuple[Index, SampleTable]:
     report.checked.append("shard sizes and sha256")
     _check_samples(folder, index, table)
     report.checked.append("sample digests and labels" + (" and fields" if index.fields else ""))
-    if index.format == "wds" and check_wids_index(folder, index):  # after the data:
-        report.checked.append("wids index")  # a damaged index.json is reported as such
+    # after the data: a damaged index.json is reported as such
+    report.checked += formats.load(index.format).check_kept_files(folder, index)
     return index, table
 
 

@@ -36,6 +36,8 @@ from packer.formats.base import (
     WriterPlan,
     checked,
     checked_values,
+    no_files,
+    nothing_to_check,
 )
 
 NAME = "hdf5"
@@ -140,3 +142,8 @@ def read_labels(folder: Path, index: Index) -> np.ndarray:
     except (OSError, KeyError, ValueError, TypeError, RuntimeError) as exc:
         raise CorruptDatasetError(f"{folder / FILE}: cannot read labels ({exc}); "
                                   "reconvert") from exc
+
+
+side_files = no_files  # the data file holds everything a reader needs
+kept_files = no_files
+check_kept_files = nothing_to_check

@@ -44,6 +44,8 @@ from packer.formats.base import (
     WriterPlan,
     checked,
     checked_values,
+    no_files,
+    nothing_to_check,
 )
 from packer.storage.atomic import commit, fsync_dir, partial_path
 from packer.storage.filestream import Writeback, hash_while
@@ -274,3 +276,8 @@ def read_labels(folder: Path, index: Index) -> np.ndarray:
         raise CorruptDatasetError(f"{folder / FOLDER}: damaged ({exc}); reconvert") from exc
     finally:
         env.close()
+
+
+side_files = no_files  # the data file holds everything a reader needs
+kept_files = no_files
+check_kept_files = nothing_to_check

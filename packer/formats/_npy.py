@@ -34,6 +34,8 @@ from packer.formats.base import (
     WriterPlan,
     checked,
     checked_values,
+    no_files,
+    nothing_to_check,
 )
 from packer.storage.atomic import atomic_writer, commit, partial_path
 from packer.storage.filestream import StreamHash, hash_while
@@ -232,3 +234,7 @@ def side_files(index: Index) -> tuple[str, ...]:
 
 def read_labels(folder: Path, index: Index) -> np.ndarray:
     return np.asarray(load_array(folder / LABELS, mmap=False), dtype=np.int64)
+
+
+kept_files = no_files
+check_kept_files = nothing_to_check

@@ -35,13 +35,14 @@ from packer.formats._wds_fields import field_members
 from packer.formats._wds_names import remove_strays, shard_name
 from packer.formats._wds_shards import MAX_OPEN_SHARDS as MAX_OPEN_SHARDS  # re-exported
 from packer.formats._wds_shards import OpenShards, batch_values
-from packer.formats._wids import index_extra, member_types
+from packer.formats._wids import check_index, index_extra, indexed_name, member_types
 from packer.formats.base import (
     DecodedFields,
     Location,
     WriterPlan,
     checked,
     checked_values,
+    no_files,
 )
 from packer.storage.atomic import commit, partial_path
 from packer.storage.filestream import ShardFile
@@ -237,3 +238,17 @@ def read_labels(folder: Path, index: Index) -> np.ndarray:
             raise CorruptDatasetError(f"{path}: not a valid tar ({exc}); restore or reconvert") \
                 from exc
     return np.asarray(labels, dtype=np.int64)
+
+
+side_files = no_files  # the shards hold everything a reader needs
+
+
+def kept_files(index: Index) -> tuple[str, ...]:
+    """The wids index beside the shards, where the dataset has one."""
+    name = indexed_name(index)
+    return () if name is None else (name,)
+
+
+def check_kept_files(folder: Path, index: Index) -> tuple[str, ...]:
+    """The wids index lists exactly the shards of index.json, where there is one."""
+    return ("wids index",) if check_index(folder, index) else ()

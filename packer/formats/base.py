@@ -146,6 +146,29 @@ class FormatModule(Protocol):
 
     def read_labels(self, folder: Path, index: Index) -> np.ndarray: ...
 
+    def side_files(self, index: Index) -> tuple[str, ...]:
+        """Files beside the shards a reader needs (npy: labels, field values)."""
+        ...
+
+    def kept_files(self, index: Index) -> tuple[str, ...]:
+        """Files of the dataset for other tools, not our readers (wds: the wids index)."""
+        ...
+
+    def check_kept_files(self, folder: Path, index: Index) -> tuple[str, ...]:
+        """Check the kept files against index.json (CorruptDatasetError naming the file);
+        what was checked, for `pack verify`'s report."""
+        ...
+
+
+def no_files(index: Index) -> tuple[str, ...]:
+    """A format's side_files or kept_files where it has none."""
+    return ()
+
+
+def nothing_to_check(folder: Path, index: Index) -> tuple[str, ...]:
+    """A format's check_kept_files where it keeps no other files."""
+    return ()
+
 
 Data = TypeVar("Data", bytes, memoryview)
 

@@ -30,8 +30,7 @@ def fetch_field_files(url: str, options: Mapping[str, Any], raw_index: bytes,
     index = index_from_json(json.loads(raw_index), Path(url) / INDEX_NAME)
     if not index.fields:
         return []
-    side_files = getattr(formats.load(index.format), "side_files", None)
-    names = list(side_files(index)) if side_files is not None else []
+    names = list(formats.load(index.format).side_files(index))
     if names:
         fs, root = open_fs(url, options)
         for name in names:
