@@ -17,12 +17,11 @@ from pack_cli._errors import (
     RESUME_HINT,
     conversion_interrupted,
     forget_conversions,
-    unprinted_ctrl_c,
     user_errors,
 )
 from pack_cli._inspect import info_command, verify_command
 from pack_cli._loader import bench_command, profile_command, tune_command
-from packer.errors import DISTRIBUTION
+from packer.errors import DISTRIBUTION, unprinted_ctrl_c
 
 __all__ = ["main", "run", "user_errors"]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from tqdm import tqdm
 
-from pack_cli._errors import converting, ctrl_c, user_errors
+from pack_cli._errors import converting, user_errors
 from pack_cli._params import parse_bytes, parse_fields, parse_size
 from packer.api import convert, holds_complete
 from packer.conversion.executors import EXECUTORS
@@ -17,7 +17,7 @@ from packer.core.index import Index
 from packer.dataset.describe import wds_notes
 from packer.dataset.remote import is_url, parse_storage_options
 from packer.encode import EncodeOptions
-from packer.errors import CTRL_C, install_line
+from packer.errors import ctrl_c_pressed, ctrl_c_watched, install_line
 from packer.formats import FORMATS
 from packer.formats.base import ShardOptions
 
@@ -104,7 +104,7 @@ def convert_command(src: Path, dst: str, fmt: str, shard_size: str, shard_sample
     pack convert photos/ s3://bucket/photos.wds --to wds --storage-option endpoint_url=URL
     pack convert /shared/photos /shared/out.wds --to wds --executor ray --ray-address auto
     """
-    with converting(), user_errors(), ctrl_c():
+    with converting(), user_errors(), ctrl_c_watched():
         options = EncodeOptions(check=check, resize=resize, size=parse_size(size),  # type: ignore[arg-type]
                                 fit=fit, codec=codec, quality=quality, upscale=upscale)  # type: ignore[arg-type]
         run = ConvertOptions(ShardOptions(parse_bytes(shard_size), shard_samples), workers,
@@ -118,7 +118,7 @@ def convert_command(src: Path, dst: str, fmt: str, shard_size: str, shard_sample
 
         def advance(count: int) -> None:
             bar.update(count)
-            if CTRL_C.is_set():  # a Ctrl-C that the code it landed in dropped
+            if ctrl_c_pressed():  # a Ctrl-C that the code it landed in dropped
                 raise KeyboardInterrupt
 
         remote = is_url(dst)

@@ -5,7 +5,12 @@ Each one also inherits the builtin that fits, so callers that catch `ValueError`
 and how to fix it; the CLI prints it as it is.
 """
 
+import signal
+import sys
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 # The distribution's name on the package index (`packer` there is an unrelated package);
 # the import packages are `packer` and `readers`, the command `pack`.
@@ -90,10 +95,71 @@ class ExtensionMissingError(PackError, RuntimeError):
     """PACKER_REQUIRE_EXTENSION=1, and the compiled cropped decode cannot be used."""
 
 
-# Set by `pack convert`'s SIGINT handler before it raises KeyboardInterrupt: code that
-# catches broadly asks it, since C code (numpy, h5py, Pillow) that meets the
-# KeyboardInterrupt may drop it and raise its own error instead.
-CTRL_C = threading.Event()
+# Pressed during a ctrl_c_watched() block (its SIGINT handler sets it, the block's end
+# clears it): code that catches broadly asks it, since C code (numpy, h5py, Pillow) that
+# meets the KeyboardInterrupt may drop it and raise its own error instead.
+_PRESSED = threading.Event()
+
+
+def ctrl_c_pressed() -> bool:
+    """Whether Ctrl-C was pressed during the ctrl_c_watched() block now running."""
+    return _PRESSED.is_set()
+
+
+@contextmanager
+def ctrl_c_watched() -> Iterator[None]:
+    """Make a Ctrl-C in the block a Ctrl-C, whatever the code it lands in makes of it.
+
+    The block's SIGINT handler notes the press before raising KeyboardInterrupt, so when C
+    code drops the KeyboardInterrupt for an error of its own (numpy loading a file, h5py
+    converting strings) or Python can only print it (a weakref callback during a lazy
+    import), the error still ends as KeyboardInterrupt here, a broad `except` never turns
+    it into a rejected input (packer.encode: `interrupted`), and the next progress report
+    can raise it again (`ctrl_c_pressed`). The previous handler and a clear state are
+    restored when the block ends. `pack convert` runs each conversion in one.
+    """
+    _PRESSED.clear()
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        _PRESSED.set()
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGINT, on_sigint)
+    except ValueError:  # not the main thread: Python delivers no signals here anyway
+        previous = None
+    try:
+        with unprinted_ctrl_c(lambda: None):  # noted: the next report raises it
+            yield
+    except Exception as exc:
+        if _PRESSED.is_set():
+            raise KeyboardInterrupt from exc
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+        _PRESSED.clear()  # a later block in this process starts afresh
+
+
+@contextmanager
+def unprinted_ctrl_c(on_drop: Callable[[], None]) -> Iterator[None]:
+    """While active, a KeyboardInterrupt that Python can only print (raised in a weakref
+    callback during a lazy import, in a __del__) calls `on_drop` instead of printing a
+    traceback."""
+    previous_hook = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if unraisable.exc_type is not None and issubclass(unraisable.exc_type,
+                                                          KeyboardInterrupt):
+            on_drop()
+        else:
+            previous_hook(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous_hook
 
 
 def interrupted(error: BaseException) -> bool:
@@ -102,7 +168,7 @@ def interrupted(error: BaseException) -> bool:
     Ctrl-C raised inside code that wraps what it catches (an import's `__set_name__`
     hook wraps it in RuntimeError) must stay Ctrl-C, not become a rejected input.
     """
-    if CTRL_C.is_set():
+    if _PRESSED.is_set():
         return True
     seen: set[int] = set()
     current: BaseException | None = error

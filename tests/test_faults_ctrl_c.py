@@ -20,7 +20,7 @@ import pack_cli._errors
 import packer.encode
 from packer import ConvertOptions, convert
 from packer.core.index import INDEX_NAME
-from packer.errors import CTRL_C, interrupted
+from packer.errors import ctrl_c_pressed, ctrl_c_watched, interrupted
 from packer.formats import _lmdb, _wds
 from packer.formats.base import ShardOptions, WriterPlan
 from packer.storage.filestream import Hasher
@@ -114,21 +114,20 @@ def test_a_dropped_ctrl_c_still_stops_the_conversion(
                                                   "--to", "wds"])
     assert result.exit_code == 130, result.output
     assert "--resume" in result.stderr and "Exception ignored" not in result.stderr
-    assert not CTRL_C.is_set()  # the next conversion in this process starts afresh
+    assert not ctrl_c_pressed()  # the next conversion in this process starts afresh
 
 
 def test_a_decoder_error_after_ctrl_c_is_not_a_rejected_input(
         mixed_src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def dropped(*args: object, **kwargs: object) -> None:
-        CTRL_C.set()  # pressed, and the decoder made an error of its own out of it
+        with contextlib.suppress(KeyboardInterrupt):
+            press_ctrl_c()  # pressed, and the decoder made an error of its own out of it
         raise OSError("broken data stream when reading image file")
 
     monkeypatch.setattr(packer.encode, "_encode_bytes", dropped)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            convert(mixed_src, tmp_path / "out", "wds", run=RUN)
-    finally:
-        CTRL_C.clear()
+    with pytest.raises(KeyboardInterrupt), ctrl_c_watched():
+        convert(mixed_src, tmp_path / "out", "wds", run=RUN)
+    assert not ctrl_c_pressed()
 
 
 def test_ctrl_c_in_clicks_start_up_is_quiet(monkeypatch: pytest.MonkeyPatch,
