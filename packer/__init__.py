@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from packer.conversion.job import ConvertOptions
     from packer.core.fields import FieldSpec
     from packer.core.index import Index, SampleTable, open_dataset, read_index
+    from packer.dataset.stats import DatasetStats, stats
     from packer.encode import EncodeOptions
     from packer.formats.base import ShardOptions
     from packer.source.fields import FieldChoice
@@ -63,6 +64,8 @@ _LAZY = {
     "read_index": "packer.core.index",
     "verify": "packer.api",
     "describe": "packer.api",
+    "DatasetStats": "packer.dataset.stats",
+    "stats": "packer.dataset.stats",
 }
 
 __all__ = [
@@ -71,6 +74,7 @@ __all__ = [
     "ConvertOptions",
     "CorruptDatasetError",
     "DatasetExistsError",
+    "DatasetStats",
     "DecodeError",
     "DestinationError",
     "DiskFullError",
@@ -93,6 +97,7 @@ __all__ = [
     "describe",
     "open_dataset",
     "read_index",
+    "stats",
     "verify",
 ]
 __version__ = "0.1.0"
