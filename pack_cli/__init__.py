@@ -5,6 +5,7 @@ readers.diagnostics (`pack bench/tune/profile` import torch inside the command).
     pack info DST | pack verify DST [--source SRC]  pack_cli._inspect
     pack bench | tune | profile                     pack_cli._loader
     pack stats DST                                  pack_cli._stats
+    pack split DST --val F [--test F] [--stratify]  pack_cli._split
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pack_cli._errors import (
 )
 from pack_cli._inspect import info_command, verify_command
 from pack_cli._loader import bench_command, profile_command, tune_command
+from pack_cli._split import split_command
 from pack_cli._stats import stats_command
 from packer.errors import DISTRIBUTION, unprinted_ctrl_c
 
@@ -63,5 +65,5 @@ def main() -> None:
 
 
 for command in (convert_command, info_command, verify_command, bench_command, tune_command,
-                profile_command, stats_command):
+                profile_command, stats_command, split_command):
     main.add_command(command)
