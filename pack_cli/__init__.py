@@ -6,6 +6,7 @@ readers.diagnostics (`pack bench/tune/profile` import torch inside the command).
     pack bench | tune | profile                     pack_cli._loader
     pack stats DST                                  pack_cli._stats
     pack split DST --val F [--test F] [--stratify]  pack_cli._split
+    pack dedup DST                                  pack_cli._dedup
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 import click
 
 from pack_cli._convert import convert_command
+from pack_cli._dedup import dedup_command
 from pack_cli._errors import (
     RESUME_HINT,
     conversion_interrupted,
@@ -65,5 +67,5 @@ def main() -> None:
 
 
 for command in (convert_command, info_command, verify_command, bench_command, tune_command,
-                profile_command, stats_command, split_command):
+                profile_command, stats_command, split_command, dedup_command):
     main.add_command(command)
