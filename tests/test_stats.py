@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 import packer
+from packer.core.index import open_dataset
 from packer.dataset import stats_pass
+from packer.dataset.splits import key_hashes
 from readers import PackedDataset
 from tests.helpers import pack_every_format, pack_with_fields, run_pack
 
@@ -103,3 +105,23 @@ def test_cli_names_a_folder_that_is_no_dataset(tmp_path: Path) -> None:
     result = run_pack("stats", tmp_path)
     assert result.exit_code != 0
     assert "index.json" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("fmt", ["wds", "hdf5"])
+def test_pixel_samples_decode_the_keys_of_smallest_hash(every_format: dict[str, Path],
+                                                        fmt: str) -> None:
+    folder = every_format[fmt]
+    _, table = open_dataset(folder)
+    chosen = np.argsort(key_hashes(table, 0), kind="stable")[:7].tolist()
+    images = decoded(folder)
+    pixels = np.concatenate([images[i].reshape(-1, 3) for i in chosen]).astype(np.float64)
+    some = packer.stats(folder, workers=2, max_pixel_samples=7)
+    every = packer.stats(folder, workers=2)
+    np.testing.assert_allclose(some.std, (pixels / 255).std(axis=0), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(some.mean, (pixels / 255).mean(axis=0), rtol=0, atol=1e-12)
+    assert some.num_pixel_samples == 7 and every.num_pixel_samples == 30
+    # sizes from the headers of the samples not decoded: the same as decoded
+    assert (some.width, some.height, some.aspect) == (every.width, every.height, every.aspect)
+    assert some.classes == every.classes and some.bytes_p95 == every.bytes_p95
+    result = run_pack("stats", folder, "--pixel-samples", "7")
+    assert result.exit_code == 0 and "(over 7 samples)" in result.output

@@ -11,7 +11,11 @@
     field values     counts of each value of str and int fields (up to MAX_DISTINCT
                      distinct values; a field with more is listed as not categorical)
 
-One parallel pass reads and decodes every sample (packer.dataset.stats_pass).
+One parallel pass reads every sample (packer.dataset.stats_pass) and decodes all of
+them, or, with `max_pixel_samples=N`, the N whose xxh3_64(key) is smallest: mean and std
+are then those of a fixed, key-chosen sample (the same one on every run, and one that
+`pack split`'s key hashes do not favour), while sizes, classes, bytes and field values
+stay exact over all samples, at about the cost of `pack verify`.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ import numpy as np
 import numpy.typing as npt
 
 from packer.core.fields import FieldType, decode_value
-from packer.core.index import open_dataset
+from packer.core.index import SampleTable, open_dataset
+from packer.dataset.splits import key_hashes
 from packer.dataset.stats_pass import PassResult, run_pass
 
 __all__ = ["DatasetStats", "Histogram", "stats"]
@@ -68,6 +73,7 @@ class DatasetStats:
     mean: tuple[float, float, float]
     std: tuple[float, float, float]
     num_pixels: int
+    num_pixel_samples: int  # samples whose pixels mean and std cover (all, or N)
     width: Histogram
     height: Histogram
     aspect: Histogram
@@ -86,13 +92,15 @@ class DatasetStats:
         return data
 
 
-def stats(path: str | Path, workers: int | None = None) -> DatasetStats:
-    """Read and decode every sample of the dataset at `path` once (on `workers` threads,
-    default one per CPU) and summarize it (module docstring)."""
+def stats(path: str | Path, workers: int | None = None,
+          max_pixel_samples: int | None = None) -> DatasetStats:
+    """Read every sample of the dataset at `path` once (on `workers` threads, default one
+    per CPU), decode all of them or `max_pixel_samples`, and summarize (module docstring)."""
     began = time.perf_counter()
     folder = Path(path)
     index, table = open_dataset(folder)
-    result = run_pass(folder, index, workers)
+    decode = _pixel_samples(table, max_pixel_samples)
+    result = run_pass(folder, index, workers, decode)
     counts = np.bincount(np.asarray(table.labels), minlength=len(index.class_names))
     mean, std = _mean_std(result)
     sizes = result.num_bytes
@@ -101,6 +109,7 @@ def stats(path: str | Path, workers: int | None = None) -> DatasetStats:
     return DatasetStats(
         path=str(folder), format=index.format, num_samples=index.num_samples,
         mean=mean, std=std, num_pixels=result.tally.num_pixels,
+        num_pixel_samples=index.num_samples if decode is None else int(decode.sum()),
         width=Histogram.of(result.widths), height=Histogram.of(result.heights),
         aspect=Histogram.of(aspect),
         classes={name: int(counts[c]) for c, name in enumerate(index.class_names)},
@@ -111,6 +120,17 @@ def stats(path: str | Path, workers: int | None = None) -> DatasetStats:
                       for name, counter in sorted(result.tally.values.items())},
         not_categorical=tuple(sorted(result.uncounted)),
         seconds=time.perf_counter() - began)
+
+
+def _pixel_samples(table: SampleTable, limit: int | None) -> npt.NDArray[np.bool_] | None:
+    """Which samples to decode: None (all), or the `limit` of smallest key hash."""
+    if limit is not None and limit < 1:
+        raise ValueError(f"max_pixel_samples must be at least 1 (or None: all), not {limit}")
+    if limit is None or limit >= len(table):
+        return None
+    chosen = np.zeros(len(table), bool)
+    chosen[np.argsort(key_hashes(table, 0), kind="stable")[:limit]] = True
+    return chosen
 
 
 def _mean_std(result: PassResult) -> tuple[tuple[float, float, float],

@@ -6,6 +6,11 @@ read per tar span, as `pack verify` reads) on a pool of threads: libjpeg-turbo
 scale without pickling pixels between processes. Each chunk returns a `Tally`; tallies
 add up in any order, so the result does not depend on the number of threads.
 
+`decode` (a mask, one flag per sample) limits the decode to some samples (`pack stats
+--pixel-samples N`); the others' sizes come from their headers (libjpeg-turbo's, or
+Pillow's lazy open with the EXIF orientation applied), at about the cost of `pack
+verify`'s digest check.
+
 Pixels are the stored ones, decoded to RGB at their stored size exactly as
 `readers.decode(data, "rgb8")` decodes them (libjpeg-turbo where it may, else Pillow;
 npy rows are the pixels themselves). Sums are exact integers: a channel's sum of
@@ -30,7 +35,7 @@ from packer.dataset.open import Opened, identity, opened
 from packer.errors import CorruptDatasetError
 from packer.formats.base import FieldValuesReader
 from packer.imaging.jpeg import decode_scaled, fast_size
-from packer.imaging.pillow import load_rgb
+from packer.imaging.pillow import load_rgb, open_image, oriented_size
 
 CHUNK = 256  # samples a task reads and tallies
 COUNTED_TYPES = ("str", "int")  # fields whose values are counted (categorical)
@@ -67,8 +72,10 @@ class PassResult:
     uncounted: frozenset[str]  # counted-type fields with more than MAX_DISTINCT values
 
 
-def run_pass(folder: Path, index: Index, workers: int | None = None) -> PassResult:
-    """Read, decode and tally every sample of `folder` on `workers` threads (default: CPUs)."""
+def run_pass(folder: Path, index: Index, workers: int | None = None,
+             decode: npt.NDArray[np.bool_] | None = None) -> PassResult:
+    """Read and tally every sample of `folder` on `workers` threads (default: CPUs),
+    decoding those `decode` marks (default: all)."""
     n = index.num_samples
     result = PassResult(Tally(), np.zeros(n, np.int64), np.zeros(n, np.int64),
                         np.zeros(n, np.int64), frozenset())
@@ -79,8 +86,8 @@ def run_pass(folder: Path, index: Index, workers: int | None = None) -> PassResu
     threads = max(1, workers if workers is not None else os.cpu_count() or 1)
     uncounted: set[str] = set()
     with ThreadPoolExecutor(threads, thread_name_prefix="pack-stats") as pool:
-        for tally in pool.map(lambda s: _chunk(entry, s, min(s + CHUNK, n), result, counted),
-                              starts):
+        for tally in pool.map(lambda s: _chunk(entry, s, min(s + CHUNK, n), result, counted,
+                                               decode), starts):
             for name in uncounted:  # no longer categorical: not merged any more
                 tally.values.pop(name, None)
             result.tally.add(tally)
@@ -93,16 +100,21 @@ def run_pass(folder: Path, index: Index, workers: int | None = None) -> PassResu
 
 
 def _chunk(entry: Opened, start: int, stop: int, out: PassResult,
-           counted: list[tuple[int, str]]) -> Tally:
+           counted: list[tuple[int, str]], decode: npt.NDArray[np.bool_] | None) -> Tally:
     """Tally samples start..stop-1 and write their sizes into `out` (disjoint slices)."""
     reader = entry.reader()
     tally = Tally()
     shape = entry.index.image_size if entry.index.encode.get("mode") == "pixels" else None
-    for i, data in zip(range(start, stop), reader.read_range(start, stop), strict=True):
-        pixels = _pixels(data, shape, i, entry)
-        out.heights[i], out.widths[i] = pixels.shape[:2]
+    wanted = [True] * (stop - start) if decode is None else decode[start:stop].tolist()
+    for i, data, decoded in zip(range(start, stop), reader.read_range(start, stop), wanted,
+                                strict=True):
         out.num_bytes[i] = len(data)
-        _add_pixels(tally, pixels)
+        if decoded:
+            pixels = _pixels(data, shape, i, entry)
+            out.heights[i], out.widths[i] = pixels.shape[:2]
+            _add_pixels(tally, pixels)
+        else:
+            out.heights[i], out.widths[i] = shape or _header_size(data, i, entry)
     if counted:
         rows = cast(FieldValuesReader, reader).field_values_many(list(range(start, stop)))
         for k, name in counted:
@@ -126,6 +138,19 @@ def _pixels(data: bytes, shape: tuple[int, int] | None, i: int,
     except Exception as exc:  # any codec's refusal: name the sample
         raise CorruptDatasetError(f"{entry.folder}: sample {i} ({entry.table.key(i)!r}) does "
                                   f"not decode ({exc}); reconvert the dataset") from exc
+
+
+def _header_size(data: bytes, i: int, entry: Opened) -> tuple[int, int]:
+    """(H, W) of sample i as decoded, from its header: upright (EXIF applied)."""
+    fast = fast_size(data)
+    if fast is not None:
+        return fast
+    try:
+        width, height = oriented_size(open_image(bytes(data)))
+    except Exception as exc:  # any codec's refusal: name the sample
+        raise CorruptDatasetError(f"{entry.folder}: sample {i} ({entry.table.key(i)!r}) has "
+                                  f"no readable header ({exc}); reconvert the dataset") from exc
+    return height, width
 
 
 def _add_pixels(tally: Tally, pixels: npt.NDArray[np.uint8]) -> None:
