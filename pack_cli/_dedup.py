@@ -16,6 +16,7 @@ import click
 
 from pack_cli._errors import user_errors
 from packer.dataset.duplicates import DuplicateReport, exact_duplicates
+from packer.dataset.near import near_duplicates
 
 SHOWN = 20  # groups the text report lists
 
@@ -23,7 +24,15 @@ SHOWN = 20  # groups the text report lists
 @click.command("dedup")
 @click.argument("dst", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (every group).")
-def dedup_command(dst: Path, as_json: bool) -> None:
+@click.option("--near", is_flag=True,
+              help="Samples that look alike instead: a 64-bit dHash (9x8 grayscale) of "
+                   "each sample, computed now (one decode pass), groups within --distance.")
+@click.option("--distance", type=click.IntRange(0, 16), default=4, show_default=True,
+              help="--near: the most bits of 64 in which two hashes may differ.")
+@click.option("--workers", type=click.IntRange(1), default=None,
+              help="--near: decoding threads (default: number of CPUs).")
+def dedup_command(dst: Path, as_json: bool, near: bool, distance: int,
+                  workers: int | None) -> None:
     """List samples of DST whose stored bytes are equal (by the digests in its table: no
     data is read), as groups of keys, the first the one `pack convert --drop-duplicates`
     keeps. With splits (`pack split`), each key's split is shown and a group that spans
@@ -32,9 +41,12 @@ def dedup_command(dst: Path, as_json: bool) -> None:
     \b
     pack dedup photos.wds
     pack dedup photos.wds --json | jq .num_duplicates
+    pack dedup photos.wds --near --distance 4
     """
     with user_errors():
-        report = exact_duplicates(dst)
+        if not near and (distance != 4 or workers is not None):
+            raise click.BadParameter("--distance and --workers apply to --near")
+        report = near_duplicates(dst, distance, workers) if near else exact_duplicates(dst)
     click.echo(json.dumps(report.to_json(), indent=1, ensure_ascii=False) if as_json
                else render(report))
     if any(group.across_splits for group in report.groups):

@@ -21,7 +21,8 @@ from packer.core.layout import SPLITS_DIR
 from packer.dataset.splits import SPLIT_FILE, SPLIT_NAMES, load_subset
 from packer.errors import PackError
 
-__all__ = ["DuplicateGroup", "DuplicateReport", "exact_duplicates", "groups_of"]
+__all__ = ["DuplicateGroup", "DuplicateReport", "exact_duplicates", "groups_of", "make_group",
+           "split_numbers"]
 
 
 @dataclass(frozen=True)
@@ -68,9 +69,9 @@ def exact_duplicates(path: str | Path) -> DuplicateReport:
     index, table = open_dataset(folder)
     digests = np.ascontiguousarray(table.digests).view(np.dtype((np.void, 16))).ravel()
     members = groups_of(digests)
-    split_of, note = _split_names(folder, index)
+    split_of, note = split_numbers(folder, index)
     return DuplicateReport(str(folder), "exact", index.num_samples,
-                           tuple(_group(table, m, split_of) for m in members), note)
+                           tuple(make_group(table, m, split_of) for m in members), note)
 
 
 def groups_of(values: npt.NDArray[np.void] | npt.NDArray[np.uint64]
@@ -86,14 +87,14 @@ def groups_of(values: npt.NDArray[np.void] | npt.NDArray[np.uint64]
     return sorted(found, key=lambda group: int(group[0]))
 
 
-def _group(table: SampleTable, members: npt.NDArray[np.int64],
+def make_group(table: SampleTable, members: npt.NDArray[np.int64],
            split_of: npt.NDArray[np.int8] | None) -> DuplicateGroup:
     indices = tuple(members.tolist())
     splits = None if split_of is None else tuple(SPLIT_NAMES[split_of[i]] for i in indices)
     return DuplicateGroup(tuple(table.key(i) for i in indices), indices, splits)
 
 
-def _split_names(folder: Path, index: Index) -> tuple[npt.NDArray[np.int8] | None, str | None]:
+def split_numbers(folder: Path, index: Index) -> tuple[npt.NDArray[np.int8] | None, str | None]:
     """Each sample's split number (SPLIT_NAMES), when DST/splits is current; else why not."""
     if not (folder / SPLITS_DIR / SPLIT_FILE).is_file():
         return None, None
