@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from packer.conversion.job import ConvertOptions
     from packer.core.fields import FieldSpec
     from packer.core.index import Index, SampleTable, open_dataset, read_index
+    from packer.dataset.splits import SplitReport, split
     from packer.dataset.stats import DatasetStats, stats
     from packer.encode import EncodeOptions
     from packer.formats.base import ShardOptions
@@ -66,6 +67,8 @@ _LAZY = {
     "describe": "packer.api",
     "DatasetStats": "packer.dataset.stats",
     "stats": "packer.dataset.stats",
+    "SplitReport": "packer.dataset.splits",
+    "split": "packer.dataset.splits",
 }
 
 __all__ = [
@@ -93,10 +96,12 @@ __all__ = [
     "SampleTable",
     "ShardOptions",
     "SourceError",
+    "SplitReport",
     "convert",
     "describe",
     "open_dataset",
     "read_index",
+    "split",
     "stats",
     "verify",
 ]
