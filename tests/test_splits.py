@@ -179,3 +179,22 @@ def test_subset_spans_are_the_positions_samples(members: list[int],
     assert samples.tolist() == indices[positions].tolist()
     assert flags.tolist() == padded.tolist()
     assert np.all(mapped[:, 1] > mapped[:, 0])
+
+
+def test_a_subset_pass_resumes_where_it_stopped(fresh: Path) -> None:
+    split(fresh, 0.5, seed=4)
+
+    def make() -> PackedIterableDataset:
+        dataset = PackedIterableDataset(fresh, subset="train", with_keys=True, decode="raw",
+                                        seed=9, split=SplitOptions(chunk_size=4, buffer_size=6))
+        dataset.set_epoch(1)
+        return dataset
+
+    whole = [key for _, _, key in make()]
+    stream = make()
+    head = [key for _, (_, _, key) in zip(range(11), stream, strict=False)]
+    state = stream.state_dict()
+    again = make()
+    again.load_state_dict(state)
+    assert head + [key for _, _, key in again] == whole
+    assert sorted(whole) == sorted(keys_of(fresh, "train"))
