@@ -20,7 +20,7 @@ from packer.core.index import open_dataset
 from packer.dataset.splits import load_subset, split
 from packer.testing import make_sample_folder, synthetic_image
 from readers import PackedDataset, PackedIterableDataset, SplitOptions
-from readers.sharding import expand
+from readers.plan.chunks import expand
 from readers.subset import Subset
 from tests.helpers import assert_one_line_error, run_pack
 
