@@ -67,7 +67,7 @@ def render(facts: DatasetStats) -> str:
     lines += [f"  {name}: {count}" for name, count in facts.classes.items()]
     for name, values in facts.field_values.items():
         lines.append(f"field {name}:")
-        lines += [f"  {value!r}: {count}" for value, count in values.items()]
+        lines += [f"  {_short(value)}: {count}" for value, count in values.items()]
     lines += [f"field {name}: not categorical (too many distinct values)"
               for name in facts.not_categorical]
     return "\n".join(lines)
@@ -83,6 +83,12 @@ def _bins(histogram: Histogram) -> list[str]:
     edges = histogram.edges
     return [f"  {edges[k]:.4g}-{edges[k + 1]:.4g}: {count}"
             for k, count in enumerate(histogram.counts) if count]
+
+
+def _short(value: str, limit: int = 60) -> str:
+    """A value as repr, cut to `limit` characters (a caption may run to thousands)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _triple(values: tuple[float, float, float]) -> str:
