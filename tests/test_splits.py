@@ -198,3 +198,12 @@ def test_a_subset_pass_resumes_where_it_stopped(fresh: Path) -> None:
     again.load_state_dict(state)
     assert head + [key for _, _, key in again] == whole
     assert sorted(whole) == sorted(keys_of(fresh, "train"))
+
+
+def test_overwrite_clears_the_splits_of_the_old_dataset(tmp_path: Path) -> None:
+    src = make_sample_folder(tmp_path / "src", count=6, classes=2, min_side=16, max_side=20)
+    dst = pack(src, tmp_path / "data.wds")
+    split(dst, 0.5)
+    result = run_pack("convert", src, dst, "--to", "wds", "--workers", "0", "--overwrite")
+    assert result.exit_code == 0, result.output
+    assert not (dst / "splits").exists()
