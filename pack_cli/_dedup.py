@@ -66,7 +66,8 @@ def render(report: DuplicateReport) -> str:
         lines.append(f"group {number + 1}{flag}:")
         for k, key in enumerate(group.keys):
             where = f" [{group.splits[k]}]" if group.splits is not None else ""
-            lines.append(f"  {key}{where}" + (" (kept)" if k == 0 else ""))
+            kept = k == 0 and report.kind == "exact"  # what --drop-duplicates keeps
+            lines.append(f"  {key}{where}" + (" (kept)" if kept else ""))
     if len(report.groups) > SHOWN:
         lines.append(f"... {len(report.groups) - SHOWN} more group(s): --json lists them all")
     return "\n".join(lines)
