@@ -19,7 +19,7 @@ import packer
 from packer.core.index import open_dataset
 from packer.dataset.splits import load_subset, split
 from packer.testing import make_sample_folder, synthetic_image
-from readers import PackedDataset, PackedIterableDataset, SplitOptions
+from readers import Mix, PackedDataset, PackedIterableDataset, SplitOptions
 from readers.plan.chunks import expand
 from readers.subset import Subset
 from tests.helpers import assert_one_line_error, run_pack
@@ -162,6 +162,8 @@ def test_unknown_or_missing_splits_are_named(fresh: Path) -> None:
         PackedDataset(fresh, subset="test")
     with pytest.raises(ValueError, match="URL"):
         Subset.open("s3://bucket/data.wds", open_dataset(fresh)[0], "val")
+    with pytest.raises(ValueError, match="subset= is not supported"):
+        Mix([PackedIterableDataset(fresh, subset="val")])
 
 
 @given(st.lists(st.integers(0, 200), min_size=1, max_size=60, unique=True),
