@@ -4,6 +4,9 @@ readers.diagnostics (`pack bench/tune/profile` import torch inside the command).
     pack convert SRC DST --to wds|lmdb|hdf5|npy     pack_cli._convert
     pack info DST | pack verify DST [--source SRC]  pack_cli._inspect
     pack bench | tune | profile                     pack_cli._loader
+    pack stats DST                                  pack_cli._stats
+    pack split DST --val F [--test F] [--stratify]  pack_cli._split
+    pack dedup DST                                  pack_cli._dedup
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import sys
 import click
 
 from pack_cli._convert import convert_command
+from pack_cli._dedup import dedup_command
 from pack_cli._errors import (
     RESUME_HINT,
     conversion_interrupted,
@@ -21,6 +25,8 @@ from pack_cli._errors import (
 )
 from pack_cli._inspect import info_command, verify_command
 from pack_cli._loader import bench_command, profile_command, tune_command
+from pack_cli._split import split_command
+from pack_cli._stats import stats_command
 from packer.errors import DISTRIBUTION, unprinted_ctrl_c
 
 __all__ = ["main", "run", "user_errors"]
@@ -61,5 +67,5 @@ def main() -> None:
 
 
 for command in (convert_command, info_command, verify_command, bench_command, tune_command,
-                profile_command):
+                profile_command, stats_command, split_command, dedup_command):
     main.add_command(command)

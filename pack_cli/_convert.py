@@ -79,6 +79,9 @@ from packer.formats.base import ShardOptions
               help="A COCO-style JSON (instances_train.json): SRC is its image folder; each "
                    "image's boxes, category_ids, annotation_ids, iscrowd and segmentation "
                    "become fields, the categories go in the index.")
+@click.option("--drop-duplicates", is_flag=True,
+              help="Keep the first (by key) of samples whose stored bytes are equal; list "
+                   "the others in rejects.jsonl, naming the key kept.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def convert_command(src: Path, dst: str, fmt: str, shard_size: str, shard_samples: int | None,
                     resize: int | None, size: str | None, fit: str, codec: str | None,
@@ -86,7 +89,7 @@ def convert_command(src: Path, dst: str, fmt: str, shard_size: str, shard_sample
                     executor: str, ray_address: str | None, resume: bool, overwrite: bool,
                     storage_options: tuple[str, ...], staging: Path | None,
                     field_types: tuple[str, ...], keep_fields: str | None, no_fields: bool,
-                    annotations: Path | None, quiet: bool) -> None:
+                    annotations: Path | None, drop_duplicates: bool, quiet: bool) -> None:
     """Convert SRC (an image folder, a .csv/.jsonl manifest, a COCO .json, a .tar/.zip
     archive or a packed dataset) into DST.
 
@@ -111,7 +114,8 @@ def convert_command(src: Path, dst: str, fmt: str, shard_size: str, shard_sample
                              on_error, resume, overwrite,  # type: ignore[arg-type]
                              executor=executor, ray_address=ray_address,  # type: ignore[arg-type]
                              fields=parse_fields(field_types, keep_fields, no_fields,
-                                                 annotations))
+                                                 annotations),
+                             drop_duplicates=drop_duplicates)
         bar = tqdm(unit="img", disable=quiet or not sys.stderr.isatty(), desc=f"pack {fmt}")
         def on_total(total: int) -> None:
             bar.total = total

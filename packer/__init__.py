@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from packer.conversion.job import ConvertOptions
     from packer.core.fields import FieldSpec
     from packer.core.index import Index, SampleTable, open_dataset, read_index
+    from packer.dataset.splits import SplitReport, split
+    from packer.dataset.stats import DatasetStats, stats
     from packer.encode import EncodeOptions
     from packer.formats.base import ShardOptions
     from packer.source.fields import FieldChoice
@@ -63,6 +65,10 @@ _LAZY = {
     "read_index": "packer.core.index",
     "verify": "packer.api",
     "describe": "packer.api",
+    "DatasetStats": "packer.dataset.stats",
+    "stats": "packer.dataset.stats",
+    "SplitReport": "packer.dataset.splits",
+    "split": "packer.dataset.splits",
 }
 
 __all__ = [
@@ -71,6 +77,7 @@ __all__ = [
     "ConvertOptions",
     "CorruptDatasetError",
     "DatasetExistsError",
+    "DatasetStats",
     "DecodeError",
     "DestinationError",
     "DiskFullError",
@@ -89,10 +96,13 @@ __all__ = [
     "SampleTable",
     "ShardOptions",
     "SourceError",
+    "SplitReport",
     "convert",
     "describe",
     "open_dataset",
     "read_index",
+    "split",
+    "stats",
     "verify",
 ]
 __version__ = "0.1.0"

@@ -46,6 +46,7 @@ from readers.options.values import check_budget
 from readers.ram.copies import in_memory_copy
 from readers.remote import remote_source
 from readers.sampler import PaddedIndex
+from readers.subset import Subset
 
 __all__ = ["PackedDataset", "PackedIterableDataset", "Sample"]
 
@@ -72,6 +73,9 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
 
     `in_memory=True` copies the dataset (a URL: downloads it) once per node into shared
     RAM that every worker and rank reads (readers.ram.copies); no chunk cache then.
+
+    `subset="val"` reads one split that `pack split` wrote into the dataset folder:
+    `ds[i]` is the split's i-th sample (readers.subset).
     """
 
     @accepts_legacy(("decode", "size", "transform", "with_keys", "cache_bytes"),
@@ -83,7 +87,7 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
                  max_cache_bytes: int = DEFAULT_CACHE_BYTES,
                  chunk_size: int = DEFAULT_CHUNK_SIZE,
                  remote: RemoteOptions | None = None, in_memory: bool = False,
-                 fields: FieldNames = None) -> None:
+                 fields: FieldNames = None, subset: str | None = None) -> None:
         check_budget("max_cache_bytes", max_cache_bytes, "off")
         if seed < 0:
             raise ValueError(f"seed must be a non-negative integer, not {seed}")
@@ -95,6 +99,7 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
         self.seed = seed
         self._epochs = PassEpochs()  # only its named epoch: map-style has no passes
         self.fields = chosen_fields(self.index, fields, self.path)
+        self.subset = Subset.open(path, self.index, subset)  # ds[i]: the subset's i-th sample
 
     @property
     def epoch(self) -> int:
@@ -106,7 +111,7 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
         self._epochs.set_next(epoch)
 
     def __len__(self) -> int:
-        return self.index.num_samples
+        return self.index.num_samples if self.subset is None else len(self.subset)
 
     def __getitem__(self, i: int) -> Sample:
         return self._read([i], recyclable=False)[0]
@@ -144,7 +149,7 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
         return self._add_fields(samples, positions)
 
     def _position(self, i: int) -> int:
-        n = self.index.num_samples
+        n = len(self)
         if not -n <= i < n:
             raise IndexError(f"sample {i} out of range for {n} samples in {self.path}")
-        return int(i) % n
+        return int(i) % n if self.subset is None else self.subset.sample(int(i) % n)

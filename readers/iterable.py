@@ -23,6 +23,7 @@ from readers.plan.chunks import ShardPlan, Spans, epoch_rng
 from readers.ram.copies import in_memory_copy
 from readers.remote import remote_source
 from readers.resume import PendingResume
+from readers.subset import Subset
 from readers.weighted import ClassWeights, weighted_split
 from readers.world import LateWorld, RankWorld
 
@@ -50,6 +51,9 @@ class PackedIterableDataset(_PackedBase, SplitPasses, IterableDataset[Sample]):
 
     `in_memory=True` copies the dataset (a URL: downloads it) once per node into shared
     RAM that every worker and rank reads (readers.ram.copies).
+
+    `subset="val"` streams one split that `pack split` wrote into the dataset folder,
+    split exactly once across ranks and workers like a whole dataset (readers.subset).
     """
 
     @accepts_legacy(("shuffle", "seed", "decode", "size", "transform", "with_keys",
@@ -62,7 +66,7 @@ class PackedIterableDataset(_PackedBase, SplitPasses, IterableDataset[Sample]):
                  split: SplitOptions = DEFAULT_SPLIT,
                  remote: RemoteOptions | None = None, in_memory: bool = False,
                  class_weights: ClassWeights | None = None,
-                 fields: FieldNames = None) -> None:
+                 fields: FieldNames = None, subset: str | None = None) -> None:
         self._ram = in_memory_copy(path, remote) if in_memory else None  # readers.ram.copies
         source = None if self._ram else remote_source(path, remote)
         super().__init__(self._ram.folder if self._ram else path, decode, size, transform,
@@ -74,6 +78,7 @@ class PackedIterableDataset(_PackedBase, SplitPasses, IterableDataset[Sample]):
         self._world = LateWorld.of(split.rank, split.world_size)
         self._sent: RankWorld | None = None  # the world when sent to a spawned worker
         self._split = (shuffle, split.drop_last, seed)
+        self.subset = Subset.open(path, self.index, subset)  # plans count its positions
         self._weights = weighted_split(self, class_weights, None, self.chunk_size)
         self._plan_for(self._world.now()[1])  # bad arguments fail here
         self.buffer_size = split.buffer_size
@@ -86,15 +91,16 @@ class PackedIterableDataset(_PackedBase, SplitPasses, IterableDataset[Sample]):
 
     def _plan_for(self, world_size: int) -> ShardPlan:
         shuffle, drop_last, seed = self._split
+        n = self.index.num_samples if self.subset is None else len(self.subset)
         if self._weights is not None:  # readers.weighted: a per-class chunk schedule
-            return self._weights.plan(self.index.num_samples, self.chunk_size, world_size,
-                                      shuffle, drop_last, seed)
-        return ShardPlan(self.index.num_samples, self.chunk_size, world_size, shuffle,
-                         drop_last, seed)
+            return self._weights.plan(n, self.chunk_size, world_size, shuffle, drop_last, seed)
+        return ShardPlan(n, self.chunk_size, world_size, shuffle, drop_last, seed)
 
     def _stream(self, spans: Spans, plan: ShardPlan, where: tuple[int, int, int],
                 skip: int) -> Iterator[Sample]:
         """`where`: (epoch, rank, worker) of the pass, which seed its shuffle buffer."""
+        if self.subset is not None:  # positions -> samples (readers.subset)
+            spans = self.subset.sample_spans(spans)
         local = self._local()
         rng = epoch_rng(plan.seed, *where, 2) if plan.shuffle else None
         records = pass_records(local.reader, spans, self.buffer_size, rng, skip)

@@ -100,6 +100,8 @@ class Mix(SplitPasses, IterableDataset[Sample]):
         if not sources:
             raise ValueError("Mix needs at least one source dataset")
         self.sources = list(sources)
+        if any(getattr(source, "subset", None) is not None for source in self.sources):
+            raise ValueError("Mix reads whole sources: a source with subset= is not supported")
         sizes = [source.index.num_samples for source in self.sources]
         weights = sizes if weights is None else weights
         if len(weights) != len(sizes):

@@ -39,6 +39,8 @@ def dataset_labels(dataset: Any) -> tuple[npt.NDArray[np.int64], tuple[str, ...]
     labels = getattr(dataset, "labels", None)
     if labels is None and hasattr(dataset, "path") and hasattr(dataset, "index"):
         labels = open_dataset(dataset.path)[1].labels
+        if getattr(dataset, "subset", None) is not None:  # readers.subset: its positions
+            labels = dataset.subset.labels(labels)
     if labels is None:
         raise TypeError(f"class_weights needs the labels of {type(dataset).__name__}: use a "
                         "PackedDataset, or give the dataset a `labels` array")

@@ -65,6 +65,9 @@ class ConvertOptions:
     # The dataset's name, which wds shard files carry (<name>-00000.tar) so that caches
     # keyed by file name keep datasets apart; None: DST's name without its suffix.
     name: str | None = None
+    # Keep the first of samples whose stored bytes are equal (by key: the scan's order);
+    # list the others in rejects.jsonl, naming the key kept.
+    drop_duplicates: bool = False
 
     def __post_init__(self) -> None:
         if self.on_error not in ("skip", "fail"):
@@ -136,8 +139,9 @@ def convert_local(src: str | Path, dst: str | Path, fmt: str,
         plan = WriterPlan(folder, len(source.items), options.size, run.shards, done.num_samples,
                           done.shards, stem, source.fields)
         parallel = use_parallel_writers(fmt, run.executor, run.shards.max_samples) and \
-            on_part is None and not source.fields  # a URL DST (packer.conversion.upload):
-        # the driver writes and uploads; Ray's shard writers do not write fields
+            on_part is None and not source.fields and not run.drop_duplicates
+        # a URL DST (packer.conversion.upload): the driver writes and uploads; Ray's shard
+        # writers do not write fields, nor see each other's samples (duplicates)
         writer: Writer = (CommittedShards(folder, done.shards, stem) if parallel
                           else module.open_writer(plan))
         if on_total is not None:
@@ -146,7 +150,8 @@ def convert_local(src: str | Path, dst: str | Path, fmt: str,
             progress(done.src_stop)
         job = WriterLoop(writer, journal, done, run.on_error, progress, on_part,
                          group=run.shards.max_samples if module.GROUPS_INPUTS else None,
-                         path_of=lambda position: source.items[position].path)
+                         path_of=lambda position: source.items[position].path,
+                         drop_duplicates=run.drop_duplicates)
         try:
             if source.origin is not None:
                 source.origin.open()  # a source that cannot be read stops here, not per sample
@@ -198,6 +203,8 @@ def plan_job(src: str | Path, fmt: str, asked: EncodeOptions, run: ConvertOption
                                 "shards": dataclasses.asdict(run.shards)}
     if source.fields:  # absent without fields: the fingerprint of such a job is as before
         settings["fields"] = [spec.to_json() for spec in source.fields]
+    if run.drop_duplicates:  # absent otherwise: other jobs' fingerprints are as before
+        settings["drop_duplicates"] = True
     if source.extra:  # a COCO file's sha256: resume refuses an edited annotations file
         settings["source_extra"] = source.extra
     return source, options, identify(source, settings)

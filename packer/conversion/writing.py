@@ -53,7 +53,8 @@ class WriterLoop:
                  on_error: OnError, progress: Callable[[int], None] | None = None,
                  on_part: Callable[[tuple[ShardInfo, ...]], None] | None = None,
                  group: int | None = None,
-                 path_of: Callable[[int], str] | None = None) -> None:
+                 path_of: Callable[[int], str] | None = None,
+                 drop_duplicates: bool = False) -> None:
         self.writer = writer
         self.path_of = path_of  # an input's path, for a sample the format cannot store
         self.group = group
@@ -69,6 +70,13 @@ class WriterLoop:
         self.part = TableBuilder()
         self.part_rejects: list[Reject] = []
         self.num_parts = len(done.tables)
+        # digest -> key of the sample kept (--drop-duplicates), resumed parts' included
+        self.kept: dict[bytes, str] | None = None
+        if drop_duplicates:
+            self.kept = {}
+            for table in done.tables:
+                for i in range(len(table)):
+                    self.kept.setdefault(table.digest(i), table.key(i))
 
     def consume(self, results: Iterable[Record | Reject]) -> None:
         progress = self.progress
@@ -91,6 +99,8 @@ class WriterLoop:
         self.part_rejects.append(reject)
 
     def add(self, record: Record) -> None:
+        if self.kept is not None and self.duplicate(self.kept, record):
+            return
         group = -1 if self.group is None else record.position // self.group
         if group != self.part_group:  # a new group of inputs starts a new shard
             if self.part_group >= 0:
@@ -107,6 +117,17 @@ class WriterLoop:
         self.part.add(record.key, record.label, location.offset, location.size, record.digest)
         if record.fields:
             self.part.add_fields(record.fields, location.fields_offset, location.fields_size)
+
+    def duplicate(self, kept_keys: dict[bytes, str], record: Record) -> bool:
+        """--drop-duplicates: list a record whose stored bytes an earlier sample has (not
+        an error, whatever --on-error says: the run was asked to drop it)."""
+        kept = kept_keys.setdefault(record.digest, record.key)
+        if kept == record.key:
+            return False
+        path = self.path_of(record.position) if self.path_of else record.key
+        self.part_rejects.append(Reject(record.position, path,
+                                        f"duplicate of {kept!r} (the same stored bytes)"))
+        return True
 
     def end_part(self, src_stop: int) -> None:
         self.writer.end_part()

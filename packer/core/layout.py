@@ -11,10 +11,11 @@ KEYS_NAME = "keys.npy"  # the keys, as one blob and offsets
 FIELDS_NAME = "fields.npy"  # per-sample field locations and digests (datasets with fields)
 REJECTS_NAME = "rejects.jsonl"  # every input that was skipped, with its reason
 STATE_DIR = ".pack-state"  # the journal of an unfinished conversion (resume)
+SPLITS_DIR = "splits"  # train/val/test sample indices (packer.dataset.splits)
 
-DATASET_FILES = (INDEX_NAME, SAMPLES_NAME, KEYS_NAME, REJECTS_NAME, FIELDS_NAME)
+DATASET_FILES = (INDEX_NAME, SAMPLES_NAME, KEYS_NAME, REJECTS_NAME, FIELDS_NAME, SPLITS_DIR)
 # The formats an index.json may name; packer.formats maps each to its module.
 FORMAT_NAMES = ("wds", "lmdb", "hdf5", "npy")
 
 __all__ = ["DATASET_FILES", "FIELDS_NAME", "FORMAT_NAMES", "INDEX_NAME", "KEYS_NAME",
-           "REJECTS_NAME", "SAMPLES_NAME", "STATE_DIR"]
+           "REJECTS_NAME", "SAMPLES_NAME", "SPLITS_DIR", "STATE_DIR"]

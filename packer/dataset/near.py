@@ -1,0 +1,145 @@
+"""`pack dedup --near`: samples that look alike, by a 64-bit difference hash (dHash).
+
+    dHash       the image as 9x8 grayscale (bilinear); bit (r, c) is 1 where pixel
+                (r, c + 1) is brighter than (r, c): 64 bits that survive re-encoding,
+                resizing and small colour changes, not crops, flips or rotations
+    near        two samples whose hashes differ in at most `distance` bits (default 4)
+
+Hashes are computed when the report is made, not stored at pack time: one threaded pass
+like `pack stats`, a JPEG decoded at 1/8 scale in the DCT domain (libjpeg-turbo,
+grayscale), so the pass costs about a digest check per sample plus a tiny decode.
+Pairs are found without comparing all of them (multi-index hashing): the 64 bits are cut
+into distance + 1 bands, and two hashes within `distance` bits agree exactly on at least
+one band, so only samples that share a band value are compared. Groups are the connected
+sets of near pairs (so a group's ends may differ by more than `distance`).
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import simplejpeg
+from PIL import Image
+
+from packer.core.index import open_dataset
+from packer.dataset.duplicates import DuplicateReport, make_group, split_numbers
+from packer.dataset.open import Opened, identity, opened
+from packer.errors import CorruptDatasetError
+from packer.imaging.jpeg import fast_size
+from packer.imaging.pillow import load_rgb
+
+__all__ = ["dhash", "near_duplicates", "near_pairs"]
+
+CHUNK = 256
+HASH_SIZE = (9, 8)  # (width, height) of the grayscale image a dHash compares
+MAX_DISTANCE = 16
+
+
+def dhash(gray: Image.Image) -> int:
+    """The 64-bit difference hash of a grayscale image (module docstring)."""
+    small = np.asarray(gray.resize(HASH_SIZE, Image.Resampling.BILINEAR), dtype=np.int16)
+    bits = (small[:, 1:] > small[:, :-1]).ravel()
+    return int.from_bytes(np.packbits(bits).tobytes(), "big")
+
+
+def _gray(data: bytes, shape: tuple[int, int] | None, i: int, entry: Opened) -> Image.Image:
+    """Sample i as a grayscale image, as small as a JPEG's DCT scaling allows."""
+    if shape is not None:  # npy: stored RGB pixels
+        return Image.fromarray(np.frombuffer(data, np.uint8).reshape(*shape, 3)).convert("L")
+    if fast_size(data) is not None:
+        try:
+            pixels = simplejpeg.decode_jpeg(data, colorspace="GRAY", min_height=HASH_SIZE[1],
+                                            min_width=HASH_SIZE[0])  # the coarsest scale
+            return Image.fromarray(pixels[:, :, 0])
+        except Exception:  # any libjpeg refusal: Pillow judges
+            pass
+    try:
+        return load_rgb(bytes(data)).convert("L")
+    except Exception as exc:
+        raise CorruptDatasetError(f"{entry.folder}: sample {i} ({entry.table.key(i)!r}) does "
+                                  f"not decode ({exc}); reconvert the dataset") from exc
+
+
+def hashes_of(folder: Path, workers: int | None = None) -> npt.NDArray[np.uint64]:
+    """Every sample's dHash, on `workers` threads (default: one per CPU)."""
+    entry = opened(identity(folder))
+    n = entry.index.num_samples
+    shape = entry.index.image_size if entry.index.encode.get("mode") == "pixels" else None
+    out = np.zeros(n, np.uint64)
+
+    def chunk(start: int) -> None:
+        stop = min(start + CHUNK, n)
+        reader = entry.reader()
+        for i, data in zip(range(start, stop), reader.read_range(start, stop), strict=True):
+            out[i] = dhash(_gray(data, shape, i, entry))
+
+    threads = max(1, workers if workers is not None else os.cpu_count() or 1)
+    with ThreadPoolExecutor(threads, thread_name_prefix="pack-dhash") as pool:
+        list(pool.map(chunk, range(0, n, CHUNK)))
+    return out
+
+
+def near_pairs(hashes: npt.NDArray[np.uint64], distance: int) -> npt.NDArray[np.int64]:
+    """(i, j), i < j, of every pair whose hashes differ in at most `distance` bits."""
+    if not 0 <= distance <= MAX_DISTANCE:
+        raise ValueError(f"--distance {distance}: use 0..{MAX_DISTANCE} bits of 64")
+    edges = np.linspace(0, 64, distance + 2).astype(int)
+    found: set[tuple[int, int]] = set()
+    for low, high in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True):
+        band = (hashes >> np.uint64(low)) & np.uint64((1 << (high - low)) - 1)
+        order = np.argsort(band, kind="stable")
+        ordered = band[order]
+        starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
+        stops = np.append(starts[1:], len(band))
+        for a, b in zip(starts.tolist(), stops.tolist(), strict=True):
+            if b - a > 1:
+                found.update(_close(order[a:b], hashes, distance))
+    return np.array(sorted(found), np.int64).reshape(-1, 2)
+
+
+def _close(members: npt.NDArray[np.intp], hashes: npt.NDArray[np.uint64],
+           distance: int) -> list[tuple[int, int]]:
+    """The pairs of `members` (one band's bucket) within `distance` bits."""
+    values = hashes[members]
+    bits = np.bitwise_count(values[:, None] ^ values[None, :])
+    rows, cols = np.nonzero(np.triu(bits <= distance, k=1))
+    pairs = np.sort(np.stack([members[rows], members[cols]], axis=1), axis=1)
+    return [(int(i), int(j)) for i, j in pairs.tolist()]
+
+
+def components(pairs: npt.NDArray[np.int64], n: int) -> list[npt.NDArray[np.int64]]:
+    """The connected sets of the pairs (union-find), each ascending, by first index."""
+    parent = np.arange(n)
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = int(parent[i])
+        return i
+
+    for i, j in pairs.tolist():
+        a, b = root(i), root(j)
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+    touched = np.unique(pairs) if len(pairs) else np.zeros(0, np.int64)
+    groups: dict[int, list[int]] = {}
+    for i in touched.tolist():
+        groups.setdefault(root(i), []).append(i)
+    return [np.array(sorted(g), np.int64) for _, g in sorted(groups.items())]
+
+
+def near_duplicates(path: str | Path, distance: int = 4,
+                    workers: int | None = None) -> DuplicateReport:
+    """Groups of samples of the dataset at `path` whose dHashes are within `distance`."""
+    folder = Path(path)
+    index, table = open_dataset(folder)
+    pairs = near_pairs(hashes_of(folder, workers), distance)
+    split_of, note = split_numbers(folder, index)
+    return DuplicateReport(str(folder), f"near (dHash within {distance} bits)",
+                           index.num_samples,
+                           tuple(make_group(table, m, split_of)
+                                 for m in components(pairs, index.num_samples)), note)
