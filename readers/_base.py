@@ -61,7 +61,7 @@ class _PackedBase:
     def class_names(self) -> tuple[str, ...]:
         return self.index.class_names
 
-    def _local(self) -> Handles:
+    def handles(self) -> Handles:
         """This process's handles, opened on first use (again after a fork)."""
         handles = self._handles
         if handles is None or not handles.current(self._key):
@@ -69,7 +69,7 @@ class _PackedBase:
                                               self.remote)
         return handles
 
-    def _sample(self, table: SampleTable, i: int, data: bytes, padded: bool,
+    def make_sample(self, table: SampleTable, i: int, data: bytes, padded: bool,
                 crop: tuple[int, int], fields: bool = True) -> Sample:
         """`crop`: (seed, epoch) that choose the augment's box, with the sample index;
         `fields=False`: the plain tuple, the caller adding a batch's fields at once."""
@@ -96,14 +96,14 @@ class _PackedBase:
         sample = (image, label, table.key(i)) if self.with_keys else (image, label)
         if self.fields is None or not fields:
             return sample
-        return with_fields(sample, self._local().reader, i, self.fields, self.index.fields)
+        return with_fields(sample, self.handles().reader, i, self.fields, self.index.fields)
 
     def _add_fields(self, samples: list[Sample], positions: Sequence[int]) -> Sequence[Sample]:
         """A batch's plain samples as dicts with their fields, read in one call (a
         FieldBatch: columns that readers.collate batches at once)."""
         if self.fields is None:
             return samples
-        return with_fields_many(samples, self._local().reader, positions, self.fields,
+        return with_fields_many(samples, self.handles().reader, positions, self.fields,
                                 self.index.fields)
 
     def close(self) -> None:

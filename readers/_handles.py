@@ -29,11 +29,11 @@ class Handles:
         self.opened = opened(key, None if remote is None else _mirrored(remote))
         self.table = self.opened.table
         self.reader = self.opened.shared()
-        if getattr(self.reader, "memory_mapped", False):
+        if self.reader.memory_mapped:
             cache_bytes = 0  # the page cache already holds it (readers.cache)
         self.cached = CachedReader(self.reader, len(self.table), chunk_size, cache_bytes)
         # npy rows: a batch in one gather (readers.batching.collate)
-        self.gather = cast(Gatherer, self.reader) if hasattr(self.reader, "gather") else None
+        self.gather = cast(Gatherer, self.reader) if self.reader.gathers_rows else None
 
     def current(self, key: Identity) -> bool:
         """Whether these handles are still this process's for `key` (not after a fork, not

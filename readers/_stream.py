@@ -52,24 +52,21 @@ LOOKAHEAD_SPANS = 8  # how far ahead of the read a prefetching reader is shown
 def span_records(reader: RecordReader, spans: Spans) -> Iterator[SpanRecord]:
     """(index, padded, stored bytes) span by span, each span one sequential read.
 
-    A reader that can (readers.remote: a URL's shards) starts fetching the coming spans'
-    data while this one is read, and stops its fetching threads when the spans end or
-    the pass is closed: no thread of a finished pass is left alive for a fork to meet
-    (readers.remote._cache.Prefetcher).
+    The reader is shown the coming spans (readers.remote starts fetching a URL's shards
+    while this one is read; local readers ignore it) and told when the spans end or the
+    pass is closed, so that no fetching thread of a finished pass is left alive for a
+    fork to meet (readers.remote._cache.Prefetcher).
     """
-    prefetch = getattr(reader, "prefetch", None)
-    stop_prefetch = getattr(reader, "stop_prefetch", None)
     rows = spans.tolist()
     try:
         for number, (start, stop, padded) in enumerate(rows):
-            if prefetch is not None and number + 1 < len(rows):
-                prefetch(rows[number + 1 : number + 1 + LOOKAHEAD_SPANS])
+            if number + 1 < len(rows):
+                reader.prefetch(rows[number + 1 : number + 1 + LOOKAHEAD_SPANS])
             for i, data in zip(range(start, stop), reader.read_range(start, stop),
                                strict=True):
                 yield i, bool(padded), data
     finally:
-        if stop_prefetch is not None:
-            stop_prefetch()
+        reader.stop_prefetch()
 
 
 def pass_records(reader: RecordReader, spans: Spans, buffer_size: int,

@@ -124,7 +124,7 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
         """recyclable: an npy batch may be gathered into recycled shared memory (a whole
         batch that readers.collate sends as it is; never a single sample)."""
         positions = [self._position(i) for i in indices]
-        local = self._local()
+        local = self.handles()
         if local.gather is not None and self.pixels_shape is not None and self.augment is None \
                 and self.decode != "pil" and self.size in (None, self.pixels_shape):
             table = local.table
@@ -140,7 +140,7 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
         records = local.cached.read_many(positions)
         crop = (self.seed, self.epoch)  # read once: the whole batch is of one epoch
         samples = [
-            self._sample(local.table, i, data, isinstance(original, PaddedIndex), crop,
+            self.make_sample(local.table, i, data, isinstance(original, PaddedIndex), crop,
                          fields=False)
             for original, i, data in zip(indices, positions, records, strict=True)
         ]

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -38,7 +38,7 @@ import torch
 from packer.core.field_arrays import FLOAT32_MAX
 from packer.core.fields import FieldSpec, decode_value, numbered
 from packer.core.index import Index
-from packer.formats.base import FieldValuesReader, RecordReader
+from packer.formats.base import RecordReader
 from readers.batching._number_arrays import parse_arrays, stored_arrays
 from readers.batching.field_batch import Column, FieldBatch
 
@@ -80,13 +80,11 @@ def with_fields_many(samples: Sequence[tuple[Any, ...]], reader: RecordReader,
                      positions: Sequence[int], names: tuple[str, ...],
                      specs: tuple[FieldSpec, ...]) -> Sequence[dict[str, Any]]:
     """A batch of samples (at `positions`) as dicts, their fields read in one call: a
-    FieldBatch of columns (readers.batching.field_batch) from a reader that hands out
-    checked byte values, else a list of dicts from `fields_many`."""
-    if names and hasattr(reader, "field_values_many"):
+    FieldBatch of columns (readers.batching.field_batch) of the reader's checked byte
+    values; plain dicts when no field is asked for."""
+    if names:
         return FieldBatch(samples, _columns(reader, positions, names, specs))
-    found = reader.fields_many(positions, names) if names else [{} for _ in positions]
-    return [_as_dict(sample, values, names)
-            for sample, values in zip(samples, found, strict=True)]
+    return [_as_dict(sample, {}, names) for sample in samples]
 
 
 def fields_ahead(reader: RecordReader, positions: Sequence[int], names: tuple[str, ...],
@@ -94,15 +92,14 @@ def fields_ahead(reader: RecordReader, positions: Sequence[int], names: tuple[st
     """Read the fields of samples at `positions` now, in one call; the function returned
     makes the k-th one's dict around its plain sample when it is built (the streaming
     dataset reads a group's fields at once, but decodes images one at a time)."""
-    if names and hasattr(reader, "field_values_many"):
+    if names:
         return FieldBatch((), _columns(reader, positions, names, specs)).dict_of
-    found = reader.fields_many(positions, names) if names else [{} for _ in positions]
-    return lambda k, sample: _as_dict(sample, found[k], names)
+    return lambda k, sample: _as_dict(sample, {}, names)
 
 
 def _columns(reader: RecordReader, positions: Sequence[int], names: tuple[str, ...],
              specs: tuple[FieldSpec, ...]) -> dict[str, Column]:
-    values = cast(FieldValuesReader, reader).field_values_many(positions)
+    values = reader.field_values_many(positions)
     return field_columns(numbered(specs, names), values)
 
 

@@ -101,13 +101,13 @@ class PackedIterableDataset(_PackedBase, SplitPasses, IterableDataset[Sample]):
         """`where`: (epoch, rank, worker) of the pass, which seed its shuffle buffer."""
         if self.subset is not None:  # positions -> samples (readers.subset)
             spans = self.subset.sample_spans(spans)
-        local = self._local()
+        local = self.handles()
         rng = epoch_rng(plan.seed, *where, 2) if plan.shuffle else None
         records = pass_records(local.reader, spans, self.buffer_size, rng, skip)
         crop = (plan.seed, where[0])
         if self.fields is None:
             for i, padded, data in records:
-                sample = self._sample(local.table, i, data, padded, crop)
+                sample = self.make_sample(local.table, i, data, padded, crop)
                 self._seen += 1
                 yield sample
             return
@@ -115,7 +115,7 @@ class PackedIterableDataset(_PackedBase, SplitPasses, IterableDataset[Sample]):
             dict_of = fields_ahead(local.reader, [i for i, _, _ in group], self.fields,
                                    self.index.fields)
             for k, (i, padded, data) in enumerate(group):
-                sample = dict_of(k, self._sample(local.table, i, data, padded, crop,
+                sample = dict_of(k, self.make_sample(local.table, i, data, padded, crop,
                                                  fields=False))
                 self._seen += 1
                 yield sample

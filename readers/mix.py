@@ -55,19 +55,16 @@ class _MixedReader:
     def prefetch(self, rows: Sequence[Sequence[int]]) -> None:
         """Show each source that can prefetch (a URL's shards) its coming spans."""
         for s, reader in enumerate(self.readers):
-            prefetch = getattr(reader, "prefetch", None)
             base = int(self.offsets[s])
             mine = [[start - base, stop - base, padded] for start, stop, padded in rows
                     if self.source_of(start) == s]
-            if prefetch is not None and mine:
-                prefetch(mine)
+            if mine:
+                reader.prefetch(mine)
 
     def stop_prefetch(self) -> None:
         """Stop the sources' prefetch threads when the pass ends (readers.remote)."""
         for reader in self.readers:
-            stop = getattr(reader, "stop_prefetch", None)
-            if stop is not None:
-                stop()
+            reader.stop_prefetch()
 
     def read_many(self, indices: Sequence[int]) -> list[bytes]:
         sources = np.searchsorted(self.offsets, np.asarray(indices, np.int64), side="right") - 1
@@ -131,14 +128,14 @@ class Mix(SplitPasses, IterableDataset[Sample]):
 
     def _stream(self, spans: Spans, plan: ShardPlan, where: tuple[int, int, int],
                 skip: int) -> Iterator[Sample]:
-        handles = [source._local() for source in self.sources]
+        handles = [source.handles() for source in self.sources]
         reader = _MixedReader([h.reader for h in handles], self.offsets)
         rng = epoch_rng(self.seed, *where, 2)
         crop = (self.seed, where[0])
         for i, padded, data in pass_records(reader, spans, self.buffer_size, rng, skip):  # type: ignore[arg-type]
             s = reader.source_of(i)
             source = self.sources[s]
-            sample = source._sample(handles[s].table, i - int(self.offsets[s]), data, padded,
+            sample = source.make_sample(handles[s].table, i - int(self.offsets[s]), data, padded,
                                     crop)
             self._seen += 1
             yield _tagged(sample, s) if self.with_source else sample

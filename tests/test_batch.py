@@ -144,7 +144,7 @@ def test_raw_with_size_is_refused(packed: dict[str, Path], fmt: str) -> None:
 def test_only_tar_shards_use_the_chunk_cache(packed: dict[str, Path], fmt: str) -> None:
     ds = PackedDataset(packed[fmt], max_cache_bytes=1 << 20)
     ds[0]
-    handles = ds._local()
+    handles = ds.handles()
     assert (handles.cached.cache.max_bytes > 0) == (fmt == "wds")
 
 

@@ -266,4 +266,4 @@ def test_the_chunk_cache_serves_images_and_fields_alike(
                              strict=True):
             check_sample(got, expected, FIELD_NAMES)
             assert torch.equal(got["image"], want["image"]) and got["key"] == want["key"]
-    assert len(cached._local().cached.cache) > 0
+    assert len(cached.handles().cached.cache) > 0

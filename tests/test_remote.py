@@ -71,7 +71,7 @@ def test_disk_cache_is_bounded_and_evicts_least_recently_used(uploaded: dict[str
     for epoch in range(2):
         ds.set_epoch(epoch)
         assert sum(1 for _ in ds) == len(ds)
-    cache = ds._local().reader.cache  # type: ignore[attr-defined]
+    cache = ds.handles().reader.cache  # type: ignore[attr-defined]
     assert cache.num_fetched > len(index.shards)  # evicted, so fetched again
     assert len(list(ds.path.glob("*.tar"))) <= MAX_PINNED
     # with room for the last three shards, those three (the most recently used) stay

@@ -40,7 +40,7 @@ def test_a_dataset_and_a_source_share_one_reader(packed: dict[str, Path], fmt: s
     first = bytes(ds[0][0])
     source = PackedSource(packed[fmt])
     source.open()
-    assert source._reader() is ds._local().reader
+    assert source._reader() is ds.handles().reader
     assert source.read(item(0)) == first
 
 
@@ -60,7 +60,7 @@ def _read_in_child(source: PackedSource, ds: PackedDataset, queue: multiprocessi
                    ) -> None:
     data = source.read(item(1))
     queue.put((data == bytes(ds[1][0]), source._opened.pid == os.getpid(),
-               source._reader() is ds._local().reader))
+               source._reader() is ds.handles().reader))
 
 
 def test_a_forked_child_opens_its_own_reader(packed: dict[str, Path]) -> None:

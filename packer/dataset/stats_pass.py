@@ -25,7 +25,6 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -33,7 +32,6 @@ import numpy.typing as npt
 from packer.core.index import Index
 from packer.dataset.open import Opened, identity, opened
 from packer.errors import CorruptDatasetError
-from packer.formats.base import FieldValuesReader
 from packer.imaging.jpeg import decode_scaled, fast_size
 from packer.imaging.pillow import load_rgb, open_image, oriented_size
 
@@ -116,7 +114,7 @@ def _chunk(entry: Opened, start: int, stop: int, out: PassResult,
         else:
             out.heights[i], out.widths[i] = shape or _header_size(data, i, entry)
     if counted:
-        rows = cast(FieldValuesReader, reader).field_values_many(list(range(start, stop)))
+        rows = reader.field_values_many(list(range(start, stop)))
         for k, name in counted:
             tally.values[name] = Counter(value for row in rows
                                          if (value := row[k]) is not None)

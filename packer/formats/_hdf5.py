@@ -107,7 +107,7 @@ class Hdf5Reader(DecodedFields):
             yield self.read(i)
 
     def field_values_many(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
-        """FieldValuesReader: read through h5py (opened on first use in this process),
+        """Read through h5py (opened on first use in this process),
         one read per field for the batch, every sample checked."""
         if self.table.fields is None:
             return [[] for _ in indices]

@@ -241,7 +241,7 @@ class LmdbReader(DecodedFields):
         yield from self.read_many(range(start, stop))
 
     def field_values_many(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
-        """FieldValuesReader: one read transaction, every sample checked."""
+        """One read transaction, every sample checked."""
         if self.table.fields is None:
             return [[] for _ in indices]
         try:

@@ -163,6 +163,7 @@ class NpyReader(DecodedFields):
     """
 
     memory_mapped = True  # the page cache is the cache (readers.cache)
+    gathers_rows = True  # gather: rows of one shape, straight into a batch (readers.collate)
 
     def __init__(self, folder: Path, index: Index, table: SampleTable) -> None:
         self.path = folder / IMAGES
@@ -211,7 +212,7 @@ class NpyReader(DecodedFields):
             yield self.read(i)
 
     def field_values_many(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
-        """FieldValuesReader: each column indexed once for the batch, every sample checked."""
+        """Each column indexed once for the batch, every sample checked."""
         if self.table.fields is None:
             return [[] for _ in indices]
         return checked_values(self.index, self.table, indices,

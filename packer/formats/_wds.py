@@ -195,7 +195,7 @@ class WdsReader(DecodedFields):
             i = end
 
     def field_values_many(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
-        """Each sample's field values (batch_values), checked (FieldValuesReader)."""
+        """Each sample's field values (batch_values), every sample checked."""
         fields = self.table.fields
         if fields is None:
             return [[] for _ in indices]

@@ -93,7 +93,18 @@ class Writer(Protocol):
 
 
 class RecordReader(Protocol):
-    """Reads the stored bytes of samples; opened lazily in the process that reads."""
+    """Reads the stored bytes of samples; opened lazily in the process that reads.
+
+    What a reader can do beyond reading is part of this protocol, not found by probing
+    for attributes: `memory_mapped` (the page cache is its cache: readers skip their own),
+    `gathers_rows` (a `gather(indices, out)` that copies fixed-size rows straight into a
+    batch buffer: npy), `prefetch`/`stop_prefetch` (a URL's reader fetches coming shards
+    in the background; the others do nothing). Every format's reader is a
+    `DecodedFields`, which gives the defaults.
+    """
+
+    memory_mapped: bool
+    gathers_rows: bool
 
     def read(self, i: int) -> bytes:
         """The stored bytes of sample i."""
@@ -116,18 +127,19 @@ class RecordReader(Protocol):
         """`fields` of several samples, batched where the format allows it (one lmdb
         transaction, one pass over npy columns); each one checked against its digest."""
 
-    def close(self) -> None:
-        """Release file handles."""
-
-
-class FieldValuesReader(Protocol):
-    """A RecordReader that also hands out a batch's checked field values undecoded, so
-    that the reading side decodes them a column at a time (every format's reader does)."""
-
     def field_values_many(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
         """Each sample's values in byte form (None: no value), every field of the dataset
         in the index's order, each sample checked against its field digest; [] per sample
-        for a dataset without fields."""
+        for a dataset without fields. The reading side decodes them a column at a time."""
+
+    def prefetch(self, ranges: Sequence[Sequence[int]]) -> None:
+        """Show the reader the (start, stop, ...) spans a pass reads next."""
+
+    def stop_prefetch(self) -> None:
+        """The pass is over: end any background fetch and wait for it."""
+
+    def close(self) -> None:
+        """Release file handles."""
 
 
 class FormatModule(Protocol):
@@ -216,14 +228,14 @@ def checked_values(index: Index, table: SampleTable, indices: Sequence[int],
     return batch
 
 
-class _ValuesReader(FieldValuesReader, Protocol):
+class _ValuesReader(RecordReader, Protocol):
     index: Index
     table: SampleTable
 
 
 def decoded_many(reader: _ValuesReader, indices: Sequence[int],
                  names: Sequence[str] | None) -> list[dict[str, object]]:
-    """`fields_many` of a FieldValuesReader: its checked values, decoded."""
+    """`fields_many` of a reader: its checked values (field_values_many), decoded."""
     if reader.table.fields is None:
         return [no_fields(reader.index, names) for _ in indices]
     chosen = numbered(reader.index.fields, None if names is None else tuple(names))
@@ -233,7 +245,17 @@ def decoded_many(reader: _ValuesReader, indices: Sequence[int],
 class DecodedFields:
     """`fields` and `fields_many` of a format reader, from its `field_values_many`: one
     call for the batch, every sample's values checked against its digest, then decoded
-    (decoded_many). Every format's reader is one (a dataset without fields gives {})."""
+    (decoded_many). Every format's reader is one (a dataset without fields gives {}); it
+    also gives RecordReader's defaults: not memory mapped, nothing to prefetch."""
+
+    memory_mapped = False
+    gathers_rows = False
+
+    def prefetch(self, ranges: Sequence[Sequence[int]]) -> None:
+        """Nothing to fetch ahead: the data is on a local disk."""
+
+    def stop_prefetch(self) -> None:
+        """No background fetch to end."""
 
     def fields(self: _ValuesReader, i: int,
                names: Sequence[str] | None = None) -> dict[str, object]:

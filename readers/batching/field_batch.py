@@ -5,10 +5,10 @@ Decoding a batch's fields a sample at a time, building each sample's dict and it
 small tensors, then taking them apart again in collate cost several times more than
 reading the values. A FieldBatch keeps the batch as the plain samples (image, label[,
 key]) plus one column per field, decoded column by column from the reader's checked
-byte values (packer.formats.base.FieldValuesReader): str fields as one list of str, an
-array field (floats, ints) as one buffer of its dtype and a json field of plain number
-lists (boxes) as one float64 buffer (readers.batching._number_arrays), others value by
-value as before.
+byte values (RecordReader.field_values_many in packer.formats.base): str fields as one
+list of str, an array field (floats, ints) as one buffer of its dtype and a json field
+of plain number lists (boxes) as one float64 buffer (readers.batching._number_arrays),
+others value by value.
 
 It is a Sequence of the very dicts the per-sample path built: `batch[k]` builds sample
 k's dict on demand, so `default_collate`, a user's collate_fn and pickling (a plain

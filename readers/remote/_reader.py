@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import cast
 
 import numpy as np
 
 from packer.core.index import Index
-from packer.formats.base import FieldValuesReader, RecordReader
+from packer.formats.base import RecordReader
 from readers.remote._cache import ShardCache
 from readers.remote._mirror import RemoteSource
 
@@ -19,6 +18,9 @@ class RemoteReader:
     When a shard is unpinned the format reader is closed (it reopens lazily), so it never
     holds a descriptor of a shard that eviction may delete.
     """
+
+    memory_mapped = False  # shards come and go from the disk cache: the chunk cache helps
+    gathers_rows = False
 
     def __init__(self, inner: RecordReader, cache: ShardCache) -> None:
         self.inner = inner
@@ -64,10 +66,10 @@ class RemoteReader:
         return values
 
     def field_values_many(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
-        """The checked field values of several samples (packer.formats.base.FieldValuesReader),
+        """The checked field values of several samples (packer.formats.base.RecordReader),
         their shards pinned as read_many pins them."""
         self._pin_shards(indices)
-        values = cast(FieldValuesReader, self.inner).field_values_many(indices)
+        values = self.inner.field_values_many(indices)
         self._trim()
         return values
 
