@@ -2,7 +2,8 @@
 
 What both iterable readers share once they have a plan: the world of a pass
 (readers.world), its epoch (readers.epochs), this worker's spans, and the count that
-state_dict()/load_state_dict() resume from (readers.resume). A reader provides
+state_dict()/load_state_dict() resume from (readers.resume), and a framework loader's
+skip of a pass's first batches taken over (readers.split_owner.loader_skip). A reader provides
 `_plan_for(world_size)` (a ShardPlan or subclass), `_stream(spans, plan, where, skip)`
 (the samples) and the attributes declared below.
 """
@@ -17,9 +18,9 @@ from torch.utils.data import get_worker_info
 from readers._stream import rest_after
 from readers.elastic import piece
 from readers.epochs import PassEpochs
-from readers.resume import PendingResume, pending_from_state
+from readers.resume import PendingResume, loop_state, pending_from_state
 from readers.sharding import ShardPlan, Spans, num_in
-from readers.split_owner import LoaderView, loader_view
+from readers.split_owner import LoaderView, loader_skip, loader_view
 from readers.world import LateWorld, RankWorld
 
 
@@ -72,6 +73,24 @@ class SplitPasses:
         """Name the coming epoch; reaches running (persistent) workers too. Without it,
         each pass takes the epoch after the previous pass's (see readers.epochs)."""
         self._epochs.set_next(epoch)
+        self._take_loader_skip()
+
+    def _take_loader_skip(self) -> None:
+        """Start the coming pass past the batches a framework loader up the stack would read
+        and drop (readers.split_owner.loader_skip): they are skipped unread, as a
+        loop_state skips them. In the main process only: a worker's loader is its parent's."""
+        if get_worker_info() is not None:
+            return
+        skip = loader_skip(self)
+        if skip is None:
+            return
+        view = self._view()
+        world = 1 if view.framework_splits else self.world_size
+        state = loop_state(self._epochs.next, skip.batches, skip.batch_size, skip.num_workers,
+                           skip.drop_last, world_size=world)
+        self._resume = pending_from_state(
+            state, self._split[2], lambda size: self._plan_for(size).num_per_rank, None,
+            dealt=self._dealt(view), world_now=world)
 
     def _view(self) -> LoaderView:
         """What the loader asking now wants (readers.split_owner); in a spawned worker the
@@ -92,6 +111,7 @@ class SplitPasses:
         """
         info = get_worker_info()
         worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        self._take_loader_skip()
         view = self._view()
         rank, world_size = self._world.for_pass(self._sent_here())
         if view.framework_splits:
