@@ -118,7 +118,8 @@ class SplitPasses:
             rank, world_size = 0, 1  # the framework keeps each rank's part of the whole
         plan = self._plan_for(world_size)
         epoch, resume, skip, dealt = self._epochs.start_pass(), self._resume, 0, self._dealt(view)
-        elastic = resume.elastic_for(epoch, world_size, num_workers, dealt) if resume else None
+        elastic = resume.elastic_for(epoch, world_size, num_workers, dealt,
+                                     self._epochs.token) if resume else None
         if elastic is not None:  # saved on another topology: the rest, re-split
             rest = rest_after(self._plan_for(elastic[0].world_size), elastic, epoch,
                               self.buffer_size, per_worker=True)
