@@ -32,7 +32,13 @@ Two ways to get it right:
   Map-style batches arrive in sampler order: `batches * batch_size` indices. Iterable: the
   DataLoader asks worker k for batches k, k+W, k+2W, ... (round robin; a worker that runs
   out leaves the rotation; `in_order=True`, the default), so the batch count maps to an
-  exact count per worker (`samples_per_worker`).
+  exact count per worker (`samples_per_worker`). transformers' Trainer counts the same way
+  and skips with accelerate's `skip_first_batches`, which an iterable reader takes over as
+  such a count (readers.split_owner.loader_skip), so the skipped batches are not read.
+
+A state applies to one pass: the next pass over its epoch, or the passes of another
+topology's re-split rest (its workers, by the pass's token: readers.epochs); another pass
+over the same epoch reads it whole.
 """
 
 from __future__ import annotations
