@@ -1,7 +1,7 @@
 """A Lightning run that stops mid-epoch after a step checkpoint, or resumes from one.
 
-    python tests/lightning_resume_child.py DATASET OUT stop SETUP
-    python tests/lightning_resume_child.py DATASET OUT resume SETUP CKPT
+    python tests/lightning_resume_child.py DATASET OUT stop SETUP DEVICES
+    python tests/lightning_resume_child.py DATASET OUT resume SETUP DEVICES CKPT
 
 SETUP is a torchdata StatefulDataLoader (the loader Lightning saves and restores the
 position of) over PackedDataset + ChunkSampler (`sampler`) or PackedIterableDataset
@@ -9,7 +9,8 @@ position of) over PackedDataset + ChunkSampler (`sampler`) or PackedIterableData
 and stops with an error after STOP_AFTER steps, past that checkpoint; `resume` runs
 `trainer.fit(model, ckpt_path=CKPT)` in this new process to the end of 2 epochs.
 `plain_epoch` reads an epoch of a setup with a plain DataLoader, to compare orders. Every
-training step appends {"epoch", "batch", "keys", "padded"} to OUT/{stop|resume}.jsonl.
+training step appends {"epoch", "batch", "keys", "padded"} to OUT/{stop|resume}-rank{r}.jsonl
+(DEVICES 2: strategy="ddp", Lightning starting rank 1 by running this script again).
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ class Probe(L.LightningModule):
                   if label == PAD_LABEL]
         line = {"epoch": self.current_epoch, "batch": batch_idx,
                 "keys": [k for k in keys if k not in padded], "padded": padded}
-        with self.steps_file.open("a") as log:
+        with self.steps_file.with_name(f"{self.steps_file.stem}-rank{self.global_rank}.jsonl"
+                                       ).open("a") as log:
             log.write(json.dumps(line) + "\n")
         logits = self.layer(images.float().flatten(1))
         return functional.cross_entropy(logits, labels.clamp(min=0))
@@ -91,13 +93,15 @@ def main() -> None:
     path, out, mode, setup = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4]
     checkpoints = ModelCheckpoint(dirpath=out / "ckpt", every_n_train_steps=SAVE_EVERY,
                                   save_top_k=-1, filename="{step}")
-    trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=2, logger=False,
+    devices = int(sys.argv[5])
+    trainer = L.Trainer(accelerator="cpu", devices=devices, max_epochs=2, logger=False,
+                        strategy="ddp" if devices > 1 else "auto",
                         callbacks=[checkpoints], enable_progress_bar=False,
                         enable_model_summary=False, num_sanity_val_steps=0)
     model = Probe(out / f"{mode}.jsonl", stop=mode == "stop")
     with contextlib.suppress(Stopped):
         trainer.fit(model, train_dataloaders=loader(path, setup),
-                    ckpt_path=sys.argv[5] if mode == "resume" else None)
+                    ckpt_path=sys.argv[6] if mode == "resume" else None)
 
 
 if __name__ == "__main__":
