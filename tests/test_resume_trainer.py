@@ -22,9 +22,11 @@ from tests.helpers import free_port, pack_wds
 NUM, RANKS, BATCH, SAVE_EVERY = 80, 2, 4, 3  # 80: no padding by accelerate's even_batches
 HERE = Path(__file__).parent
 SKIPPED = SAVE_EVERY * BATCH * RANKS  # samples of the epoch trained on before the checkpoint
-# samples each rank would decode again for the skip (rank 0 reads all under dispatch)
-SKIP_DECODES = {"map": [SAVE_EVERY * BATCH] * RANKS, "iterable": [SKIPPED, 0],
-                "iterable_shards": [SKIPPED] * RANKS}
+# samples each rank would decode again for the skip: rank 0 reads all under dispatch (the
+# workers rank 1 starts there only prefetch, a count that depends on timing: None)
+SKIP_DECODES: dict[str, list[int | None]] = {
+    "map": [SAVE_EVERY * BATCH] * RANKS, "iterable": [SKIPPED, None],
+    "iterable_shards": [SKIPPED] * RANKS}
 
 
 def torchrun(dataset: Path, out: Path, *args: str) -> None:
@@ -58,8 +60,8 @@ def test_trainer_resumes_the_rest_of_an_epoch_once_without_decoding_the_skip(
         assert Counter(before) + Counter(rest) == every, f"{setup}: epoch 0 not exactly once"
         assert Counter(key for rank in epochs[1] for key in rank["keys"]) == every, setup
         assert len({len(rank["keys"]) for rank in epochs[0]}) == 1, f"{setup}: uneven ranks"
-        resumed = [rank["decodes"] for rank in epochs[0]]
-        whole = [rank["decodes"] for rank in epochs[1]]
-        assert resumed == [w - s for w, s in zip(whole, skip_decodes, strict=True)], (
-            f"{setup}: the resumed epoch decoded {resumed}, a whole one {whole}: the skipped "
-            "batches were read again")
+        for rank, skipped in enumerate(skip_decodes):
+            resumed, whole = epochs[0][rank]["decodes"], epochs[1][rank]["decodes"]
+            assert skipped is None or resumed == whole - skipped, (
+                f"{setup}, rank {rank}: the resumed epoch decoded {resumed}, a whole one "
+                f"{whole}: the skipped batches were read again")
