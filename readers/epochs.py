@@ -55,6 +55,7 @@ class PassEpochs:
         self._cell = torch.zeros(1, dtype=torch.int64)
         self._cell.share_memory_()  # type: ignore[no-untyped-call]
         self._passes = 0  # passes started by this copy of the dataset
+        self.token = 0  # the token of the pass this process started last (0: none)
 
     def set_next(self, epoch: int) -> None:
         """Name the epoch of the next pass (token 0: no pass of it has started yet)."""
@@ -71,7 +72,7 @@ class PassEpochs:
 
     def start_pass(self) -> int:
         """The epoch of the pass this process is starting."""
-        token = self._token()
+        token = self.token = self._token()
         current, epoch = unpack(int(self._cell[0]))
         if current == token:
             return epoch  # another worker of this pass got here first

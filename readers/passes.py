@@ -2,7 +2,8 @@
 
 What both iterable readers share once they have a plan: the world of a pass
 (readers.world), its epoch (readers.epochs), this worker's spans, and the count that
-state_dict()/load_state_dict() resume from (readers.resume). A reader provides
+state_dict()/load_state_dict() resume from (readers.resume), and a framework loader's
+skip of a pass's first batches taken over (readers.split_owner.loader_skip). A reader provides
 `_plan_for(world_size)` (a ShardPlan or subclass), `_stream(spans, plan, where, skip)`
 (the samples) and the attributes declared below.
 """
@@ -18,8 +19,8 @@ from readers._stream import rest_after
 from readers.elastic import piece
 from readers.epochs import PassEpochs
 from readers.plan.chunks import ShardPlan, Spans, num_in
-from readers.resume import PendingResume, pending_from_state
-from readers.split_owner import LoaderView, loader_view
+from readers.resume import PendingResume, loop_state, pending_from_state
+from readers.split_owner import LoaderView, loader_skip, loader_view
 from readers.world import LateWorld, RankWorld
 
 
@@ -72,6 +73,24 @@ class SplitPasses:
         """Name the coming epoch; reaches running (persistent) workers too. Without it,
         each pass takes the epoch after the previous pass's (see readers.epochs)."""
         self._epochs.set_next(epoch)
+        self._take_loader_skip()
+
+    def _take_loader_skip(self) -> None:
+        """Start the coming pass past the batches a framework loader up the stack would read
+        and drop (readers.split_owner.loader_skip): they are skipped unread, as a
+        loop_state skips them. In the main process only: a worker's loader is its parent's."""
+        if get_worker_info() is not None:
+            return
+        skip = loader_skip(self)
+        if skip is None:
+            return
+        view = self._view()
+        world = 1 if view.framework_splits else self.world_size
+        state = loop_state(self._epochs.next, skip.batches, skip.batch_size, skip.num_workers,
+                           skip.drop_last, world_size=world)
+        self._resume = pending_from_state(
+            state, self._split[2], lambda size: self._plan_for(size).num_per_rank, None,
+            dealt=self._dealt(view), world_now=world)
 
     def _view(self) -> LoaderView:
         """What the loader asking now wants (readers.split_owner); in a spawned worker the
@@ -92,13 +111,15 @@ class SplitPasses:
         """
         info = get_worker_info()
         worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        self._take_loader_skip()
         view = self._view()
         rank, world_size = self._world.for_pass(self._sent_here())
         if view.framework_splits:
             rank, world_size = 0, 1  # the framework keeps each rank's part of the whole
         plan = self._plan_for(world_size)
         epoch, resume, skip, dealt = self._epochs.start_pass(), self._resume, 0, self._dealt(view)
-        elastic = resume.elastic_for(epoch, world_size, num_workers, dealt) if resume else None
+        elastic = resume.elastic_for(epoch, world_size, num_workers, dealt,
+                                     self._epochs.token) if resume else None
         if elastic is not None:  # saved on another topology: the rest, re-split
             rest = rest_after(self._plan_for(elastic[0].world_size), elastic, epoch,
                               self.buffer_size, per_worker=True)

@@ -32,7 +32,13 @@ Two ways to get it right:
   Map-style batches arrive in sampler order: `batches * batch_size` indices. Iterable: the
   DataLoader asks worker k for batches k, k+W, k+2W, ... (round robin; a worker that runs
   out leaves the rotation; `in_order=True`, the default), so the batch count maps to an
-  exact count per worker (`samples_per_worker`).
+  exact count per worker (`samples_per_worker`). transformers' Trainer counts the same way
+  and skips with accelerate's `skip_first_batches`, which an iterable reader takes over as
+  such a count (readers.split_owner.loader_skip), so the skipped batches are not read.
+
+A state applies to one pass: the next pass over its epoch, or the passes of another
+topology's re-split rest (its workers, by the pass's token: readers.epochs); another pass
+over the same epoch reads it whole.
 """
 
 from __future__ import annotations
@@ -133,14 +139,19 @@ class PendingResume:
         self.first = first
         self.segments = segments
         self.resplit = resplit  # re-split even on the same topology (counts are not kept)
-        # PENDING, then APPLIED by the passes of the epoch that re-split, DONE otherwise
-        self._elastic = torch.full((1,), PENDING if segments else DONE, dtype=torch.int64)
+        # [stage, token]: PENDING, then APPLIED by the pass (token) that re-splits, DONE
+        self._elastic = torch.tensor([PENDING if segments else DONE, 0], dtype=torch.int64)
         self._elastic.share_memory_()  # type: ignore[no-untyped-call]
 
     def elastic_for(self, epoch: int, world_size: int, num_workers: int | None,
-                    dealt: int | None) -> tuple[Segment, ...] | None:
+                    dealt: int | None, pass_token: int | None = None) -> tuple[Segment, ...] | None:
         """The segments to re-split for a pass on this topology (`num_workers` None: a
-        ChunkSampler's single stream), or None where the counts apply as they are."""
+        ChunkSampler's single stream), or None where the counts apply as they are.
+
+        `pass_token` names the pass (readers.epochs: the same in all its workers): the
+        re-split rest is the pass's that first asked, and the workers of that pass only;
+        a later pass over the same epoch (None: every call is a new pass) reads it whole.
+        """
         stage = int(self._elastic[0])
         if stage == DONE:
             return None
@@ -151,9 +162,15 @@ class PendingResume:
                                  "first")
             self._elastic[0] = DONE
             return None
-        if stage == PENDING and self._same_topology(world_size, num_workers, dealt):
+        if stage == APPLIED:
+            if pass_token is None or int(self._elastic[1]) != pass_token:
+                self._elastic[0] = DONE  # a new pass over the epoch: the whole epoch
+                return None
+            return self.segments
+        if self._same_topology(world_size, num_workers, dealt):
             self._elastic[0] = DONE  # the counts apply as they are
             return None
+        self._elastic[1] = pass_token or 0
         self._elastic[0] = APPLIED
         self.counts.fill_(-1)  # the re-split rest replaces them
         return self.segments

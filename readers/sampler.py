@@ -33,13 +33,22 @@ from readers._stream import rest_after
 from readers.elastic import piece
 from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_SPLIT, SplitOptions
 from readers.options.legacy import SPLIT_MOVES, accepts_legacy
-from readers.plan.chunks import ShardPlan, Spans, buffered_shuffle, check_epoch, epoch_rng, expand
+from readers.plan.chunks import (
+    ShardPlan,
+    Spans,
+    buffered_shuffle,
+    check_epoch,
+    epoch_rng,
+    expand,
+    num_in,
+)
 from readers.resume import PendingResume, pending_from_state
 from readers.split_owner import loader_view
 from readers.weighted import ClassWeights, weighted_split
 from readers.world import LateWorld
 
 PAD_LABEL = -1
+PassStart = tuple[int, ShardPlan, int, Spans, int]  # (epoch, plan, rank, spans, skip)
 
 
 class PaddedIndex(int):
@@ -86,6 +95,7 @@ class ChunkSampler(DistributedSampler[int]):
         self._resume: PendingResume | None = None
         self._pass_epoch: int | None = None  # the epoch of the latest pass, and its count
         self._yielded = 0
+        self._untouched: PassStart | None = None  # the latest pass, while none of it is drawn
 
     def _plan_for(self, world_size: int) -> ShardPlan:
         num_samples, shuffle, drop_last, seed = self._args
@@ -129,6 +139,7 @@ class ChunkSampler(DistributedSampler[int]):
     def set_epoch(self, epoch: int) -> None:
         """Choose the permutation of the coming epoch (the same on every rank)."""
         self._next_epoch = check_epoch(epoch)
+        self._untouched = None
 
     def __len__(self) -> int:
         """Indices this rank yields per epoch; the whole epoch's when a framework that splits
@@ -140,14 +151,15 @@ class ChunkSampler(DistributedSampler[int]):
         """This epoch's indices, less those a loaded state says were seen (the first ones).
 
         Not a generator itself: the count restarts when the pass is created, so a
-        state_dict() taken before its first index (StatefulDataLoader does) is right.
+        state_dict() taken before its first index (StatefulDataLoader does) is right. A pass
+        dropped before its first index gives its epoch and its resume to the next pass
+        (torchdata's StatefulDataLoader creates a sampler iterator twice per pass).
         """
-        rank, world_size = self._world.for_pass()
-        if loader_view(self).framework_splits:
-            rank, world_size = 0, 1  # the framework keeps each rank's batches of the whole
-        plan = self._plan_for(world_size)
-        epoch, self._next_epoch = self._next_epoch, self._next_epoch + 1
-        spans, skip = self._spans(plan, epoch, rank)
+        start = self._untouched
+        if start is None:
+            start = self._start_pass()
+        epoch, plan, rank, spans, skip = start
+        self._untouched = start if num_in(spans) > skip else None  # nothing to draw: done
         self._pass_epoch, self._yielded = epoch, skip
         self._forward_epoch(epoch)
         indices, padded = expand(spans)
@@ -159,6 +171,16 @@ class ChunkSampler(DistributedSampler[int]):
             rng = epoch_rng(plan.seed, epoch, rank, 1)
             stream = buffered_shuffle(stream, self.buffer_size, rng)
         return self._counted(islice(stream, skip, None))
+
+    def _start_pass(self) -> PassStart:
+        """The epoch, plan, rank, spans and skip of a new pass (the epoch is used up)."""
+        rank, world_size = self._world.for_pass()
+        if loader_view(self).framework_splits:
+            rank, world_size = 0, 1  # the framework keeps each rank's batches of the whole
+        plan = self._plan_for(world_size)
+        epoch, self._next_epoch = self._next_epoch, self._next_epoch + 1
+        spans, skip = self._spans(plan, epoch, rank)
+        return epoch, plan, rank, spans, skip
 
     def _spans(self, plan: ShardPlan, epoch: int, rank: int) -> tuple[Spans, int]:
         """This rank's spans of the pass and how many of its indices a resume skips; a
@@ -185,6 +207,7 @@ class ChunkSampler(DistributedSampler[int]):
 
     def _counted(self, stream: Iterator[int]) -> Iterator[int]:
         for i in stream:
+            self._untouched = None
             self._yielded += 1
             yield i
 
@@ -208,3 +231,4 @@ class ChunkSampler(DistributedSampler[int]):
             state, self.seed, lambda world: self._plan_for(world).num_per_rank, here=None,
             per_worker=False, world_now=self.world_size)
         self._next_epoch = self._resume.epoch
+        self._untouched = None

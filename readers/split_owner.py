@@ -23,6 +23,14 @@ frames up to the fork (the loader's `__iter__` among them); a spawned worker get
 its parent found when it pickled the reader (`LoaderView` travels with it). The same walk
 finds the plain DataLoader that iterates a reader, whose batch size a reader that deals
 whole batches to its workers uses when it was given none.
+
+The same walk finds a framework loader that would drop the first batches of a pass:
+accelerate's `skip_first_batches`, which transformers' Trainer resumes a checkpoint with,
+makes a DataLoaderShard or DataLoaderDispatcher with `skip_batches` (SkipDataLoader for a
+loader it did not prepare) that reads and decodes those batches and throws them away.
+Both ask the reader for its `set_epoch` from their own `__iter__`, in the main process
+before any worker starts, so `loader_skip` finds them there and takes the skip over: the
+loader drops nothing, and the reader starts its pass at the position (readers.passes).
 """
 
 from __future__ import annotations
@@ -82,6 +90,54 @@ def loader_view(target: object) -> LoaderView:
         if batch_size is None and isinstance(owner, DataLoader) and owner.dataset is target:
             batch_size = owner.batch_size
     return LoaderView(None, batch_size)
+
+
+@dataclass(frozen=True)
+class LoaderSkip:
+    """The batches a framework loader would drop at the start of a pass, as a loop counts
+    them (readers.resume.loop_state): `batches` of the torch DataLoader under it, each
+    `batch_size` samples of the reader's stream, over `num_workers` workers."""
+
+    batches: int
+    batch_size: int
+    num_workers: int
+    drop_last: bool
+
+
+SKIPPERS = ("DataLoaderShard", "DataLoaderDispatcher", "SkipDataLoader")
+
+
+def loader_skip(target: object) -> LoaderSkip | None:
+    """Take over the skip of the accelerate loader up the stack that would drop the first
+    batches of `target`'s coming pass: its `skip_batches` becomes 0, and what it would
+    have dropped is returned for the reader to skip unread. None: no such loader."""
+    for owner in _callers(sys._getframe(1)):
+        kind = type(owner)
+        if kind.__module__.split(".")[0] != "accelerate" or kind.__name__ not in SKIPPERS:
+            continue
+        skip = _skip_of(owner, target)
+        if skip is not None:
+            owner.skip_batches = 0  # type: ignore[attr-defined]
+            return skip
+    return None
+
+
+def _skip_of(owner: object, target: object) -> LoaderSkip | None:
+    """What `owner` would drop of `target`'s stream, in batches of the DataLoader under it."""
+    skipped = int(getattr(owner, "skip_batches", 0) or 0)
+    dataset = getattr(owner, "dataset", None)
+    shard = dataset if type(dataset).__name__ == "IterableDatasetShard" else None
+    if skipped < 1 or (dataset is not target and getattr(shard, "dataset", None) is not target):
+        return None
+    batch_size = int(getattr(owner, "batch_size", None) or 1)
+    if type(owner).__name__ == "DataLoaderDispatcher" and not getattr(owner, "split_batches",
+                                                                      False):
+        # each dispatched batch is num_processes batches of the loader on rank 0
+        skipped *= int(getattr(getattr(owner, "state", None), "num_processes", 1))
+    if shard is not None and not getattr(shard, "split_batches", False):
+        batch_size *= int(getattr(shard, "num_processes", 1))  # a batch keeps a slice of those
+    return LoaderSkip(skipped, batch_size, int(getattr(owner, "num_workers", 0) or 0),
+                      bool(getattr(owner, "drop_last", False)))
 
 
 def _callers(frame: FrameType | None) -> Iterator[object]:

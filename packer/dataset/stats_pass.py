@@ -12,8 +12,8 @@ Pillow's lazy open with the EXIF orientation applied), at about the cost of `pac
 verify`'s digest check.
 
 Pixels are the stored ones, decoded to RGB at their stored size exactly as
-`readers.decode(data, "rgb8")` decodes them (libjpeg-turbo where it may, else Pillow;
-npy rows are the pixels themselves). Sums are exact integers: a channel's sum of
+`readers.decoding.decode.decode(data, "rgb8")` decodes them (libjpeg-turbo where it may, else
+Pillow; npy rows are the pixels themselves). Sums are exact integers: a channel's sum of
 squares of uint8 values fits a uint16 per pixel and a uint32 per column.
 """
 
