@@ -35,7 +35,8 @@ from packer.errors import (
 )
 
 if TYPE_CHECKING:
-    from packer.api import convert, verify
+    from packer.api import append, convert, verify
+    from packer.conversion.append import AppendResult
     from packer.conversion.job import ConvertOptions
     from packer.core.fields import FieldSpec
     from packer.core.index import Index, SampleTable, open_dataset, read_index
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
 _LAZY = {
     "ConvertOptions": "packer.conversion.job",
     "convert": "packer.api",
+    "append": "packer.api",
+    "AppendResult": "packer.conversion.append",
     "EncodeOptions": "packer.encode",
     "FieldChoice": "packer.source.fields",
     "FieldSpec": "packer.core.fields",
@@ -60,6 +63,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "AppendResult",
     "BadInputError",
     "ConvertOptions",
     "CorruptDatasetError",
@@ -76,6 +80,7 @@ __all__ = [
     "SampleTable",
     "ShardOptions",
     "SourceError",
+    "append",
     "convert",
     "describe",
     "open_dataset",
