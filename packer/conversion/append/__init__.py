@@ -68,6 +68,7 @@ def append(src: str | Path, dst: str | Path, encode: Mapping[str, Any] | None = 
     folder = Path(dst)
     refuse_inside_source(Path(src), folder)
     with write_errors(folder):
+        shutil.rmtree(commit.finished_dir(folder), ignore_errors=True)
         record = commit.committing(folder)
         if not resume and (record is not None or stage_dir(folder).exists()):
             raise AppendInterrupted(f"{folder}: an append was interrupted: rerun with "

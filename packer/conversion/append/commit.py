@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from packer.conversion.append.plan import AppendPlan
-from packer.conversion.append.stage import READY, Staged, stage_dir
+from packer.conversion.append.stage import READY, STAGE_DIR, Staged, stage_dir
 from packer.core import checks
 from packer.core.index import (
     INDEX_NAME,
@@ -93,6 +93,14 @@ def apply(folder: Path, record: dict[str, Any]) -> None:
             os.replace(source, target)
             fsync_dir(target.parent)
     fsync_dir(folder)
-    shutil.rmtree(where, ignore_errors=True)
+    done = finished_dir(folder)
+    shutil.rmtree(done, ignore_errors=True)
+    os.replace(where, done)  # one step: a staging folder left means an unfinished append
     fsync_dir(folder)
+    shutil.rmtree(done, ignore_errors=True)
+
+
+def finished_dir(folder: Path) -> Path:
+    """Where a finished append's staging folder goes to be deleted."""
+    return folder / (STAGE_DIR + ".done")
 
