@@ -30,6 +30,10 @@ from packer.errors import CTRL_C
               help="Expected --quality of DST.")
 @click.option("--check", type=click.Choice(["decode", "header", "none"]), default=None,
               help="Expected --check of DST.")
+@click.option("--check-existing", "existing", type=click.Choice(["size", "digest"]),
+              default="size", show_default=True,
+              help="How an input whose key DST holds is compared with the stored file "
+                   "(DST storing original files): its size, or its bytes read and hashed.")
 @click.option("--on-error", type=click.Choice(["skip", "fail"]), default="skip",
               show_default=True, help="skip: list bad inputs in rejects.jsonl; fail: stop.")
 @click.option("--workers", type=click.IntRange(0), default=None,
@@ -39,8 +43,8 @@ from packer.errors import CTRL_C
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def append_command(src: Path, dst: Path, resize: int | None, size: str | None,
                    fit: str | None, codec: str | None, quality: int | None,
-                   check: str | None, on_error: str, workers: int | None, resume: bool,
-                   quiet: bool) -> None:
+                   check: str | None, existing: str, on_error: str, workers: int | None,
+                   resume: bool, quiet: bool) -> None:
     """Add the inputs of SRC that DST does not hold yet (by key), after its samples.
 
     New samples are stored with DST's own options and follow the old ones in key
@@ -68,7 +72,8 @@ def append_command(src: Path, dst: Path, resize: int | None, size: str | None,
         try:
             result = append(src, dst, encode, workers=workers,
                             on_error=on_error,  # type: ignore[arg-type]
-                            resume=resume, progress=advance, on_total=on_total)
+                            resume=resume, existing=existing,  # type: ignore[arg-type]
+                            progress=advance, on_total=on_total)
         finally:
             bar.close()
         line = f"appended {result.summary} to {dst}"

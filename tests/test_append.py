@@ -113,6 +113,22 @@ def test_a_key_held_with_other_bytes_is_a_reject(fmt: str, sources: tuple[Path, 
     assert append(src, dst, workers=0).num_new_rejects == 0  # listed once, not again
 
 
+def test_a_same_size_change_needs_the_digest_check(sources: tuple[Path, Path],
+                                                   tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    shutil.copytree(sources[0], src)
+    dst = tmp_path / "ds.wds"
+    pack(src, dst, "wds")
+    changed = sorted(src.rglob("*.jpg"))[0]
+    data = bytearray(changed.read_bytes())
+    data[-3] ^= 0xFF  # the same size, other bytes
+    changed.write_bytes(bytes(data))
+    assert append(src, dst, workers=0).num_new_rejects == 0
+    result = append(src, dst, workers=0, existing="digest")
+    assert result.num_new_rejects == 1
+    assert "other bytes" in read_rejects(dst)[0].reason
+
+
 def test_conflicting_options_are_refused(sources: tuple[Path, Path], tmp_path: Path) -> None:
     dst = tmp_path / "ds.npy"
     pack(sources[0], dst, "npy")

@@ -7,8 +7,10 @@ Builds an image folder of `count` small images and one of `added` more (new name
 one new class), converts the big one into every format once, then per format times,
 interleaved and `--repeats` times each: `convert` of the `added` images alone into a
 fresh folder, and `append` of them to a fresh copy of the big dataset (the copy is not
-timed). Prints the median seconds of each and their ratio. Run it under
-`flock /tmp/bench.lock` on a shared machine: the numbers worth quoting are the ratios.
+timed), with SRC the grown folder (scanned whole: a key DST holds costs a stat) and
+with SRC the new images alone ("new only"). Prints the median seconds of each and
+their ratio to the convert. Run it under `flock /tmp/bench.lock` on a shared machine:
+the numbers worth quoting are the ratios.
 """
 
 from __future__ import annotations
@@ -61,20 +63,23 @@ def timed(action: Callable[[], object]) -> float:
 
 
 def measure(work: Path, fmt: str, big: Path, extra: Path, union: Path, repeats: int,
-            workers: int | None) -> tuple[float, float]:
+            workers: int | None) -> tuple[float, float, float]:
     base = work / f"big.{fmt}"
     if not base.exists():
         convert(big, base, fmt, options_for(fmt), ConvertOptions(workers=workers))
     out, grown = work / f"small.{fmt}", work / f"grown.{fmt}"
-    converts, appends = [], []
+    converts: list[float] = []
+    appends: list[float] = []
+    alone: list[float] = []
     for _ in range(repeats):
         shutil.rmtree(out, ignore_errors=True)
         converts.append(timed(partial(convert, extra, out, fmt, options_for(fmt),
                                       ConvertOptions(workers=workers))))
-        shutil.rmtree(grown, ignore_errors=True)
-        shutil.copytree(base, grown)
-        appends.append(timed(partial(append, union, grown, workers=workers)))
-    return statistics.median(converts), statistics.median(appends)
+        for src, times in ((union, appends), (extra, alone)):
+            shutil.rmtree(grown, ignore_errors=True)
+            shutil.copytree(base, grown)
+            times.append(timed(partial(append, src, grown, workers=workers)))
+    return statistics.median(converts), statistics.median(appends), statistics.median(alone)
 
 
 def main() -> None:
@@ -98,13 +103,13 @@ def main() -> None:
                         ConvertOptions(workers=args.workers))
         return
     print(f"{args.count} samples + {args.added}; npy at {NPY_SIZE[0]}x{NPY_SIZE[1]}")
-    print(f"{'format':8}{'convert s':>12}{'append s':>12}{'ratio':>8}")
+    print(f"{'format':8}{'convert s':>11}{'append s':>10}{'ratio':>7}"
+          f"{'new only s':>12}{'ratio':>7}")
     for fmt in args.formats.split(","):
-        convert_s, append_s = measure(args.work, fmt, big, extra, union, args.repeats,
-                                      args.workers)
-        print(f"{fmt:8}{convert_s:12.2f}{append_s:12.2f}{append_s / convert_s:8.2f}",
-              flush=True)
-
+        convert_s, append_s, alone_s = measure(args.work, fmt, big, extra, union,
+                                               args.repeats, args.workers)
+        print(f"{fmt:8}{convert_s:11.2f}{append_s:10.2f}{append_s / convert_s:7.2f}"
+              f"{alone_s:12.2f}{alone_s / convert_s:7.2f}", flush=True)
 
 if __name__ == "__main__":
     main()

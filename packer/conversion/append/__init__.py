@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from packer.conversion.append import commit
-from packer.conversion.append.plan import AppendPlan, plan_append
+from packer.conversion.append.plan import AppendPlan, Existing, plan_append
 from packer.conversion.append.stage import stage, stage_dir
 from packer.conversion.destination import refuse_inside_source, write_errors
 from packer.conversion.writing import OnError, rejected
@@ -57,13 +57,16 @@ class AppendResult:
 
 def append(src: str | Path, dst: str | Path, encode: Mapping[str, Any] | None = None, *,
            workers: int | None = None, on_error: OnError = "skip", resume: bool = False,
+           existing: Existing = "size",
            progress: Callable[[int], None] | None = None,
            on_total: Callable[[int], None] | None = None) -> AppendResult:
     """Add the inputs of `src` that the dataset `dst` does not hold yet (by key).
 
     `encode`: EncodeOptions fields (size, quality, ...) the caller expects; each must be
-    DST's own, which new samples are stored with. `progress` gets counts of inputs done,
-    `on_total` the number of new inputs.
+    DST's own, which new samples are stored with. `existing`: how an input whose key
+    DST holds is compared with the stored file, when DST stores original files: "size"
+    (one stat an input) or "digest" (each file read and hashed). `progress` gets counts
+    of inputs done, `on_total` the number of new inputs.
     """
     folder = Path(dst)
     refuse_inside_source(Path(src), folder)
@@ -77,7 +80,7 @@ def append(src: str | Path, dst: str | Path, encode: Mapping[str, Any] | None = 
         if record is not None:  # decided: finish the renames
             commit.apply(folder, record)
             return _result(folder, record, 0)
-        plan = plan_append(Path(src), folder, dict(encode or {}))
+        plan = plan_append(Path(src), folder, dict(encode or {}), existing)
         return _run(plan, workers, on_error, resume, progress, on_total)
 
 

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from packer.conversion.identity import JOB_KEY, identify
+import numpy as np
+
+from packer.conversion.identity import JOB_KEY
 from packer.core.index import INDEX_NAME, Index, SampleTable, open_dataset
 from packer.core.record import Reject, SourceItem
 from packer.encode import EncodeOptions
@@ -27,6 +31,7 @@ from packer.source.scan import Source, scan
 from packer.storage.files import read_input
 from packer.storage.hashing import digest_of
 
+Existing = Literal["size", "digest"]
 # The EncodeOptions a user may pass to `pack append`: each must equal DST's own.
 OPTION_FLAGS = {"check": "--check", "resize": "--resize", "size": "--size", "fit": "--fit",
                 "codec": "--encode", "quality": "--quality", "upscale": "--upscale"}
@@ -88,8 +93,15 @@ def shard_options(index: Index) -> ShardOptions:
     return ShardOptions()
 
 
-def plan_append(src: Path, dst: Path, asked: dict[str, Any]) -> AppendPlan:
-    """Open DST, scan SRC and sort its inputs into new ones and ones DST holds."""
+def plan_append(src: Path, dst: Path, asked: dict[str, Any],
+                existing: Existing = "size") -> AppendPlan:
+    """Open DST, scan SRC and sort its inputs into new ones and ones DST holds.
+
+    `existing`: how an input whose key DST holds is compared with the stored sample
+    when DST stores the original files: "size" (a stat), "digest" (read and hashed).
+    """
+    if existing not in ("size", "digest"):
+        raise ValueError(f"existing must be size or digest, not {existing!r}")
     index, table = open_dataset(dst)
     if index.fields:
         raise PackError(f"{dst}: the dataset has per-sample fields, which append does not "
@@ -101,29 +113,25 @@ def plan_append(src: Path, dst: Path, asked: dict[str, Any]) -> AppendPlan:
                           "without fields")
     names = list(index.class_names)
     mapping = [_label_for(name, names) for name in source.class_names]
-    held = {table.key(i): i for i in range(len(table))}
-    original = stores_original(index) and source.origin is None and source.archive is None
+    held = Held(table, existing if stores_original(index) and source.origin is None
+                and source.archive is None else None)
     items: list[SourceItem] = []
     conflicts: list[Reject] = []
     for item in source.items:
         label = mapping[item.label]
-        i = held.get(item.key)
+        i = held.positions.get(item.key)
         if i is None:
             items.append(SourceItem(len(items), item.path, item.key, label, item.origin))
-            continue
-        problem = _conflict(item, label, i, table, original)
-        if problem is not None:
+        elif (problem := held.conflict(item, label, i)) is not None:
             conflicts.append(Reject(item.position, item.path,
                                     f"key {item.key!r} is already in {dst} {problem}; "
                                     "rename the file, or convert the union instead"))
     shards = shard_options(index)
-    settings = {"format": index.format, "encode": options.to_json(),
-                "shards": dataclasses.asdict(shards)}
-    whole = hashlib.sha256((dst / INDEX_NAME).read_bytes())
-    whole.update(identify(source, settings).fingerprint.encode())
-    whole.update(json.dumps(settings, sort_keys=True).encode())
+    fingerprint = _fingerprint(dst, items, {"format": index.format,
+                                            "encode": options.to_json(),
+                                            "shards": dataclasses.asdict(shards)})
     return AppendPlan(dst, index, table, source, items, tuple(names), conflicts,
-                      read_rejects(dst), options, shards, whole.hexdigest())
+                      read_rejects(dst), options, shards, fingerprint)
 
 
 def _label_for(name: str, names: list[str]) -> int:
@@ -132,17 +140,47 @@ def _label_for(name: str, names: list[str]) -> int:
     return names.index(name)
 
 
-def _conflict(item: SourceItem, label: int, i: int, table: SampleTable,
-              original: bool) -> str | None:
-    """Why an input whose key DST holds (sample i) is not that sample, or None."""
-    if int(table.labels[i]) != label:
-        return f"with another class (sample {i})"
-    if not original:
-        return None  # re-encoded samples: only a full re-encode could compare the bytes
-    try:
-        data = read_input(item.path)
-    except Exception:  # unreadable now: the sample DST holds stays
+def _fingerprint(dst: Path, items: list[SourceItem], settings: dict[str, Any]) -> str:
+    """This append: DST's index, the settings, and the new inputs' keys, paths, labels,
+    sizes and mtimes (a resume goes on only with the same)."""
+    whole = hashlib.sha256((dst / INDEX_NAME).read_bytes())
+    whole.update(json.dumps(settings, sort_keys=True).encode())
+    for item in items:
+        try:
+            stat = os.stat(item.path)
+            facts = f"{stat.st_size}:{stat.st_mtime_ns}"
+        except OSError:  # a packed or archive source's sample: its path names no file
+            facts = "-"
+        whole.update(f"{item.key}\0{item.path}\0{item.label}\0{facts}\n".encode())
+    return whole.hexdigest()
+
+
+class Held:
+    """DST's keys, labels, sizes and digests as plain values, for one look-up an input."""
+
+    def __init__(self, table: SampleTable, existing: Existing | None) -> None:
+        blob = bytes(table.keys_blob)
+        starts = [*np.asarray(table.rows["key_start"]).tolist(), len(blob)]
+        self.positions = {blob[a:b].decode("utf-8"): i
+                          for i, (a, b) in enumerate(itertools.pairwise(starts))}
+        self.labels = np.asarray(table.labels).tolist()
+        self.sizes = np.asarray(table.sizes).tolist()
+        self.table = table
+        self.existing = existing  # None: the stored bytes are not the file's
+
+    def conflict(self, item: SourceItem, label: int, i: int) -> str | None:
+        """Why an input whose key DST holds (sample i) is not that sample, or None."""
+        if self.labels[i] != label:
+            return f"with another class (sample {i})"
+        if self.existing is None:
+            return None  # re-encoded samples: only a re-encode could compare the bytes
+        try:
+            size = os.stat(item.path).st_size
+            if size != self.sizes[i]:
+                return f"with other bytes ({size} bytes, sample {i} has {self.sizes[i]})"
+            if self.existing == "digest" and \
+                    digest_of(read_input(item.path)) != self.table.digest(i):
+                return f"with other bytes (sample {i})"
+        except OSError:  # unreadable now: the sample DST holds stays
+            return None
         return None
-    if digest_of(data) != table.digest(i):
-        return f"with other bytes (sample {i})"
-    return None
