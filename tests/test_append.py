@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from torch.utils.data import DataLoader
 
 from packer import append, verify
 from packer.core.index import open_dataset, read_index
@@ -73,6 +74,18 @@ def test_readers_read_every_sample(grown: tuple[str, Path, Path]) -> None:
     assert len(dataset) == index.num_samples
     labels = [int(dataset[i][1]) for i in range(len(dataset))]
     assert labels == table.labels.tolist()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_loader_reads_the_grown_dataset_once(grown: tuple[str, Path, Path],
+                                               workers: int) -> None:
+    _, dst, _ = grown
+    _, table = open_dataset(dst)
+    dataset = PackedDataset(dst, with_keys=True, size=(16, 16))
+    loader = DataLoader(dataset, batch_size=8, num_workers=workers)
+    seen = [(key, int(label)) for _, labels, keys in loader
+            for key, label in zip(keys, labels, strict=True)]
+    assert seen == list(zip(table.keys(), table.labels.tolist(), strict=True))
 
 
 def test_rerun_is_a_no_op(grown: tuple[str, Path, Path], sources: tuple[Path, Path]) -> None:

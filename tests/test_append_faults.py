@@ -138,6 +138,7 @@ def test_failure_while_encoding(fmt: str, cases: dict[str, tuple[Path, Path]],
         check_after_interruption(dst, base, grown, sources[1])
 
 
+IMPORTS = "import packer.api, packer.conversion.append.merge, lmdb, h5py, PIL.Image"
 APPEND = "import sys; from packer import append; append(sys.argv[1], sys.argv[2], workers=0)"
 
 
@@ -150,12 +151,16 @@ def test_sigkill_at_random_moments(fmt: str, cases: dict[str, tuple[Path, Path]]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     command = [sys.executable, "-c", APPEND, str(sources[1])]
     started = time.monotonic()
+    imports = IMPORTS + (", torch" if fmt == "npy" else "")  # npy resizes with torch
+    subprocess.run([sys.executable, "-c", imports], env=env, check=True)
+    ready = time.monotonic() - started  # the kills land after the start-up, in the append
+    started = time.monotonic()
     subprocess.run([*command, str(_fresh(base, tmp_path, "timed"))], env=env, check=True)
     took = time.monotonic() - started
-    for round_ in range(5):
+    for round_ in range(6):
         dst = _fresh(base, tmp_path, f"round{round_}")
         proc = subprocess.Popen([*command, str(dst)], env=env)
-        delay = rng.uniform(0.3 * took, took)
+        delay = rng.uniform(min(ready, 0.9 * took), took)
         try:
             proc.wait(delay)
         except subprocess.TimeoutExpired:
