@@ -161,3 +161,22 @@ def test_bad_new_inputs_go_to_rejects(sources: tuple[Path, Path], tmp_path: Path
     assert [r.path for r in read_rejects(dst)] == [str(src / "class_00" / "broken.jpg")]
     assert read_index(dst).num_rejected == 1
     assert verify(dst, src).ok
+
+
+def test_append_from_an_archive_and_a_packed_dataset(sources: tuple[Path, Path],
+                                                     tmp_path: Path) -> None:
+    """Both read their new items by scan position: each sample gets its own bytes."""
+    archive = Path(shutil.make_archive(str(tmp_path / "union"), "tar", sources[1]))
+    dst = tmp_path / "ds.wds"
+    pack(sources[0], dst, "wds")
+    assert append(archive, dst, workers=0).num_new == 20
+    report = verify(dst, archive)  # member bytes against the stored digests
+    assert report.ok, report.problem
+    packed = tmp_path / "union.lmdb"
+    pack(sources[1], packed, "lmdb")
+    grown = tmp_path / "ds.h5"
+    pack(sources[0], grown, "hdf5")
+    assert append(packed, grown, workers=0).num_new == 20
+    report = verify(grown, packed)
+    assert report.ok, report.problem
+    assert samples(grown)[24:] == [s for s in samples(packed) if s not in samples(grown)[:24]]

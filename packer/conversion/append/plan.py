@@ -21,7 +21,7 @@ import numpy as np
 
 from packer.conversion.identity import JOB_KEY
 from packer.core.index import INDEX_NAME, Index, SampleTable, open_dataset
-from packer.core.record import Reject, SourceItem
+from packer.core.record import Origin, Reject, SourceItem
 from packer.encode import EncodeOptions
 from packer.errors import PackError, SourceError
 from packer.formats.base import ShardOptions
@@ -117,11 +117,16 @@ def plan_append(src: Path, dst: Path, asked: dict[str, Any],
                 and source.archive is None else None)
     items: list[SourceItem] = []
     conflicts: list[Reject] = []
+    scanned: list[int] = []  # each new item's position in the scan, which origins read by
+    origin = None if source.origin is None and source.archive is None else \
+        Renumbered(source.origin or source.archive, scanned)  # type: ignore[arg-type]
     for item in source.items:
         label = mapping[item.label]
         i = held.positions.get(item.key)
         if i is None:
-            items.append(SourceItem(len(items), item.path, item.key, label, item.origin))
+            scanned.append(item.position)
+            items.append(SourceItem(len(items), item.path, item.key, label,
+                                    None if item.origin is None else origin))
         elif (problem := held.conflict(item, label, i)) is not None:
             conflicts.append(Reject(item.position, item.path,
                                     f"key {item.key!r} is already in {dst} {problem}; "
@@ -153,6 +158,34 @@ def _fingerprint(dst: Path, items: list[SourceItem], settings: dict[str, Any]) -
             facts = "-"
         whole.update(f"{item.key}\0{item.path}\0{item.label}\0{facts}\n".encode())
     return whole.hexdigest()
+
+
+class Renumbered:
+    """A packed or archive source's reader for the new items, numbered 0..n-1 in the
+    append (what its writer loop and journal count in), which it reads by their
+    positions in the scan."""
+
+    def __init__(self, origin: Origin, positions: list[int]) -> None:
+        self.origin = origin
+        self.positions = positions
+
+    @property
+    def pixel_size(self) -> tuple[int, int] | None:
+        return self.origin.pixel_size
+
+    @property
+    def whole_files(self) -> bool:
+        return self.origin.whole_files
+
+    def read(self, item: SourceItem) -> bytes:
+        return self.origin.read(self._scanned(item))
+
+    def read_fields(self, item: SourceItem) -> bytes:
+        read = getattr(self.origin, "read_fields", None)
+        return b"" if read is None else bytes(read(self._scanned(item)))
+
+    def _scanned(self, item: SourceItem) -> SourceItem:
+        return dataclasses.replace(item, position=self.positions[item.position])
 
 
 class Held:
