@@ -2,7 +2,8 @@
 commit's renames, refused until `--resume`), a plain rerun refuses with the resume
 hint, and `--resume` gives the uninterrupted append's files byte for byte.
 
-Moments: every os.replace and every record the writer takes (a failure raised there),
+Moments: every os.replace, every os.fsync and every record the writer takes (a failure
+raised there),
 and SIGKILLs of a `pack append` process at random times."""
 
 from __future__ import annotations
@@ -81,19 +82,23 @@ def _fresh(base: Path, tmp_path: Path, name: str) -> Path:
     return dst
 
 
+@pytest.mark.parametrize("call", ["replace", "fsync"])
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_failure_at_every_rename(fmt: str, cases: dict[str, tuple[Path, Path]],
-                                 sources: tuple[Path, Path], tmp_path: Path,
-                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failure_at_every_rename_and_fsync(fmt: str, call: str,
+                                           cases: dict[str, tuple[Path, Path]],
+                                           sources: tuple[Path, Path], tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every os.replace and os.fsync of an append fails in turn (the fsyncs mark every
+    step of the commit, npy's growth in place among them)."""
     base, grown = cases[fmt]
-    real = os.replace
+    real = getattr(os, call)
     calls = [0]
 
-    def counted(src: object, dst: object) -> None:
+    def counted(*args: object) -> object:
         calls[0] += 1
-        real(src, dst)  # type: ignore[arg-type]
+        return real(*args)
 
-    monkeypatch.setattr(os, "replace", counted)
+    monkeypatch.setattr(os, call, counted)
     append(sources[1], _fresh(base, tmp_path, "count"), workers=0)
     total = calls[0]
     assert total > 5
@@ -101,16 +106,16 @@ def test_failure_at_every_rename(fmt: str, cases: dict[str, tuple[Path, Path]],
         dst = _fresh(base, tmp_path, f"at{moment}")
         calls[0] = 0
 
-        def failing(src: object, dst: object, moment: int = moment) -> None:
+        def failing(*args: object, moment: int = moment) -> object:
             if calls[0] == moment:
-                raise Injected(f"os.replace number {moment}")
+                raise Injected(f"os.{call} number {moment}")
             calls[0] += 1
-            real(src, dst)  # type: ignore[arg-type]
+            return real(*args)
 
-        monkeypatch.setattr(os, "replace", failing)
+        monkeypatch.setattr(os, call, failing)
         with pytest.raises((Injected, PackError)):
             append(sources[1], dst, workers=0)
-        monkeypatch.setattr(os, "replace", real)
+        monkeypatch.setattr(os, call, real)
         check_after_interruption(dst, base, grown, sources[1])
 
 

@@ -1,12 +1,14 @@
 """Step three of an append: the table, rejects and index.json, then one commit.
 
 Everything the grown dataset needs is first written, fsynced, into the staging folder;
-then `commit.json` lists the renames that put it in DST, index.json last, and is
-written atomically: from that moment the append is decided, and `--resume` after an
-interruption only finishes the renames (each is done once: a file already moved is no
-longer in the staging folder). Until index.json lands a reader sees DST's old index;
-in the short window of the renames, one that opens the dataset finds a table newer
-than its index and is refused by the table digest, never served a mix.
+then `commit.json` lists the renames that put it in DST, index.json last (and, for
+npy, how images.npy grows in place: the staged rows after DST's, then the header),
+and is written atomically: from that moment the append is decided, and `--resume`
+after an interruption only finishes the commit (each rename is done once: a file
+already moved is no longer in the staging folder; the growth is redone whole). Until
+index.json lands a reader sees DST's old index; in the short window of the commit, one
+that opens the dataset finds a table (or an npy header) newer than its index and is
+refused, never served a mix.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ def prepare(plan: AppendPlan, staged: Staged, merged: Merged) -> None:
     write_atomic(ready / INDEX_NAME, (text + "\n").encode("utf-8"))
     moves = [*merged.moves, *((f"{READY}/{name}", name) for name in
                               (SAMPLES_NAME, KEYS_NAME, REJECTS_NAME, INDEX_NAME))]
-    record = {"moves": moves, "num_new": len(staged.table),
+    record = {"moves": moves, "extend": merged.extend, "num_new": len(staged.table),
               "new_classes": list(plan.new_classes),
               "first_new_label": len(plan.index.class_names)}
     write_atomic(where / COMMIT, json.dumps(record).encode("utf-8"))
@@ -86,6 +88,8 @@ def committing(folder: Path) -> dict[str, Any] | None:
 def apply(folder: Path, record: dict[str, Any]) -> None:
     """Do the renames commit.json lists that are not done yet, then drop the staging."""
     where = stage_dir(folder)
+    if record.get("extend"):
+        extend(folder, where, record["extend"])
     for src, dst in record["moves"]:
         source = where / src
         if source.exists():
@@ -98,6 +102,26 @@ def apply(folder: Path, record: dict[str, Any]) -> None:
     os.replace(where, done)  # one step: a staging folder left means an unfinished append
     fsync_dir(folder)
     shutil.rmtree(done, ignore_errors=True)
+
+
+def extend(folder: Path, where: Path, grow: dict[str, Any]) -> None:
+    """Grow a DST file in place: cut it back to its old size (a rerun after an
+    interruption), append the staged bytes, fsync, then write its new header.
+
+    Done again from the start by a rerun: the staged file stays until the end."""
+    with open(folder / grow["file"], "r+b") as out, \
+            open(where / grow["source"], "rb") as staged:
+        out.truncate(grow["keep"])
+        start, at, size = int(grow["start"]), int(grow["keep"]), int(grow["size"])
+        while size > 0:
+            done = os.copy_file_range(staged.fileno(), out.fileno(), size, start, at)
+            if done <= 0:
+                raise OSError(f"{where / grow['source']}: ended {size} bytes early; "
+                              "delete the .pack-append folder and append again")
+            start, at, size = start + done, at + done, size - done
+        os.fsync(out.fileno())
+        os.pwrite(out.fileno(), bytes.fromhex(grow["header"]), 0)
+        os.fsync(out.fileno())
 
 
 def finished_dir(folder: Path) -> Path:

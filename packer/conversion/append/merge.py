@@ -2,7 +2,8 @@
 
     wds    the staged shards are already DST's next shards: nothing to build but the
            wids index of every shard
-    npy    images.npy = DST's rows + the staged rows under one new header; labels.npy
+    npy    labels.npy; images.npy grows in place at the commit: the staged rows go
+           after DST's, then the header names the new count
     hdf5   data.h5 = DST's blob + the staged blob, h5py's metadata for the whole
     lmdb   data.mdb = a copy of DST's with the staged keys put in
 
@@ -15,6 +16,7 @@ offsets shifted past the old data where they share one file.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -34,6 +36,8 @@ from packer.formats._wids import index_extra
 from packer.storage.atomic import atomic_writer, fsync_path
 from packer.storage.hashing import sha256_file
 
+WINDOW = 16 << 20  # bytes hashed at a time
+
 
 @dataclass
 class Merged:
@@ -43,6 +47,7 @@ class Merged:
     table: SampleTable  # every sample, DST's first
     moves: list[tuple[str, str]]  # (path in the staging folder, path in DST)
     extra: dict[str, Any] = field(default_factory=dict)  # for index.json's extra
+    extend: dict[str, Any] | None = None  # a file that grows in place at the commit (npy)
 
 
 def merge(plan: AppendPlan, staged: Staged, where: Path) -> Merged:
@@ -76,22 +81,36 @@ def _wds(plan: AppendPlan, staged: Staged, where: Path, ready: Path) -> Merged:
 
 
 def _npy_files(plan: AppendPlan, staged: Staged, where: Path, ready: Path) -> Merged:
+    """images.npy grows in place at the commit (packer.conversion.append.commit.extend):
+    its sha256 is computed here from DST's rows and the staged ones, nothing copied."""
     height, width = plan.options.size or (0, 0)
     row = height * width * 3
     old, new = plan.index.num_samples, len(staged.table)
-    path = ready / _npy.IMAGES
-    with open(path, "wb") as out:
-        out.write(_npy.npy_header((old + new, height, width, 3)))
-        _copy(plan.folder / _npy.IMAGES, _npy.HEADER_BYTES, out, old * row)
-        _copy(where / _npy.IMAGES, _npy.HEADER_BYTES, out, new * row)
-        out.flush()
-        os.fsync(out.fileno())
+    header = _npy.npy_header((old + new, height, width, 3))
+    keep = _npy.HEADER_BYTES + old * row
+    digest = _sha256(header, [(plan.folder / _npy.IMAGES, _npy.HEADER_BYTES, old * row),
+                              (where / _npy.IMAGES, _npy.HEADER_BYTES, new * row)])
     table = joined(plan.table, staged.table, old * row)
     with atomic_writer(ready / _npy.LABELS) as handle:
         np.save(handle, np.ascontiguousarray(table.labels, dtype=np.int64))
-    shard = ShardInfo(_npy.IMAGES, old + new, path.stat().st_size, sha256_file(path))
-    return Merged((shard,), table, [(f"{READY}/{_npy.IMAGES}", _npy.IMAGES),
-                                    (f"{READY}/{_npy.LABELS}", _npy.LABELS)])
+    shard = ShardInfo(_npy.IMAGES, old + new, keep + new * row, digest)
+    extend = {"file": _npy.IMAGES, "keep": keep, "source": _npy.IMAGES,
+              "start": _npy.HEADER_BYTES, "size": new * row, "header": header.hex()}
+    return Merged((shard,), table, [(f"{READY}/{_npy.LABELS}", _npy.LABELS)], extend=extend)
+
+
+def _sha256(head: bytes, ranges: list[tuple[Path, int, int]]) -> str:
+    """sha256 of `head` then of each (file, start, size) range, read a window at a time."""
+    digest = hashlib.sha256(head)
+    for path, start, size in ranges:
+        with open(path, "rb") as handle:
+            while size > 0:
+                chunk = os.pread(handle.fileno(), min(size, WINDOW), start)
+                if not chunk:
+                    raise OSError(f"{path}: ended {size} bytes early; restore it or reconvert")
+                digest.update(chunk)
+                start, size = start + len(chunk), size - len(chunk)
+    return digest.hexdigest()
 
 
 def _copy(src: Path, start: int, out: Any, size: int) -> None:
