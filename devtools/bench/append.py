@@ -11,6 +11,13 @@ timed), with SRC the grown folder (scanned whole: a key DST holds costs a stat) 
 with SRC the new images alone ("new only"). Prints the median seconds of each and
 their ratio to the convert. Run it under `flock /tmp/bench.lock` on a shared machine:
 the numbers worth quoting are the ratios.
+
+On the shared 2-core machine (ext4, no reflinks; 20,000 images of 48-96 px, 1,000 added,
+median of 5), append / convert of the 1,000: wds 2.15 (SRC = the new images alone: 1.06),
+lmdb 4.31 (3.08), hdf5 4.68 (3.04), npy 2.76 (2.55). Converting 1,000 such tiny images
+takes 0.07-0.22 s, so what grows with DST shows: the scan of a whole SRC and a stat per
+key DST holds (~0.1 s), lmdb's and hdf5's copy of the old file (~0.15 s for 70-90 MB),
+and the sha256 of the whole file for the one-file formats (~0.2 s for npy's 236 MB).
 """
 
 from __future__ import annotations
