@@ -2,6 +2,7 @@
 readers.diagnostics (`pack bench/tune/profile` import torch inside the command).
 
     pack convert SRC DST --to wds|lmdb|hdf5|npy     pack_cli._convert
+    pack append SRC DST                             pack_cli._append
     pack info DST | pack verify DST [--source SRC]  pack_cli._inspect
     pack bench | tune | profile                     pack_cli._loader
     pack stats DST                                  pack_cli._stats
@@ -15,6 +16,7 @@ import sys
 
 import click
 
+from pack_cli._append import append_command
 from pack_cli._convert import convert_command
 from pack_cli._dedup import dedup_command
 from pack_cli._errors import (
@@ -67,5 +69,6 @@ def main() -> None:
 
 
 for command in (convert_command, info_command, verify_command, bench_command, tune_command,
-                profile_command, stats_command, split_command, dedup_command):
+                profile_command, append_command, stats_command, split_command,
+                dedup_command):
     main.add_command(command)

@@ -42,7 +42,8 @@ from packer.errors import (
 )
 
 if TYPE_CHECKING:
-    from packer.api import convert, describe, verify
+    from packer.api import append, convert, describe, verify
+    from packer.conversion.append import AppendResult
     from packer.conversion.job import ConvertOptions
     from packer.core.fields import FieldSpec
     from packer.core.index import Index, SampleTable, open_dataset, read_index
@@ -55,6 +56,8 @@ if TYPE_CHECKING:
 _LAZY = {
     "ConvertOptions": "packer.conversion.job",
     "convert": "packer.api",
+    "append": "packer.api",
+    "AppendResult": "packer.conversion.append",
     "EncodeOptions": "packer.encode",
     "FieldChoice": "packer.source.fields",
     "FieldSpec": "packer.core.fields",
@@ -72,6 +75,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "AppendResult",
     "ArrayValueError",
     "BadInputError",
     "ConvertOptions",
@@ -97,6 +101,7 @@ __all__ = [
     "ShardOptions",
     "SourceError",
     "SplitReport",
+    "append",
     "convert",
     "describe",
     "open_dataset",

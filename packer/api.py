@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from packer.conversion.append import AppendResult, append
 from packer.conversion.job import ConvertOptions, convert_local
 from packer.core.index import INDEX_NAME, Index
 from packer.dataset.describe import describe as describe_folder
@@ -25,8 +26,8 @@ from packer.encode import EncodeOptions
 from packer.errors import PackError
 from packer.source.compare import check_against_source
 
-__all__ = ["ConvertOptions", "Report", "convert", "describe", "holds_complete", "verify",
-           "verify_remote"]
+__all__ = ["AppendResult", "ConvertOptions", "Report", "append", "convert", "describe",
+           "holds_complete", "verify", "verify_remote"]
 
 
 def convert(src: str | Path, dst: str | Path, fmt: str, options: EncodeOptions | None = None,

@@ -35,7 +35,7 @@ import lmdb
 import numpy as np
 
 from packer.core.fields import unpack_record
-from packer.core.index import Index, SampleTable, ShardInfo
+from packer.core.index import Index, SampleTable, ShardInfo, load_table
 from packer.core.record import Record
 from packer.errors import CorruptDatasetError, UnstorableRecord
 from packer.formats.base import (
@@ -270,12 +270,21 @@ def read_labels(folder: Path, index: Index) -> np.ndarray:
         raise CorruptDatasetError(f"{folder / FOLDER}: not readable ({exc}); reconvert") from exc
     try:
         with env.begin() as txn:
+            if index.extra.get("appended"):  # appended samples follow the old ones, so
+                # sample order is not key order: look each sample up by its key
+                keys = load_table(folder).key_bytes_many(range(index.num_samples))
+                return np.asarray([_label(txn.get(key)) for key in keys], np.int64)
             return np.asarray([HEADER.unpack_from(value)[0] for key, value in txn.cursor()
                                if FIELD_SEPARATOR not in key], np.int64)
     except (lmdb.Error, struct.error) as exc:
         raise CorruptDatasetError(f"{folder / FOLDER}: damaged ({exc}); reconvert") from exc
     finally:
         env.close()
+
+
+def _label(value: bytes | None) -> int:
+    """The label in a value's header; -1 (no such class) for a missing key."""
+    return -1 if value is None else int(HEADER.unpack_from(value)[0])
 
 
 side_files = no_files  # the data file holds everything a reader needs

@@ -34,10 +34,11 @@ def check_against_source(folder: Path, index: Index, table: SampleTable, src: Pa
     source = scan(src, FieldChoice(keep=names, enabled=bool(names), types=index.fields,
                                    annotations=None if annotations is None
                                    else str(annotations)))
-    if source.class_names != index.class_names:
+    if source.class_names != index.class_names and not _appended_order(index, source):
         raise PackError(f"{folder}: class names differ from the source {src} "
                         f"({len(index.class_names)} vs {len(source.class_names)} classes); "
                         "reconvert")
+    label_of = [index.class_names.index(name) for name in source.class_names]
     rejected = _rejected_paths(folder)
     positions = {table.key(i): i for i in range(len(table))}
     expected = _source_digest(index, source)
@@ -49,8 +50,8 @@ def check_against_source(folder: Path, index: Index, table: SampleTable, src: Pa
                 continue
             raise PackError(f"{item.path}: in the source but not in {folder} (key "
                             f"{item.key!r}); reconvert")
-        if int(table.labels[i]) != item.label:
-            raise PackError(f"{item.path}: label {item.label} in the source, "
+        if int(table.labels[i]) != label_of[item.label]:
+            raise PackError(f"{item.path}: label {label_of[item.label]} in the source, "
                             f"{int(table.labels[i])} in {folder}; reconvert")
         if expected is not None and expected(item) != table.digest(i):
             raise PackError(f"{item.path}: bytes differ from sample {i} in {folder}; the "
@@ -61,6 +62,13 @@ def check_against_source(folder: Path, index: Index, table: SampleTable, src: Pa
     if positions:
         raise PackError(f"{folder}: {len(positions)} samples are not in the source {src} "
                         f"(first: {min(positions, key=positions.__getitem__)!r})")
+
+
+def _appended_order(index: Index, source: Source) -> bool:
+    """Whether the dataset holds the source's classes in the order appends gave them
+    (packer.conversion.append: new classes after the old ones), so labels compare by name."""
+    return bool(index.extra.get("appended")) and \
+        sorted(index.class_names) == sorted(source.class_names)
 
 
 def _fields_digest(source: Source, item: SourceItem) -> bytes:

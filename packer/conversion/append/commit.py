@@ -1,0 +1,130 @@
+"""Step three of an append: the table, rejects and index.json, then one commit.
+
+Everything the grown dataset needs is first written, fsynced, into the staging folder;
+then `commit.json` lists the renames that put it in DST, index.json last (and, for
+npy, how images.npy grows in place: the staged rows after DST's, then the header),
+and is written atomically: from that moment the append is decided, and `--resume`
+after an interruption only finishes the commit (each rename is done once: a file
+already moved is no longer in the staging folder; the growth is redone whole). Until
+index.json lands a reader sees DST's old index; in the short window of the commit, one
+that opens the dataset finds a table (or an npy header) newer than its index and is
+refused, never served a mix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from packer.conversion.append.plan import AppendPlan
+from packer.conversion.append.stage import READY, STAGE_DIR, Staged, stage_dir
+from packer.core import checks
+from packer.core.index import (
+    INDEX_NAME,
+    KEYS_NAME,
+    REJECTS_NAME,
+    SAMPLES_NAME,
+    TABLE_DIGEST,
+    save_table,
+    table_files,
+)
+from packer.core.record import Reject
+from packer.storage.atomic import fsync_dir, write_atomic
+
+if TYPE_CHECKING:
+    from packer.conversion.append.merge import Merged
+
+COMMIT = "commit.json"
+APPENDED = "appended"  # index.json's extra: one entry per append, oldest first
+
+
+def new_rejects(plan: AppendPlan, staged: Staged | None) -> list[Reject]:
+    """This append's rejects that DST's rejects.jsonl does not list yet."""
+    listed = {reject.path for reject in plan.old_rejects}
+    found = plan.scan_rejects() + plan.conflicts + (staged.rejects if staged else [])
+    return [r for r in found if r.path not in listed]
+
+
+def prepare(plan: AppendPlan, staged: Staged, merged: Merged) -> None:
+    """Write the table, rejects and index of the grown dataset, then commit.json."""
+    where = stage_dir(plan.folder)
+    ready = where / READY
+    save_table(ready, merged.table)
+    packed = {item.path for item in plan.items}
+    rejects = [r for r in plan.old_rejects if r.path not in packed] + new_rejects(plan, staged)
+    lines = "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in rejects)
+    write_atomic(ready / REJECTS_NAME, lines.encode("utf-8"))
+    history = [*plan.index.extra.get(APPENDED, ()),
+               {"num_samples": len(staged.table), "new_classes": list(plan.new_classes)}]
+    index = replace(plan.index, num_samples=len(merged.table), class_names=plan.class_names,
+                    shards=merged.shards, num_rejected=len(rejects),
+                    extra={**plan.index.extra, **merged.extra, APPENDED: history})
+    digest = checks.files_digest(table_files(ready, index))
+    index = replace(index, extra={**index.extra, TABLE_DIGEST: digest})
+    text = json.dumps(index.to_json(), indent=1, sort_keys=True, ensure_ascii=False)
+    write_atomic(ready / INDEX_NAME, (text + "\n").encode("utf-8"))
+    moves = [*merged.moves, *((f"{READY}/{name}", name) for name in
+                              (SAMPLES_NAME, KEYS_NAME, REJECTS_NAME, INDEX_NAME))]
+    record = {"moves": moves, "extend": merged.extend, "num_new": len(staged.table),
+              "new_classes": list(plan.new_classes),
+              "first_new_label": len(plan.index.class_names)}
+    write_atomic(where / COMMIT, json.dumps(record).encode("utf-8"))
+    fsync_dir(where)
+
+
+def committing(folder: Path) -> dict[str, Any] | None:
+    """The commit record of an append that was decided, or None."""
+    try:
+        data: dict[str, Any] = json.loads((stage_dir(folder) / COMMIT).read_text("utf-8"))
+        return data
+    except (OSError, ValueError):
+        return None
+
+
+def apply(folder: Path, record: dict[str, Any]) -> None:
+    """Do the renames commit.json lists that are not done yet, then drop the staging."""
+    where = stage_dir(folder)
+    if record.get("extend"):
+        extend(folder, where, record["extend"])
+    for src, dst in record["moves"]:
+        source = where / src
+        if source.exists():
+            target = folder / dst
+            os.replace(source, target)
+            fsync_dir(target.parent)
+    fsync_dir(folder)
+    done = finished_dir(folder)
+    shutil.rmtree(done, ignore_errors=True)
+    os.replace(where, done)  # one step: a staging folder left means an unfinished append
+    fsync_dir(folder)
+    shutil.rmtree(done, ignore_errors=True)
+
+
+def extend(folder: Path, where: Path, grow: dict[str, Any]) -> None:
+    """Grow a DST file in place: cut it back to its old size (a rerun after an
+    interruption), append the staged bytes, fsync, then write its new header.
+
+    Done again from the start by a rerun: the staged file stays until the end."""
+    with open(folder / grow["file"], "r+b") as out, \
+            open(where / grow["source"], "rb") as staged:
+        out.truncate(grow["keep"])
+        start, at, size = int(grow["start"]), int(grow["keep"]), int(grow["size"])
+        while size > 0:
+            done = os.copy_file_range(staged.fileno(), out.fileno(), size, start, at)
+            if done <= 0:
+                raise OSError(f"{where / grow['source']}: ended {size} bytes early; "
+                              "delete the .pack-append folder and append again")
+            start, at, size = start + done, at + done, size - done
+        os.fsync(out.fileno())
+        os.pwrite(out.fileno(), bytes.fromhex(grow["header"]), 0)
+        os.fsync(out.fileno())
+
+
+def finished_dir(folder: Path) -> Path:
+    """Where a finished append's staging folder goes to be deleted."""
+    return folder / (STAGE_DIR + ".done")
+

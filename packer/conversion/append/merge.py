@@ -1,0 +1,180 @@
+"""Step two of an append: the grown dataset's data files, built in `.pack-append/ready/`.
+
+    wds    the staged shards are already DST's next shards: nothing to build but the
+           wids index of every shard
+    npy    labels.npy; images.npy grows in place at the commit: the staged rows go
+           after DST's, then the header names the new count
+    hdf5   data.h5 = DST's blob + the staged blob, h5py's metadata for the whole
+    lmdb   data.mdb = a copy of DST's with the staged keys put in
+
+Bytes move with copy_file_range (the kernel copies, a reflink where the file system
+has them): no image is decoded or re-encoded, and DST's files are only read, so DST
+stays the complete old dataset until the commit (packer.conversion.append.commit) renames
+these in. Old samples keep their rows, offsets and digests; new rows follow, their
+offsets shifted past the old data where they share one file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import h5py
+import lmdb
+import numpy as np
+
+from packer.conversion.append.plan import AppendPlan
+from packer.conversion.append.stage import READY, Staged
+from packer.core.index import SampleTable, ShardInfo, TableBuilder
+from packer.formats import _hdf5_writer, _lmdb, _npy
+from packer.formats._wds_names import continued_stem, shard_stem
+from packer.formats._wids import index_extra
+from packer.storage.atomic import atomic_writer, fsync_path
+from packer.storage.hashing import sha256_file
+
+WINDOW = 16 << 20  # bytes hashed at a time
+
+
+@dataclass
+class Merged:
+    """The grown dataset's data files, ready to be moved into DST."""
+
+    shards: tuple[ShardInfo, ...]  # every shard, DST's first
+    table: SampleTable  # every sample, DST's first
+    moves: list[tuple[str, str]]  # (path in the staging folder, path in DST)
+    extra: dict[str, Any] = field(default_factory=dict)  # for index.json's extra
+    extend: dict[str, Any] | None = None  # a file that grows in place at the commit (npy)
+
+
+def merge(plan: AppendPlan, staged: Staged, where: Path) -> Merged:
+    ready = where / READY
+    shutil.rmtree(ready, ignore_errors=True)
+    ready.mkdir()
+    build = {"wds": _wds, "npy": _npy_files, "hdf5": _hdf5, "lmdb": _lmdb_file}
+    return build[plan.index.format](plan, staged, where, ready)
+
+
+def joined(old: SampleTable, new: SampleTable, shift: int) -> SampleTable:
+    """DST's rows, then the staged rows with their offsets moved `shift` bytes on."""
+    builder = TableBuilder()
+    builder.extend(old)
+    rows = np.array(new.rows, copy=True)
+    rows["offset"] += shift
+    builder.extend(SampleTable(rows, new.keys_blob))
+    return builder.build()
+
+
+def _wds(plan: AppendPlan, staged: Staged, where: Path, ready: Path) -> Merged:
+    shards = plan.index.shards + staged.shards
+    table = joined(plan.table, staged.table, 0)
+    stem = continued_stem(shards, shard_stem(plan.folder.name))
+    types = [*plan.index.extra.get("image_types", ()), *staged.image_types]
+    extra = index_extra(ready, stem, shards, table, types)
+    moves = [(shard.name, shard.name) for shard in staged.shards]
+    if extra.get("wids_index"):
+        moves.append((f"{READY}/{extra['wids_index']}", str(extra["wids_index"])))
+    return Merged(shards, table, moves, extra)
+
+
+def _npy_files(plan: AppendPlan, staged: Staged, where: Path, ready: Path) -> Merged:
+    """images.npy grows in place at the commit (packer.conversion.append.commit.extend):
+    its sha256 is computed here from DST's rows and the staged ones, nothing copied."""
+    height, width = plan.options.size or (0, 0)
+    row = height * width * 3
+    old, new = plan.index.num_samples, len(staged.table)
+    header = _npy.npy_header((old + new, height, width, 3))
+    keep = _npy.HEADER_BYTES + old * row
+    digest = _sha256(header, [(plan.folder / _npy.IMAGES, _npy.HEADER_BYTES, old * row),
+                              (where / _npy.IMAGES, _npy.HEADER_BYTES, new * row)])
+    table = joined(plan.table, staged.table, old * row)
+    with atomic_writer(ready / _npy.LABELS) as handle:
+        np.save(handle, np.ascontiguousarray(table.labels, dtype=np.int64))
+    shard = ShardInfo(_npy.IMAGES, old + new, keep + new * row, digest)
+    extend = {"file": _npy.IMAGES, "keep": keep, "source": _npy.IMAGES,
+              "start": _npy.HEADER_BYTES, "size": new * row, "header": header.hex()}
+    return Merged((shard,), table, [(f"{READY}/{_npy.LABELS}", _npy.LABELS)], extend=extend)
+
+
+def _sha256(head: bytes, ranges: list[tuple[Path, int, int]]) -> str:
+    """sha256 of `head` then of each (file, start, size) range, read a window at a time."""
+    digest = hashlib.sha256(head)
+    for path, start, size in ranges:
+        with open(path, "rb") as handle:
+            while size > 0:
+                chunk = os.pread(handle.fileno(), min(size, WINDOW), start)
+                if not chunk:
+                    raise OSError(f"{path}: ended {size} bytes early; restore it or reconvert")
+                digest.update(chunk)
+                start, size = start + len(chunk), size - len(chunk)
+    return digest.hexdigest()
+
+
+def _copy(src: Path, start: int, out: Any, size: int) -> None:
+    """Append `size` bytes of `src` from `start` to the open file `out`."""
+    out.flush()
+    with open(src, "rb") as handle:
+        at = out.tell()
+        while size > 0:
+            done = os.copy_file_range(handle.fileno(), out.fileno(), size, start, at)
+            if done <= 0:
+                raise OSError(f"{src}: ended {size} bytes early; restore it or reconvert")
+            start, at, size = start + done, at + done, size - done
+    out.seek(at)
+
+
+def _blob(path: Path) -> tuple[int, int, list[str]]:
+    """Where an hdf5 file's image blob starts, its length, and each sample's extension."""
+    with h5py.File(path, "r", locking=False) as h5:
+        blob = h5["images"]
+        exts = [ext.decode("ascii") if isinstance(ext, bytes) else str(ext)
+                for ext in h5["exts"][:]]
+        return int(blob.id.get_offset() or 0), int(blob.shape[0]), exts
+
+
+def _hdf5(plan: AppendPlan, staged: Staged, where: Path, ready: Path) -> Merged:
+    old_at, old_size, old_exts = _blob(plan.folder / _hdf5_writer.FILE)
+    new_at, new_size, new_exts = _blob(where / _hdf5_writer.FILE)
+    table = joined(plan.table, staged.table, old_size)
+    path = ready / _hdf5_writer.FILE
+    at = _hdf5_writer.build_layout(path, old_size + new_size, table, old_exts + new_exts)
+    if at is None:
+        raise RuntimeError(f"{path}: h5py did not allocate /images")
+    with open(path, "r+b") as out:
+        out.seek(at)
+        _copy(plan.folder / _hdf5_writer.FILE, old_at, out, old_size)
+        _copy(where / _hdf5_writer.FILE, new_at, out, new_size)
+        out.flush()
+        os.fsync(out.fileno())
+    shard = ShardInfo(_hdf5_writer.FILE, len(table), path.stat().st_size, sha256_file(path))
+    return Merged((shard,), table, [(f"{READY}/{_hdf5_writer.FILE}", _hdf5_writer.FILE)])
+
+
+def _lmdb_file(plan: AppendPlan, staged: Staged, where: Path, ready: Path) -> Merged:
+    path = ready / "data.mdb"
+    source = plan.folder / _lmdb.FOLDER / "data.mdb"
+    with open(path, "wb") as out:
+        _copy(source, 0, out, source.stat().st_size)
+    adding = lmdb.open(str(where / _lmdb.FOLDER), readonly=True, lock=False, subdir=True)
+    env = lmdb.open(str(path), subdir=False, lock=False, readahead=False, max_dbs=0,
+                    map_size=max(_lmdb.INITIAL_MAP, 2 * (path.stat().st_size + _size(where))))
+    try:
+        with adding.begin(buffers=False) as read, env.begin(write=True) as txn:
+            for key, value in read.cursor():
+                txn.put(key, value, overwrite=False)
+        env.sync(True)
+    finally:
+        env.close()
+        adding.close()
+    fsync_path(path)
+    shard = ShardInfo(f"{_lmdb.FOLDER}/data.mdb", plan.index.num_samples + len(staged.table),
+                      path.stat().st_size, sha256_file(path))
+    return Merged((shard,), joined(plan.table, staged.table, 0),
+                  [(f"{READY}/data.mdb", f"{_lmdb.FOLDER}/data.mdb")])
+
+
+def _size(where: Path) -> int:
+    return (where / _lmdb.FOLDER / "data.mdb").stat().st_size

@@ -1,0 +1,176 @@
+"""Step one of an append: encode the new inputs into `DST/.pack-append/`, DST untouched.
+
+The staging folder is a small conversion of its own, through the same writer loop and
+journal as `pack convert` (packer.conversion): wds keeps every finished shard and npy
+every part for `--resume`; lmdb and hdf5 redo the staging, which holds only the new
+inputs. wds shards are named as DST's next shards from the start, so the commit moves
+them in unchanged. When the staging is complete, `staged.json` says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from packer import formats
+from packer.conversion.append.plan import AppendPlan
+from packer.conversion.job import closed_after, encoded
+from packer.conversion.journal import Journal, Progress
+from packer.conversion.writing import OnError, WriterLoop
+from packer.core.index import SampleTable, ShardInfo, load_table, save_table
+from packer.core.record import Reject
+from packer.formats._wds import WdsWriter
+from packer.formats._wds_names import continued_stem, shard_stem
+from packer.formats.base import Writer, WriterPlan
+from packer.imaging.resize import load_torch
+from packer.storage.atomic import fsync_dir, write_atomic
+from packer.storage.hashing import sha256_file
+
+STAGE_DIR = ".pack-append"
+STAGED = "staged.json"
+PREFIX = "staged."
+READY = "ready"  # the grown dataset's files, before the commit (packer.conversion.append.merge)
+
+
+@dataclass(frozen=True)
+class Staged:
+    """The new samples, encoded and durable in the staging folder."""
+
+    table: SampleTable  # their rows, locations as in the staged files
+    shards: tuple[ShardInfo, ...]  # wds: the new shards; else the staged file
+    rejects: list[Reject]
+    image_types: tuple[str, ...]  # wds: member extensions of the new images
+
+
+class AppendWdsWriter(WdsWriter):
+    """A wds writer whose numbering goes on after DST's shards; the wids index of the
+    whole dataset is written at the commit (packer.conversion.append.merge), not here."""
+
+    def finish(self, table: SampleTable) -> tuple[ShardInfo, ...]:
+        self.end_part()
+        return tuple(self.shards)
+
+
+def stage_dir(folder: Path) -> Path:
+    return folder / STAGE_DIR
+
+
+def stage(plan: AppendPlan, workers: int | None, on_error: OnError, resume: bool,
+          progress: Callable[[int], None] | None = None) -> Staged:
+    """Encode `plan.items` into the staging folder (resumed when `resume` and the
+    interrupted staging is of this same append); returns what it holds."""
+    where = stage_dir(plan.folder)
+    if resume and (staged := read_staged(where, plan.fingerprint)) is not None:
+        return staged
+    if plan.options.pixels:
+        load_torch()  # npy resizes with torch: import it up front, as convert does
+    journal = Journal(where)
+    old = plan.index.shards if plan.index.format == "wds" else ()
+    done = _resume_point(journal, plan, resume, old)
+    writer = _open_writer(plan, where, done, old)
+    module = formats.load(plan.index.format)
+    job = WriterLoop(writer, journal, done, on_error, progress,
+                     group=plan.shards.max_samples if module.GROUPS_INPUTS else None,
+                     path_of=lambda position: plan.items[position].path)
+    if progress is not None:
+        progress(done.src_stop)
+    try:
+        with _source_open(plan), closed_after(encoded(plan.items[done.src_stop :],
+                                                      plan.options, workers)) as records:
+            job.consume(records)
+        shards = writer.finish(job.build_table())
+    except BaseException:
+        with contextlib.suppress(Exception):  # the first failure is the one to report
+            writer.abort()
+        raise
+    types = tuple(sorted(getattr(writer, "image_types", ())))
+    staged = Staged(job.build_table(), tuple(shards[len(old) :]), job.rejects(), types)
+    _write_staged(where, plan.fingerprint, staged)
+    journal.remove()
+    return staged
+
+
+@contextlib.contextmanager
+def _source_open(plan: AppendPlan) -> Iterator[None]:
+    """A packed or archive SRC opened for the encode, closed whatever ends it."""
+    source = plan.source
+    try:
+        if source.origin is not None:
+            source.origin.open()
+        if source.archive is not None:
+            source.archive.open()
+        yield
+    finally:
+        if source.origin is not None:
+            source.origin.close()
+        if source.archive is not None:
+            source.archive.close()
+
+
+def _open_writer(plan: AppendPlan, where: Path, done: Progress,
+                 old: tuple[ShardInfo, ...]) -> Writer:
+    size = plan.options.size if plan.options.pixels else None
+    kept = done.shards or old
+    stem = continued_stem(kept, shard_stem(plan.folder.name))
+    writer_plan = WriterPlan(where, len(plan.items), size, plan.shards, done.num_samples,
+                             kept, stem)
+    if plan.index.format == "wds":
+        return AppendWdsWriter(writer_plan)
+    return formats.load(plan.index.format).open_writer(writer_plan)
+
+
+def _resume_point(journal: Journal, plan: AppendPlan, resume: bool,
+                  old: tuple[ShardInfo, ...]) -> Progress:
+    """Start afresh, or keep the parts an interrupted staging of this append made durable
+    (its wds shards in the staging folder, DST's own shards as they are)."""
+    where = journal.state.parent
+    if not resume or journal.fingerprint() != plan.fingerprint:
+        shutil.rmtree(where, ignore_errors=True)
+        journal.start(plan.fingerprint)
+        return Progress(shards=old)
+    parts = journal.read_parts()
+    names = {shard.name for shard in old}
+    keep = len(parts)
+    for number, part in enumerate(parts):
+        if not all(str(s["name"]) in names or _intact(where, s) for s in part["shards"]):
+            keep = number
+            break
+    journal.truncate(keep)
+    done = journal.load(parts[:keep])
+    if not keep:
+        done.shards = old
+    return done
+
+
+def _intact(where: Path, shard: dict[str, object]) -> bool:
+    path = where / str(shard["name"])
+    return path.is_file() and sha256_file(path) == shard["sha256"]
+
+
+def _write_staged(where: Path, fingerprint: str, staged: Staged) -> None:
+    save_table(where, staged.table, prefix=PREFIX)
+    text = json.dumps({"fingerprint": fingerprint,
+                       "shards": [asdict(shard) for shard in staged.shards],
+                       "rejects": [{"position": r.position, "path": r.path, "reason": r.reason}
+                                   for r in staged.rejects],
+                       "image_types": list(staged.image_types)})
+    write_atomic(where / STAGED, text.encode("utf-8"))
+    fsync_dir(where)
+
+
+def read_staged(where: Path, fingerprint: str) -> Staged | None:
+    """The complete staging of this append, or None (none, another append's, damaged)."""
+    try:
+        data = json.loads((where / STAGED).read_text(encoding="utf-8"))
+        if data["fingerprint"] != fingerprint:
+            return None
+        return Staged(load_table(where, prefix=PREFIX, mmap=False),
+                      tuple(ShardInfo(**shard) for shard in data["shards"]),
+                      [Reject(r["position"], r["path"], r["reason"]) for r in data["rejects"]],
+                      tuple(data["image_types"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
