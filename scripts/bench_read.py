@@ -52,7 +52,12 @@ def parse_args(argv: list[str] | None) -> Settings:
                         help="all: every case; peers: ours against stock webdataset, "
                         "litdata and mosaicml-streaming")
     parser.add_argument("--epochs", type=int, default=2,
-                        help="epochs a run, timed from the first batch (default 2)")
+                        help="timed epochs a run, from the first batch (default 2)")
+    parser.add_argument("--warmup-epochs", type=int, default=1,
+                        help="untimed epochs before them (default 1)")
+    parser.add_argument("--raw-epochs", type=int, default=None,
+                        help="timed epochs of the raw and npy cases, which read 10-50x "
+                        "faster (default: 6 with --suite peers, else --epochs)")
     parser.add_argument("--count", type=int, default=None, help="use this many images")
     parser.add_argument("--quick", action="store_true",
                         help=f"{QUICK_COUNT} images, 1 run: a smoke test")
@@ -64,12 +69,14 @@ def parse_args(argv: list[str] | None) -> Settings:
     if unknown:
         parser.error(f"unknown format(s) {', '.join(sorted(unknown))}")
     runs = args.runs if args.runs is not None else 1 if args.quick else 3
-    if runs < 1 or args.epochs < 1:
-        parser.error("--runs and --epochs must be at least 1")
+    if runs < 1 or args.epochs < 1 or args.warmup_epochs < 0:
+        parser.error("--runs and --epochs must be at least 1, --warmup-epochs at least 0")
+    raw_epochs = args.raw_epochs or (6 if args.suite == "peers" else None)
     count = QUICK_COUNT if args.quick and args.count is None else args.count
     return Settings(src=args.src, work=args.work, formats=formats,
                     runs=runs, count=count, suite=args.suite,
-                    epochs=args.epochs)
+                    epochs=args.epochs, warmup_epochs=args.warmup_epochs,
+                    raw_epochs=raw_epochs)
 
 
 def main(argv: list[str] | None = None) -> None:

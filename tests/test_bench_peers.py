@@ -32,7 +32,7 @@ def photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny(src: Path, work: Path, workers: int) -> Settings:
     return Settings(src=src, work=work, formats=("wds", "lmdb", "npy"), runs=1, count=30,
                     size=(32, 32), batch_size=8, num_workers=workers, epochs=1,
-                    suite="peers")
+                    warmup_epochs=1, raw_epochs=2, suite="peers")
 
 
 @pytest.mark.timeout(300)
@@ -95,4 +95,4 @@ def test_bench_read_documented_command_runs(photos: Path, tmp_path: Path,
                      "--quick", "--count", "30", "--epochs", "2"])
     out = capsys.readouterr().out
     assert "| PackedDataset + readers.collate | lmdb | raw |" in out
-    assert "1 run(s), 2 epochs each" in out
+    assert "1 run(s), 2 timed epochs (6 for raw and npy) after 1 warm-up each" in out

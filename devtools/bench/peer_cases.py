@@ -48,7 +48,7 @@ def baseline_cases(case: Callable[..., Any], settings: Any, src: Path,
         npy = packed["npy"]
         cases.append(case("memcpy", "memcpy, 1 thread (d)", "npy", "bytes",
                           lambda: base.memcpy_rate(npy / "images.npy", settings.batch_size,
-                                                   settings.epochs)))
+                                                   settings.raw_epochs or settings.epochs)))
     return cases
 
 

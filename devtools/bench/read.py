@@ -5,7 +5,9 @@ DataLoader settings; two more cases time decode + resize alone on one core (ours
 and the PIL pipeline, same bytes), which separates the codec from the loader. Runs
 are interleaved (run 1 of every case, then run 2, ...) so the noise of a shared
 machine falls on all cases alike, and the table shows medians. A loader's clock
-starts at its first batch: worker start-up is not counted.
+starts at its first batch (after `warmup_epochs` untimed epochs): worker start-up is
+not counted; the fast cases (raw bytes, npy) may time more epochs (`raw_epochs`), as an
+epoch of theirs lasts well under a second.
 """
 
 from __future__ import annotations
@@ -65,7 +67,9 @@ class Settings:
     size: tuple[int, int] = (224, 224)
     batch_size: int = 64
     num_workers: int = 2
-    epochs: int = 2
+    epochs: int = 2  # timed epochs a run
+    warmup_epochs: int = 0  # untimed epochs before them (worker start-up, caches, lazy opens)
+    raw_epochs: int | None = None  # timed epochs of the fast cases (raw, npy); None: epochs
     suite: str = "all"  # "peers": devtools.bench.peer_cases only
 
 
@@ -251,27 +255,33 @@ def _factory(cls: Any, path: Path, **kwargs: Any) -> Callable[[], Any]:
 
 def loader_rate(dataset: Any, settings: Settings, shuffle: bool,
                 collate: Callable[[Any], Any] | None = None,
-                workers: int | None = None, sampler: Any = None) -> tuple[float, float]:
-    """(samples per second, per CPU-second) over `epochs` epochs, first batch to last."""
+                workers: int | None = None, sampler: Any = None,
+                epochs: int | None = None) -> tuple[float, float]:
+    """(samples per second, per CPU-second) over `epochs` (default: the settings')
+    epochs after the warm-up ones, first batch to last."""
     workers = settings.num_workers if workers is None else workers
     loader = DataLoader(dataset, batch_size=settings.batch_size, shuffle=shuffle,
                         num_workers=workers, collate_fn=collate,
                         persistent_workers=workers > 0, sampler=sampler)
-    return iterate_rate(loader, settings.epochs, (dataset, sampler))
+    return iterate_rate(loader, epochs or settings.epochs, (dataset, sampler),
+                        settings.warmup_epochs)
 
 
-def iterate_rate(loader: Any, epochs: int, epoch_setters: Sequence[Any] = ()
-                 ) -> tuple[float, float]:
-    """(samples per second, per CPU-second) of `epochs` passes over `loader`, from its
-    first batch to its last; `set_epoch` of each of `epoch_setters` before each pass."""
+def iterate_rate(loader: Any, epochs: int, epoch_setters: Sequence[Any] = (),
+                 warmup: int = 0) -> tuple[float, float]:
+    """(samples per second, per CPU-second) of `epochs` passes over `loader` after
+    `warmup` untimed ones, from the first timed batch to the last; `set_epoch` of each
+    of `epoch_setters` before each pass."""
     start: float | None = None
     cpu_start = 0.0
     samples = 0
-    for epoch in range(epochs):
+    for epoch in range(warmup + epochs):
         for each in epoch_setters:
             if hasattr(each, "set_epoch"):
                 each.set_epoch(epoch)
         for batch in loader:
+            if epoch < warmup:
+                continue
             if start is None:
                 start, cpu_start = time.perf_counter(), tree_cpu_seconds()
                 continue
@@ -312,15 +322,17 @@ def run_cases(cases: Sequence[Case], settings: Settings, progress: Progress) -> 
 def _run_case(case: Case, run: int, settings: Settings, progress: Progress) -> None:
     made = case.make()
     sampler = case.sampler(made) if case.sampler is not None else None
+    fast = case.decode.startswith("raw") or case.fmt == "npy"
+    epochs = settings.raw_epochs if fast and settings.raw_epochs else settings.epochs
     if isinstance(made, tuple):
         wall, cpu = made
     elif case.own_loader:
-        wall, cpu = iterate_rate(made, settings.epochs)
+        wall, cpu = iterate_rate(made, epochs, (), settings.warmup_epochs)
         del made  # stops its workers before the next case starts, here: not in a fork
         gc.collect()
     else:
         wall, cpu = loader_rate(made, settings, case.shuffle, case.collate, case.workers,
-                                sampler)
+                                sampler, epochs)
     case.rates.append(wall)
     case.cpu_rates.append(cpu)
     progress(f"run {run + 1}/{settings.runs}  {case.reader:28} {case.fmt:6} "
@@ -373,7 +385,9 @@ def markdown(cases: Sequence[Case], settings: Settings) -> str:
                                         f"{case.cpu_median:,.0f}", *cells, marks]) + " |")
     cpus = len(os.sched_getaffinity(0))
     lines.append("")
-    lines.append(f"{settings.runs} run(s), {settings.epochs} epochs each, batch "
+    raw = f" ({settings.raw_epochs} for raw and npy)" if settings.raw_epochs else ""
+    warm = f" after {settings.warmup_epochs} warm-up" if settings.warmup_epochs else ""
+    lines.append(f"{settings.runs} run(s), {settings.epochs} timed epochs{raw}{warm} each, batch "
                  f"{settings.batch_size}, {settings.num_workers} workers, {cpus} CPUs; "
                  "ratios are of medians, each against the baseline of the same decode "
                  "(raw or rgb8); img/CPU-s counts the main process and workers")
