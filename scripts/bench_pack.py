@@ -7,8 +7,10 @@
     .venv/bin/python scripts/bench_pack.py --formats wds,npy --runs 5 --no-memory
 
 Baselines run in this process on the same files: stock webdataset.ShardWriter,
-`tar cf`, and a plain PIL loop into a memmap. Peak memory compares a conversion of
-N images with one of 10N (the same files linked under distinct names).
+`tar cf`, a plain PIL loop into a memmap, and the peers' writers where installed
+(litdata.optimize, mosaicml-streaming's MDSWriter; devtools.bench.peers). Peak memory
+compares a conversion of N images with one of 10N (the same files linked under distinct
+names).
 """
 
 from __future__ import annotations

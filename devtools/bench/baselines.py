@@ -3,6 +3,7 @@
     PilFolderDataset    ImageFolder + Resize + PILToTensor, i.e. torchvision's
                         default pipeline, written without torchvision
     stock_webdataset    webdataset.WebDataset(urls).decode("pil") + the same resize
+    stock_webdataset_raw  the same without the decode: stored bytes + label
     NaiveMemmapDataset  np.load(mmap_mode="r"), torch.from_numpy(images[i]) per item
     memcpy_rate         one thread copying the npy array in batches: the ceiling
     one_thread_rate     a decode function alone, in this process, torch on one thread
@@ -80,6 +81,23 @@ def stock_webdataset(urls: Sequence[Path], size: Size) -> IterableDataset[Any]:
         .decode("pil")
         .to_tuple("jpg;jpeg;png;webp", "cls")
         .map(_ResizeToTensor(size))
+    )
+    return dataset
+
+
+def _label_of(sample: tuple[bytes, bytes]) -> tuple[bytes, int]:
+    data, label = sample
+    return data, int(label)
+
+
+def stock_webdataset_raw(urls: Sequence[Path]) -> IterableDataset[Any]:
+    """The same pipeline without the decode: each sample's stored bytes and its label."""
+    import webdataset as wds
+
+    dataset: IterableDataset[Any] = (
+        wds.WebDataset([str(url) for url in urls], shardshuffle=False)
+        .to_tuple("jpg;jpeg;png;webp", "cls")
+        .map(_label_of)
     )
     return dataset
 

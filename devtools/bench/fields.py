@@ -46,15 +46,18 @@ def field_copy(packed: Path) -> Path:
 
 
 def field_cases(case: Callable[..., Any], packed: dict[str, Path],
-                size: tuple[int, int]) -> list[Any]:
-    """`case` builds a read.Case; both samples through PackedDataset + readers.collate."""
+                size: tuple[int, int], decodes: tuple[str, ...] = ("rgb8", "raw"),
+                formats: tuple[str, ...] = FIELD_FORMATS,
+                target: float | None = None) -> list[Any]:
+    """`case` builds a read.Case; both samples through PackedDataset + readers.collate.
+    `target` replaces the per-decode TARGETS (fields rate / plain rate, at least)."""
     from readers import PackedDataset, collate
 
     cases = []
-    for fmt in (f for f in FIELD_FORMATS if f in packed and field_copy(packed[f]).exists()):
+    for fmt in (f for f in formats if f in packed and field_copy(packed[f]).exists()):
         path = field_copy(packed[fmt])
         resize = size if fmt != "npy" else None
-        for decode in ("rgb8", "raw"):
+        for decode in decodes:
             shown = f"{decode} {size[0]}x{size[1]}"
             options: dict[str, Any] = {"decode": decode, "size": None if decode == "raw"
                                        else resize}
@@ -65,5 +68,5 @@ def field_cases(case: Callable[..., Any], packed: dict[str, Path],
             cases.append(case(f"{fmt}-fields-{decode}", "dict + caption + boxes", fmt, shown,
                               lambda o=options, p=path: PackedDataset(p, fields=FIELDS, **o),
                               shuffle=True, collate=collate,
-                              targets=((plain, TARGETS[decode]),)))
+                              targets=((plain, target or TARGETS[decode]),)))
     return cases

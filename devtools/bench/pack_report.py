@@ -11,13 +11,17 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
+from devtools.bench import peers
 from devtools.bench.pack import Case, Timing, run_ours, run_pil_loop, run_shardwriter, run_tar
 
 QUOTED = {"shardwriter": 7000.0, "tar": 39000.0, "pil": 490.0}
 BASELINE_NAMES = {"shardwriter": "stock webdataset.ShardWriter (same bytes)",
-                  "tar": "tar cf (same files)", "pil": "plain PIL loop -> memmap, 224x224"}
+                  "tar": "tar cf (same files)", "pil": "plain PIL loop -> memmap, 224x224",
+                  "litdata": "litdata.optimize (same bytes, a process per core)",
+                  "mosaic": "mosaicml-streaming MDSWriter (same bytes)"}
 NPY_SIZE = (224, 224)
 
 
@@ -77,6 +81,8 @@ def run_suite(src: Path, work: Path, count: int, cases: list[Case], runs: int,
         "shardwriter": lambda: run_shardwriter(src, work / "shardwriter"),
         "tar": lambda: run_tar(src, work / "baseline.tar"),
     }
+    for peer in (p for p in peers.PEERS if peers.missing(p) is None):
+        baselines[peer] = partial(peers.timed_write, peer, src, work / f"peer-{peer}")
     if any(case.size for case in cases):
         baselines["pil"] = lambda: run_pil_loop(src, work / "pil.npy", NPY_SIZE)
     for number in range(runs):
@@ -101,7 +107,9 @@ def speed_table(results: Results, cases: list[Case], cores: int) -> str:
     for case in cases:
         target = target_of(case)
         ours, base = results.median(case.name), results.median(target.baseline)
-        extra = f"; {ours / results.median('tar'):.2f}x tar cf" if case.size is None else ""
+        extra = "".join(f"; {ours / results.median(key):.2f}x {key}"
+                        for key in ("tar", "litdata", "mosaic")
+                        if case.size is None and key in results.runs)
         ceiling = results.ceiling(case.name, cores)
         lines.append(
             f"| {case.name} | {ours:,.0f} | {results.cpu_us(case.name):,.0f} "
@@ -112,9 +120,11 @@ def speed_table(results: Results, cases: list[Case], cores: int) -> str:
         )
     for key, name in BASELINE_NAMES.items():
         if key in results.runs:
+            quoted = f"quoted ~{QUOTED[key]:,.0f}/s" if key in QUOTED else ""
             lines.append(f"| baseline: {name} | {results.median(key):,.0f} "
-                         f"| {results.cpu_us(key):,.0f} | | quoted ~{QUOTED[key]:,.0f}/s "
+                         f"| {results.cpu_us(key):,.0f} | | {quoted} "
                          f"| | | {results.ceiling(key, 1):,.0f} |")
+    lines += [f"\n{note}" for note in (peers.missing(p) for p in peers.PEERS) if note]
     return "\n".join(lines)
 
 

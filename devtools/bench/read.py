@@ -5,11 +5,14 @@ DataLoader settings; two more cases time decode + resize alone on one core (ours
 and the PIL pipeline, same bytes), which separates the codec from the loader. Runs
 are interleaved (run 1 of every case, then run 2, ...) so the noise of a shared
 machine falls on all cases alike, and the table shows medians. A loader's clock
-starts at its first batch: worker start-up is not counted.
+starts at its first batch (after `warmup_epochs` untimed epochs): worker start-up is
+not counted; the fast cases (raw bytes, npy) may time more epochs (`raw_epochs`), as an
+epoch of theirs lasts well under a second.
 """
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import shutil
@@ -36,6 +39,7 @@ from devtools.bench.fields import (
     field_manifest,
 )
 from devtools.bench.mix import mix_cases
+from devtools.bench.peer_cases import baseline_cases, notes, our_peer_cases, peer_cases
 from packer.core.fields import FieldSpec
 from packer.core.index import INDEX_NAME, read_index
 from packer.source.scan import scan
@@ -44,6 +48,9 @@ from readers.decoding.decode import decode as decode_sample
 Progress = Callable[[str], None]
 JPEG_FORMATS = ("wds", "lmdb", "hdf5")
 FORMATS = (*JPEG_FORMATS, "npy")
+SUITES = ("all", "peers")
+PEER_FORMATS = ("wds", "lmdb", "npy")  # what the peers suite reads
+PEER_FIELD_FORMATS = ("wds", "lmdb")
 # (baseline id or None for an absolute rate, required factor)
 Target = tuple[str | None, float]
 
@@ -60,7 +67,10 @@ class Settings:
     size: tuple[int, int] = (224, 224)
     batch_size: int = 64
     num_workers: int = 2
-    epochs: int = 2
+    epochs: int = 2  # timed epochs a run
+    warmup_epochs: int = 0  # untimed epochs before them (worker start-up, caches, lazy opens)
+    raw_epochs: int | None = None  # timed epochs of the fast cases (raw, npy); None: epochs
+    suite: str = "all"  # "peers": devtools.bench.peer_cases only
 
 
 @dataclass
@@ -83,6 +93,7 @@ class Case:
     collate: Callable[[Any], Any] | None = None  # the DataLoader's collate_fn; None: default
     workers: int | None = None  # num_workers, if not the settings' one
     sampler: Callable[[Any], Any] | None = None  # the DataLoader's sampler, built from the dataset
+    own_loader: bool = False  # make builds the loader itself (a peer's recommended one)
     rates: list[float] = field(default_factory=list)
     cpu_rates: list[float] = field(default_factory=list)
 
@@ -107,7 +118,8 @@ def pack_all(settings: Settings, progress: Progress) -> tuple[Path, dict[str, Pa
         src = subset_folder(src, tag / "src", count)
     packed = {fmt: pack(src, tag / fmt, fmt, count, settings, progress)
               for fmt in settings.formats}
-    for fmt in (f for f in FIELD_FORMATS if f in packed):  # devtools.bench.fields
+    field_formats = FIELD_FORMATS if settings.suite == "all" else PEER_FIELD_FORMATS
+    for fmt in (f for f in field_formats if f in packed):  # devtools.bench.fields
         manifest = field_manifest(src, tag / "fields.jsonl")
         pack(manifest, field_copy(packed[fmt]), fmt, count, settings, progress, FIELD_TYPES)
     return src, packed
@@ -153,7 +165,10 @@ def pack(src: Path, dst: Path, fmt: str, count: int, settings: Settings,
 
 
 def build_cases(settings: Settings, src: Path, packed: dict[str, Path]) -> list[Case]:
-    """Baselines first, then ours for every packed format."""
+    """Baselines first, then ours for every packed format (the peers suite: its own)."""
+    if settings.suite == "peers":
+        return baseline_cases(Case, settings, src, packed) + \
+            our_peer_cases(Case, settings, packed)
     size = settings.size
     shown = f"rgb8 {size[0]}x{size[1]}"
     cases = [Case("pil", "PIL ImageFolder (a)", "folder", shown,
@@ -170,6 +185,7 @@ def build_cases(settings: Settings, src: Path, packed: dict[str, Path]) -> list[
         cases.append(Case("memcpy", "memcpy, 1 thread (d)", "npy", "bytes",
                           lambda: base.memcpy_rate(npy / "images.npy", settings.batch_size,
                                                    settings.epochs)))
+        cases += peer_cases(Case, settings, src, packed)
     cases += decode_cases(src, size)
     for fmt, path in packed.items():
         cases += our_cases(fmt, path, size)
@@ -239,20 +255,33 @@ def _factory(cls: Any, path: Path, **kwargs: Any) -> Callable[[], Any]:
 
 def loader_rate(dataset: Any, settings: Settings, shuffle: bool,
                 collate: Callable[[Any], Any] | None = None,
-                workers: int | None = None, sampler: Any = None) -> tuple[float, float]:
-    """(samples per second, per CPU-second) over `epochs` epochs, first batch to last."""
+                workers: int | None = None, sampler: Any = None,
+                epochs: int | None = None) -> tuple[float, float]:
+    """(samples per second, per CPU-second) over `epochs` (default: the settings')
+    epochs after the warm-up ones, first batch to last."""
     workers = settings.num_workers if workers is None else workers
     loader = DataLoader(dataset, batch_size=settings.batch_size, shuffle=shuffle,
                         num_workers=workers, collate_fn=collate,
                         persistent_workers=workers > 0, sampler=sampler)
+    return iterate_rate(loader, epochs or settings.epochs, (dataset, sampler),
+                        settings.warmup_epochs)
+
+
+def iterate_rate(loader: Any, epochs: int, epoch_setters: Sequence[Any] = (),
+                 warmup: int = 0) -> tuple[float, float]:
+    """(samples per second, per CPU-second) of `epochs` passes over `loader` after
+    `warmup` untimed ones, from the first timed batch to the last; `set_epoch` of each
+    of `epoch_setters` before each pass."""
     start: float | None = None
     cpu_start = 0.0
     samples = 0
-    for epoch in range(settings.epochs):
-        for each in (dataset, sampler):
+    for epoch in range(warmup + epochs):
+        for each in epoch_setters:
             if hasattr(each, "set_epoch"):
                 each.set_epoch(epoch)
         for batch in loader:
+            if epoch < warmup:
+                continue
             if start is None:
                 start, cpu_start = time.perf_counter(), tree_cpu_seconds()
                 continue
@@ -261,7 +290,6 @@ def loader_rate(dataset: Any, settings: Settings, shuffle: bool,
         raise ValueError("the dataset is empty: nothing to measure")
     elapsed = time.perf_counter() - start
     cpu = tree_cpu_seconds() - cpu_start
-    del loader  # stops the persistent workers before the next case starts
     # CPU clocks tick in 10 ms steps: a tiny run can show none
     return samples / elapsed, samples / cpu if cpu > 0 else math.nan
 
@@ -294,9 +322,17 @@ def run_cases(cases: Sequence[Case], settings: Settings, progress: Progress) -> 
 def _run_case(case: Case, run: int, settings: Settings, progress: Progress) -> None:
     made = case.make()
     sampler = case.sampler(made) if case.sampler is not None else None
-    wall, cpu = made if isinstance(made, tuple) else loader_rate(made, settings, case.shuffle,
-                                                                 case.collate, case.workers,
-                                                                 sampler)
+    fast = case.decode.startswith("raw") or case.fmt == "npy"
+    epochs = settings.raw_epochs if fast and settings.raw_epochs else settings.epochs
+    if isinstance(made, tuple):
+        wall, cpu = made
+    elif case.own_loader:
+        wall, cpu = iterate_rate(made, epochs, (), settings.warmup_epochs)
+        del made  # stops its workers before the next case starts, here: not in a fork
+        gc.collect()
+    else:
+        wall, cpu = loader_rate(made, settings, case.shuffle, case.collate, case.workers,
+                                sampler, epochs)
     case.rates.append(wall)
     case.cpu_rates.append(cpu)
     progress(f"run {run + 1}/{settings.runs}  {case.reader:28} {case.fmt:6} "
@@ -311,28 +347,49 @@ def verdicts(case: Case, by_id: dict[str, Case]) -> list[tuple[str, bool]]:
             out.append((f"{case.median:,.0f} >= {factor:,.0f}", case.median >= factor))
         elif baseline in by_id:
             ratio = case.median / by_id[baseline].median
-            out.append((f"{ratio:.2f}x {baseline} >= {factor:g}x", ratio >= factor))
+            out.append((f"{ratio:.2f}x {baseline} >= {factor:.3g}x", ratio >= factor))
     return out
+
+
+# ratio columns: (heading, the baseline of a raw row, of a decoded row, formats shown on)
+RATIOS = (("PIL ImageFolder", None, "pil", None), ("stock wds", "wds-stock-raw", "wds-stock", None),
+          ("litdata", "litdata-raw", "litdata-rgb8", None),
+          ("mosaic", "mosaic-raw", "mosaic-rgb8", None),
+          ("memmap", None, "memmap", ("npy",)), ("memcpy", "memcpy", "memcpy", ("npy",)))
+
+
+def ratio_cell(case: Case, by_id: dict[str, Case], raw_id: str | None, rgb_id: str | None,
+               formats: tuple[str, ...] | None) -> str:
+    """'wall / CPU' ratio of case against the column's baseline of the same decode."""
+    key = raw_id if case.decode.startswith("raw") else rgb_id
+    if case.decode == "bytes" or key is None or key not in by_id or key == case.id or \
+            (formats is not None and case.fmt not in formats):
+        return ""
+    other = by_id[key]
+    return f"{case.median / other.median:.2f} / {case.cpu_median / other.cpu_median:.2f}"
 
 
 def markdown(cases: Sequence[Case], settings: Settings) -> str:
     """The results as a markdown table: medians, spread, ratios and targets."""
     by_id = {case.id: case for case in cases}
-    ratios = [key for key in ("pil", "wds-stock", "memmap", "memcpy") if key in by_id]
+    columns = [column for column in RATIOS if {column[1], column[2]} & set(by_id)]
     head = ["reader", "format", "decode", "img/s median (min-max)", "img/CPU-s",
-            *[f"vs {key} (wall / CPU)" for key in ratios], "targets (wall)"]
+            *[f"vs {column[0]} (wall / CPU)" for column in columns], "targets (wall)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for case in cases:
         rate = f"{case.median:,.0f} ({min(case.rates):,.0f}-{max(case.rates):,.0f})"
-        cells = [f"{case.median / by_id[key].median:.2f} / "
-                 f"{case.cpu_median / by_id[key].cpu_median:.2f}" for key in ratios]
+        cells = [ratio_cell(case, by_id, *column[1:]) for column in columns]
         marks = "; ".join(f"{text} {'ok' if met else 'MISS'}"
                           for text, met in verdicts(case, by_id)) or "baseline"
         lines.append("| " + " | ".join([case.reader, case.fmt, case.decode, rate,
                                         f"{case.cpu_median:,.0f}", *cells, marks]) + " |")
     cpus = len(os.sched_getaffinity(0))
     lines.append("")
-    lines.append(f"{settings.runs} run(s), {settings.epochs} epochs each, batch "
+    raw = f" ({settings.raw_epochs} for raw and npy)" if settings.raw_epochs else ""
+    warm = f" after {settings.warmup_epochs} warm-up" if settings.warmup_epochs else ""
+    lines.append(f"{settings.runs} run(s), {settings.epochs} timed epochs{raw}{warm} each, batch "
                  f"{settings.batch_size}, {settings.num_workers} workers, {cpus} CPUs; "
-                 "ratios are of medians; img/CPU-s counts the main process and workers")
+                 "ratios are of medians, each against the baseline of the same decode "
+                 "(raw or rgb8); img/CPU-s counts the main process and workers")
+    lines += [f"\n{note}" for note in notes()]
     return "\n".join(lines)
