@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
-from tqdm import tqdm
 
 from pack_cli._errors import converting, user_errors
 from pack_cli._params import parse_size
+from pack_cli._progress import progress_bar
 from packer.api import append
-from packer.errors import ctrl_c_pressed, ctrl_c_watched
+from packer.errors import ctrl_c_watched
 
 
 @click.command("append")
@@ -59,23 +58,11 @@ def append_command(src: Path, dst: Path, resize: int | None, size: str | None,
     with converting(), user_errors(), ctrl_c_watched():
         encode: dict[str, Any] = {"resize": resize, "size": parse_size(size), "fit": fit,
                                   "codec": codec, "quality": quality, "check": check}
-        bar = tqdm(unit="img", disable=quiet or not sys.stderr.isatty(), desc="pack append")
-
-        def on_total(total: int) -> None:
-            bar.total = total
-
-        def advance(count: int) -> None:
-            bar.update(count)
-            if ctrl_c_pressed():  # a Ctrl-C that the code it landed in dropped
-                raise KeyboardInterrupt
-
-        try:
+        with progress_bar("pack append", quiet) as (advance, on_total):
             result = append(src, dst, encode, workers=workers,
                             on_error=on_error,  # type: ignore[arg-type]
                             resume=resume, existing=existing,  # type: ignore[arg-type]
                             progress=advance, on_total=on_total)
-        finally:
-            bar.close()
         line = f"appended {result.summary} to {dst}"
         if result.num_new_rejects:
             line += (f"; {result.num_new_rejects} rejected inputs listed in "

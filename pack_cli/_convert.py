@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
-from tqdm import tqdm
 
 from pack_cli._errors import converting, user_errors
 from pack_cli._params import parse_bytes, parse_fields, parse_size
+from pack_cli._progress import progress_bar
 from packer.api import convert, holds_complete
 from packer.conversion.executors import EXECUTORS
 from packer.conversion.job import ConvertOptions
@@ -17,7 +16,7 @@ from packer.core.index import Index
 from packer.dataset.describe import wds_notes
 from packer.dataset.remote import is_url, parse_storage_options
 from packer.encode import EncodeOptions
-from packer.errors import ctrl_c_pressed, ctrl_c_watched, install_line
+from packer.errors import ctrl_c_watched, install_line
 from packer.formats import FORMATS
 from packer.formats.base import ShardOptions
 
@@ -116,15 +115,6 @@ def convert_command(src: Path, dst: str, fmt: str, shard_size: str, shard_sample
                              fields=parse_fields(field_types, keep_fields, no_fields,
                                                  annotations),
                              drop_duplicates=drop_duplicates)
-        bar = tqdm(unit="img", disable=quiet or not sys.stderr.isatty(), desc=f"pack {fmt}")
-        def on_total(total: int) -> None:
-            bar.total = total
-
-        def advance(count: int) -> None:
-            bar.update(count)
-            if ctrl_c_pressed():  # a Ctrl-C that the code it landed in dropped
-                raise KeyboardInterrupt
-
         remote = is_url(dst)
         if not remote and (storage_options or staging is not None):
             raise click.BadParameter("--storage-option and --staging apply to a URL DST "
@@ -132,11 +122,9 @@ def convert_command(src: Path, dst: str, fmt: str, shard_size: str, shard_sample
         where = dst.rstrip("/") if remote else str(Path(dst))
         parsed = parse_storage_options(storage_options)
         finished = resume and holds_complete(dst, parsed)  # then convert only checks it
-        try:
+        with progress_bar(f"pack {fmt}", quiet) as (advance, on_total):
             index = convert(src, dst, fmt, options, run, storage_options=parsed,
                             staging=staging, progress=advance, on_total=on_total)
-        finally:
-            bar.close()
         if finished:
             click.echo(f"nothing to resume: {where} is complete ({index.num_samples} samples)")
             return

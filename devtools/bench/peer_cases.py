@@ -29,18 +29,32 @@ FIELDS_TARGET = 1 / 1.15  # fields rate / plain rate, at least
 NPY_TARGET = 0.6  # x memcpy
 
 
-def baseline_cases(case: Callable[..., Any], settings: Any, src: Path,
-                   packed: dict[str, Path]) -> list[Any]:
-    """PIL ImageFolder, stock webdataset (rgb8 and raw), litdata and mosaicml-streaming
-    (each where it is installed), and memcpy of the npy bytes."""
-    size = settings.size
+def shard_urls(folder: Path) -> list[Path]:
+    """The tar shards of a packed wds dataset, for stock webdataset to read."""
+    return [folder / shard.name for shard in read_index(folder).shards]
+
+
+def folder_and_stock_cases(case: Callable[..., Any], size: tuple[int, int], src: Path,
+                           packed: dict[str, Path]) -> list[Any]:
+    """(a) a PIL ImageFolder and (b) stock webdataset over our shards, decoding to `size`:
+    the baselines of every suite."""
     shown = f"rgb8 {size[0]}x{size[1]}"
     cases = [case("pil", "PIL ImageFolder (a)", "folder", shown,
                   lambda: base.PilFolderDataset(src, size), shuffle=True)]
     if "wds" in packed:
-        urls = [packed["wds"] / shard.name for shard in read_index(packed["wds"]).shards]
+        urls = shard_urls(packed["wds"])
         cases.append(case("wds-stock", "stock webdataset (b)", "wds", shown,
                           lambda: base.stock_webdataset(urls, size)))
+    return cases
+
+
+def baseline_cases(case: Callable[..., Any], settings: Any, src: Path,
+                   packed: dict[str, Path]) -> list[Any]:
+    """PIL ImageFolder, stock webdataset (rgb8 and raw), litdata and mosaicml-streaming
+    (each where it is installed), and memcpy of the npy bytes."""
+    cases = folder_and_stock_cases(case, settings.size, src, packed)
+    if "wds" in packed:
+        urls = shard_urls(packed["wds"])
         cases.append(case("wds-stock-raw", "stock webdataset (b)", "wds", "raw",
                           lambda: base.stock_webdataset_raw(urls)))
     cases += peer_cases(case, settings, src, packed)

@@ -39,7 +39,13 @@ from devtools.bench.fields import (
     field_manifest,
 )
 from devtools.bench.mix import mix_cases
-from devtools.bench.peer_cases import baseline_cases, notes, our_peer_cases, peer_cases
+from devtools.bench.peer_cases import (
+    baseline_cases,
+    folder_and_stock_cases,
+    notes,
+    our_peer_cases,
+    peer_cases,
+)
 from packer.core.fields import FieldSpec
 from packer.core.index import INDEX_NAME, read_index
 from packer.source.scan import scan
@@ -170,13 +176,7 @@ def build_cases(settings: Settings, src: Path, packed: dict[str, Path]) -> list[
         return baseline_cases(Case, settings, src, packed) + \
             our_peer_cases(Case, settings, packed)
     size = settings.size
-    shown = f"rgb8 {size[0]}x{size[1]}"
-    cases = [Case("pil", "PIL ImageFolder (a)", "folder", shown,
-                  lambda: base.PilFolderDataset(src, size), shuffle=True)]
-    if "wds" in packed:
-        urls = [packed["wds"] / shard.name for shard in read_index(packed["wds"]).shards]
-        cases.append(Case("wds-stock", "stock webdataset (b)", "wds", shown,
-                          lambda: base.stock_webdataset(urls, size)))
+    cases = folder_and_stock_cases(Case, size, src, packed)
     if "npy" in packed:
         npy = packed["npy"]
         cases.append(Case("memmap", "naive np.load memmap (c)", "npy", "HWC view",

@@ -152,11 +152,7 @@ def convert_local(src: str | Path, dst: str | Path, fmt: str,
                          group=run.shards.max_samples if module.GROUPS_INPUTS else None,
                          path_of=lambda position: source.items[position].path,
                          drop_duplicates=run.drop_duplicates)
-        try:
-            if source.origin is not None:
-                source.origin.open()  # a source that cannot be read stops here, not per sample
-            if source.archive is not None:
-                source.archive.open()  # ... or that changed since the scan
+        with aborted_on_failure(writer), source_open(source):
             # The generators are closed here, whatever ends the loop: one left to the
             # garbage collector (a traceback kept by the caller holds it) shut its
             # thread pool down wherever the collection ran, once inside a new thread's
@@ -174,15 +170,6 @@ def convert_local(src: str | Path, dst: str | Path, fmt: str,
                                           run.ray_address)) as records:
                     job.consume(records)
             shards = writer.finish(job.build_table())
-        except BaseException:
-            with contextlib.suppress(Exception):  # the first failure is the one to report
-                writer.abort()
-            raise
-        finally:
-            if source.origin is not None:
-                source.origin.close()
-            if source.archive is not None:
-                source.archive.close()
         return finalize(folder, fmt, source, options, job, shards, job_id, journal)
 
 
@@ -225,6 +212,36 @@ def encoded(items: Sequence[SourceItem], options: EncodeOptions, workers: int | 
     with closed_after(encode_ordered(batches, options, workers, executor, address)) as ordered:
         for batch in ordered:  # closing this generator closes the pool's (convert_local)
             yield from batch
+
+
+@contextlib.contextmanager
+def source_open(source: Source) -> Iterator[None]:
+    """A packed or archive SRC opened for the block, closed whatever ends it: a source
+    that cannot be read (or an archive that changed since the scan) stops here, not per
+    sample."""
+    try:
+        if source.origin is not None:
+            source.origin.open()
+        if source.archive is not None:
+            source.archive.open()
+        yield
+    finally:
+        if source.origin is not None:
+            source.origin.close()
+        if source.archive is not None:
+            source.archive.close()
+
+
+@contextlib.contextmanager
+def aborted_on_failure(writer: Writer) -> Iterator[None]:
+    """The writer aborted (its partial files removed) if the block fails; the first
+    failure is the one reported, not one of the abort's own."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            writer.abort()
+        raise
 
 
 @contextlib.contextmanager

@@ -9,16 +9,15 @@ them in unchanged. When the staging is complete, `staged.json` says so.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from packer import formats
 from packer.conversion.append.plan import AppendPlan
-from packer.conversion.job import closed_after, encoded
+from packer.conversion.job import aborted_on_failure, closed_after, encoded, source_open
 from packer.conversion.journal import Journal, Progress
 from packer.conversion.writing import OnError, WriterLoop
 from packer.core.index import SampleTable, ShardInfo, load_table, save_table
@@ -78,37 +77,16 @@ def stage(plan: AppendPlan, workers: int | None, on_error: OnError, resume: bool
                      path_of=lambda position: plan.items[position].path)
     if progress is not None:
         progress(done.src_stop)
-    try:
-        with _source_open(plan), closed_after(encoded(plan.items[done.src_stop :],
-                                                      plan.options, workers)) as records:
+    with aborted_on_failure(writer):
+        with source_open(plan.source), closed_after(encoded(plan.items[done.src_stop :],
+                                                            plan.options, workers)) as records:
             job.consume(records)
         shards = writer.finish(job.build_table())
-    except BaseException:
-        with contextlib.suppress(Exception):  # the first failure is the one to report
-            writer.abort()
-        raise
     types = tuple(sorted(getattr(writer, "image_types", ())))
     staged = Staged(job.build_table(), tuple(shards[len(old) :]), job.rejects(), types)
     _write_staged(where, plan.fingerprint, staged)
     journal.remove()
     return staged
-
-
-@contextlib.contextmanager
-def _source_open(plan: AppendPlan) -> Iterator[None]:
-    """A packed or archive SRC opened for the encode, closed whatever ends it."""
-    source = plan.source
-    try:
-        if source.origin is not None:
-            source.origin.open()
-        if source.archive is not None:
-            source.archive.open()
-        yield
-    finally:
-        if source.origin is not None:
-            source.origin.close()
-        if source.archive is not None:
-            source.archive.close()
 
 
 def _open_writer(plan: AppendPlan, where: Path, done: Progress,
