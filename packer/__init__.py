@@ -23,6 +23,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from packer.errors import (
+    AppendInterrupted,
     ArrayValueError,
     BadInputError,
     CorruptDatasetError,
@@ -75,6 +76,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "AppendInterrupted",
     "AppendResult",
     "ArrayValueError",
     "BadInputError",

@@ -67,6 +67,10 @@ class DiskFullError(DestinationError):
     """The disk holding DST filled up during a conversion."""
 
 
+class AppendInterrupted(IncompleteDatasetError):
+    """An earlier append of DST did not finish and --resume was not asked."""
+
+
 class RayClusterError(PackError, ConnectionError):
     """The Ray cluster cannot be reached, or lost a task (a node or worker died)."""
 

@@ -6,7 +6,8 @@ Each setup trains side by side for 2 epochs and notes the keys each batch brough
 
     sampler            prepare(model, optimizer, DataLoader(ds, sampler=ChunkSampler(ds)))
     shuffle            prepare(..., DataLoader(ds, shuffle=True))   (Accelerate's own sampler)
-    iterable           prepare(..., DataLoader(PackedIterableDataset, num_workers=2)):
+    iterable           prepare(..., DataLoader(PackedIterableDataset, num_workers=2)), workers
+                       started as framework_support.WORKER_START says:
                        dispatch_batches defaults to True for an IterableDataset
     iterable_shards    the same under DataLoaderConfiguration(dispatch_batches=False)
     iterable_spawn     dispatch_batches default, spawn workers, no batch_size= on the dataset
@@ -25,7 +26,7 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator, DataLoaderConfiguration
-from framework_support import SIZE, KeyIds, write_seen
+from framework_support import SIZE, WORKER_START, KeyIds, write_seen
 from torch.nn import functional
 from torch.utils.data import DataLoader
 
@@ -44,9 +45,9 @@ def loaders(path: Path, collate: KeyIds) -> dict[str, DataLoader[Any]]:
         "sampler": DataLoader(ds, batch_size=BATCH, sampler=ChunkSampler(ds), collate_fn=collate),
         "shuffle": DataLoader(ds, batch_size=BATCH, shuffle=True, collate_fn=collate),
         "iterable": DataLoader(iterable(batch_size=BATCH), batch_size=BATCH, num_workers=2,
-                               multiprocessing_context="fork", collate_fn=collate),
+                               multiprocessing_context=WORKER_START, collate_fn=collate),
         "iterable_shards": DataLoader(iterable(batch_size=BATCH), batch_size=BATCH,
-                                      num_workers=2, multiprocessing_context="fork",
+                                      num_workers=2, multiprocessing_context=WORKER_START,
                                       collate_fn=collate),
         "iterable_spawn": DataLoader(iterable(), batch_size=BATCH, num_workers=2,
                                      multiprocessing_context="spawn", collate_fn=collate),

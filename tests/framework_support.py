@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,11 @@ import torch
 from packer.core.index import open_dataset
 
 SIZE = (8, 8)
+# How worker processes start in a multi-threaded torchrun child: on CPython < 3.12 a fork
+# can hang the new process when another thread starts or ends at that moment (gloo's, a
+# shut-down iterator's queue feeders), which once stopped a CI run of accelerate_child
+# for its whole 300 s timeout; docs/guides/frameworks.md gives users the same advice.
+WORKER_START = "fork" if sys.version_info >= (3, 12) else "forkserver"
 
 
 @dataclass(frozen=True)

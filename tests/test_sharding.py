@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from packer.formats.base import DecodedFields
 from readers.cache import RECORD_OVERHEAD, CachedReader
 from readers.options import SplitOptions
 from readers.plan.chunks import (
@@ -211,8 +212,9 @@ def test_plan_refuses_bad_settings() -> None:
     assert ShardPlan(3, 4, world_size=4, drop_last=False).num_per_rank == 1
 
 
-class CountingReader:
-    """A RecordReader over fixed 10-byte records that logs every call."""
+class CountingReader(DecodedFields):
+    """A RecordReader over fixed 10-byte records that logs every call (DecodedFields: the
+    protocol's defaults, nothing to prefetch)."""
 
     def __init__(self, num: int) -> None:
         self.records = [bytes([i % 256]) * 10 for i in range(num)]

@@ -26,13 +26,9 @@ from packer.conversion.append.stage import stage, stage_dir
 from packer.conversion.destination import refuse_inside_source, write_errors
 from packer.conversion.writing import OnError, rejected
 from packer.core.index import Index, read_index
-from packer.errors import IncompleteDatasetError
+from packer.errors import AppendInterrupted as AppendInterrupted  # defined with every error class
 
 __all__ = ["AppendInterrupted", "AppendResult", "append"]
-
-
-class AppendInterrupted(IncompleteDatasetError):
-    """An earlier append of DST did not finish and --resume was not asked."""
 
 
 @dataclass(frozen=True)
