@@ -13,8 +13,8 @@ takes a fractional box, on a DCT-scaled image), and a flip of the small result. 
 decode plus a Python transform pipeline does all of that work at full resolution.
 
 Why OVERSAMPLE is 2 and not 1: a DCT-scaled image exactly at the output size loses
-detail that a bilinear resize keeps (issue 12; devtools/bench/quality.py measures the
-bound on photos: within 1.03x Pillow bilinear's distance to Lanczos at 64-224).
+detail that a bilinear resize keeps; at 2 the result stays within 1.03x Pillow bilinear's
+distance to a Lanczos reference on photos at 64-224 (devtools/bench/quality.py).
 
 Other codecs, and JPEGs the fast path declines (packer.imaging.jpeg.fast_size: EXIF or
 XMP rotation, CMYK), decode in full through Pillow and take the box from the upright

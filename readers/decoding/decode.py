@@ -118,8 +118,9 @@ def _resize_whole(hwc: torch.Tensor, extent: tuple[float, float],
 
     libjpeg rounds a side that the DCT scale does not divide up, the last pixel partly
     past the image: stretching it too shifts the result by up to half a scaled pixel,
-    which breaks issue 12's bound at 1/8 on smooth images. Pillow takes the fractional
-    extent; torch's faster kernel does the rest. Both give planar memory.
+    which breaks the quality bound (devtools/bench/quality.py) at 1/8 on smooth images.
+    Pillow takes the fractional extent; torch's faster kernel does the rest.
+    Both give planar memory.
     """
     if extent == (hwc.shape[0], hwc.shape[1]):
         return resize_hwc(hwc, size)
@@ -141,7 +142,7 @@ def dct_factor(extent: tuple[float, float], target: tuple[int, int]) -> int:
     part of it that will be resized) at least OVERSAMPLE x the target.
 
     Powers of two only: simplejpeg's min_height alone may pick 3/8, which decodes slower
-    and loses detail (issue 12, size=64 on photos: the worst image 10.9 levels from a
+    and loses detail (size=64 on photos: the worst image 10.9 levels from a
     Lanczos reference against Pillow bilinear's 7.5; at 1/2 or 1/4, 7.8).
     """
     for factor in DCT_FACTORS:
