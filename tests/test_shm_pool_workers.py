@@ -131,3 +131,31 @@ def test_single_sample_reads_do_not_use_up_the_pool(pool_packed: dict[str, Path]
                         multiprocessing_context="fork")
     rows = [rows for rows, _ in loader][-1]
     assert rows and set(rows) == {4}, f"pool buffers of {rows} images"
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_a_slot_hands_its_file_descriptor_over_once(
+        pool_packed: dict[str, Path], pool_want: dict[str, torch.Tensor],
+        monkeypatch: pytest.MonkeyPatch, context: str) -> None:
+    """Batches from a recycled slot cross without a file descriptor after the first: the
+    main process keeps the slot's, and each batch still gets storage of its own."""
+    handed: list[bool] = []
+    arrive = shm_pool._slot_images
+
+    def counted(images: shm_pool.SlotImages, *args: Any) -> torch.Tensor:
+        handed.append(images.handle is not None)
+        return arrive(images, *args)
+
+    monkeypatch.setattr(shm_pool, "_slot_images", counted)  # unpickling runs here
+    loader = DataLoader(PackedDataset(pool_packed["npy"], with_keys=True), batch_size=2,
+                        num_workers=2, collate_fn=collate, persistent_workers=True,
+                        multiprocessing_context=context)
+    wrong = 0
+    for _epoch in range(4):
+        for images, _, keys in loader:
+            wrong += sum(not torch.equal(image, pool_want[key])
+                         for image, key in zip(images, keys, strict=True))
+    del loader
+    assert wrong == 0
+    assert len(handed) >= 8, "the batches did not come from pool slots"
+    assert sum(handed) <= 2 * shm_pool.MAX_SLOTS and sum(handed) < len(handed) // 2, handed

@@ -51,7 +51,8 @@ class PooledBatch(list[Any]):
             tail[0] = tail[0].numpy()
         state = None if self.pool.state_sent else self.pool.state_tensor
         self.pool.state_sent = True
-        return _arrived, (self.images, tail, by_value, self.pool.token, state, self.slot,
+        images = self.pool.outgoing(self.slot, self.images)
+        return _arrived, (images, tail, by_value, self.pool.token, state, self.slot,
                           self.rebuild)
 
 

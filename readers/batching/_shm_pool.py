@@ -25,6 +25,12 @@ A batch that cannot be tracked (its list was rebuilt in the worker, the state ar
 never arrived) keeps its slot busy; once every slot is busy the worker falls back to a
 fresh buffer per batch, as torch does: slower, never wrong.
 
+Hand-over: a slot's file descriptor crosses to the main process once, with the first
+batch sent from it (torch hands one over for every batch, through a socket and a thread
+in each process); the main process keeps it, and maps the slot afresh for each batch
+that arrives from it, so every batch has storage of its own whose death frees the slot.
+The state array also records which buffer of each slot the main process holds.
+
 Limits: only with torch's default "file_descriptor" sharing strategy, and only where
 torch exposes storage reference counts. Each worker keeps up to POOL_BYTES mapped.
 """
@@ -37,8 +43,8 @@ import secrets
 import sys
 import threading
 import weakref
-from multiprocessing.reduction import ForkingPickler
-from typing import Any
+from multiprocessing.reduction import DupFd, ForkingPickler
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -67,11 +73,30 @@ def _references(tensor: torch.Tensor) -> int:
     return count
 
 
+class SlotImages(NamedTuple):
+    """A batch's head as it leaves a worker: where it lies in a slot's buffer, and the
+    buffer's file descriptor when the main process does not hold that buffer yet."""
+
+    buffer_id: int
+    handle: Any  # a picklable DupFd of the buffer, or None
+    nbytes: int
+    offset: int
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+
+
+def _views(state: npt.NDArray[np.uint8]) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+    """(the slots' states, the id of the buffer the main process holds for each slot)
+    of one shared state array."""
+    return state[:MAX_SLOTS], state[MAX_SLOTS:].view(np.int64)
+
+
 class _Slot:
     """One recycled buffer, and what holds it when only the pool does."""
 
-    def __init__(self, buffer: torch.Tensor) -> None:
-        self.buffer = buffer
+    def __init__(self, buffer: torch.Tensor, buffer_id: int) -> None:
+        self.buffer, self.buffer_id = buffer, buffer_id
         self.storage = buffer.untyped_storage()  # the one Python object of this storage
         self.own_references, self.own_holders = self._holders()
 
@@ -90,11 +115,12 @@ class SlotPool:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.token = f"{self.pid}-{secrets.token_hex(8)}"
-        self.state_tensor = shared_buffer((MAX_SLOTS,)).zero_()
-        self.state = self.state_tensor.numpy()
+        self.state_tensor = shared_buffer((MAX_SLOTS * 9,)).zero_()
+        self.state, self.held = _views(self.state_tensor.numpy())
         self.slots: list[_Slot | None] = []  # None: given up, its place free for a new one
         self.state_sent = False
         self._lock = threading.Lock()
+        self._buffers_made = 0
 
     @property
     def buffers(self) -> list[torch.Tensor]:
@@ -118,7 +144,8 @@ class SlotPool:
             self.state[free] = FREE
             if free == len(self.slots):
                 self.slots.append(None)
-            self.slots[free] = _Slot(buffer)
+            self._buffers_made += 1
+            self.slots[free] = _Slot(buffer, self._buffers_made)
             return buffer.view(shape)
 
     def take_bytes(self, nbytes: int) -> torch.Tensor:
@@ -165,6 +192,21 @@ class SlotPool:
                 return index
         return None
 
+    def outgoing(self, slot: int, images: torch.Tensor) -> SlotImages:
+        """How `images`, a view of the buffer in `slot`, leaves for the main process: its
+        place in the buffer, with the buffer's file descriptor unless the main process
+        holds this buffer already."""
+        entry = self.slots[slot]
+        if entry is None:
+            raise RuntimeError(f"pool slot {slot} holds no buffer")
+        handle = None
+        if int(self.held[slot]) != entry.buffer_id:
+            fd, _ = entry.storage._share_fd_cpu_()
+            handle = DupFd(fd)
+        return SlotImages(entry.buffer_id, handle, entry.storage.nbytes(),
+                          int(images.storage_offset()), tuple(images.shape), images.stride(),
+                          images.dtype)
+
     def sending(self, slot: int) -> None:
         """The batch in `slot` is about to leave for the main process: busy until freed.
         Only a free slot may leave (readers.batching.collate copies a batch whose slot is out)."""
@@ -193,39 +235,84 @@ Rebuild = tuple[Any, tuple[Any, ...]]  # (callable, args): a batch's head from i
 _LOCK = threading.RLock()  # the pin-memory thread unpickles too
 _STATES: collections.OrderedDict[str, npt.NDArray[np.uint8]] = collections.OrderedDict()
 _LIVE: dict[int, tuple[weakref.finalize[Any, Any], npt.NDArray[np.uint8], int]] = {}
+_FDS: dict[tuple[str, int], tuple[int, int]] = {}  # (token, slot) -> (buffer id, fd)
 
 
-def _arrived(images: torch.Tensor, tail: list[Any], by_value: bool, token: str,
+def _arrived(images: torch.Tensor | SlotImages, tail: list[Any], by_value: bool, token: str,
              state: torch.Tensor | None, slot: int, rebuild: Rebuild | None = None
              ) -> list[Any]:
     """In the main process: the plain batch, its slot freed once `images`' storage dies."""
     tail = [unpacked(value) for value in tail]
     if by_value:
         tail[0] = torch.from_numpy(tail[0])
-    _track(images, token, state, slot)
+    _watch_hand_offs()
+    known = _known_state(token, state)
+    if isinstance(images, SlotImages):
+        images = _slot_images(images, token, slot, known)
+    _track(images, known, slot)
     head = images if rebuild is None else rebuild[0](images, *rebuild[1])
     return [head, *tail]
 
 
-def _track(images: torch.Tensor, token: str, state: torch.Tensor | None, slot: int) -> None:
-    """Tie the slot's freeing to the life of `images`' storage in this process."""
-    _watch_hand_offs()
+def _known_state(token: str, state: torch.Tensor | None) -> npt.NDArray[np.uint8] | None:
+    """The state array of the worker `token` (registered when it comes with a batch)."""
     with _LOCK:
         if state is not None:  # a new worker: forget the ones that have ended
             _forget_ended_workers()
             _STATES[token] = state.numpy()
         known = _STATES.get(token)
         if known is None:
-            return
+            return None
         _STATES.move_to_end(token)
         while len(_STATES) > KNOWN_STATES:
-            _STATES.popitem(last=False)
+            _close_fds(_STATES.popitem(last=False)[0])
+        return known
+
+
+def _slot_images(images: SlotImages, token: str, slot: int,
+                 known: npt.NDArray[np.uint8] | None) -> torch.Tensor:
+    """The head of a batch, mapped from its slot's buffer: storage of its own, so that
+    its death frees the slot as with a tensor torch sent."""
+    arrived = None if images.handle is None else images.handle.detach()
+    with _LOCK:
+        key = (token, slot)
+        if arrived is not None:
+            old = _FDS.pop(key, None)
+            if old is not None:
+                os.close(old[1])
+            _FDS[key] = (images.buffer_id, arrived)
+            if known is not None:
+                _views(known)[1][slot] = images.buffer_id
+        entry = _FDS.get(key)
+        if entry is None or entry[0] != images.buffer_id:
+            raise RuntimeError(f"a batch from DataLoader worker {token.partition('-')[0]} "
+                               "arrived after its shared memory was released")
+        fd = os.dup(entry[1])
+    try:
+        storage = torch.UntypedStorage._new_shared_fd_cpu(fd, images.nbytes)  # type: ignore[attr-defined]
+    finally:
+        os.close(fd)
+    view = torch.empty(0, dtype=images.dtype)
+    return view.set_(storage, images.offset, images.shape, images.stride)
+
+
+def _track(images: torch.Tensor, known: npt.NDArray[np.uint8] | None, slot: int) -> None:
+    """Tie the slot's freeing to the life of `images`' storage in this process."""
+    if known is None:
+        return
+    with _LOCK:
         storage = images.untyped_storage()
         key = storage.data_ptr()
         if key in _LIVE:  # the same storage again: its finalizer covers both
             return
         done = weakref.finalize(storage, _free, os.getpid(), known, slot, key)
         _LIVE[key] = (done, known, slot)
+
+
+def _close_fds(token: str) -> None:
+    """Close the buffers' file descriptors kept for the worker `token`."""
+    for key in [key for key in _FDS if key[0] == token]:
+        os.close(_FDS.pop(key)[1])
 
 
 def _forget_ended_workers() -> None:
@@ -237,6 +324,7 @@ def _forget_ended_workers() -> None:
             os.kill(int(token.partition("-")[0]), 0)
         except ProcessLookupError:
             del _STATES[token]
+            _close_fds(token)
         except (PermissionError, ValueError):
             continue
 
@@ -271,6 +359,9 @@ def _before_fork() -> None:
 def _in_child() -> None:
     global _LOCK
     _LIVE.clear()
+    for _, fd in _FDS.values():
+        os.close(fd)
+    _FDS.clear()
     _LOCK = threading.RLock()
 
 
