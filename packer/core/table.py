@@ -40,36 +40,47 @@ SAMPLE_DTYPE = np.dtype(
 
 
 class SampleTable:
-    """Per-sample keys, labels, locations and digests as numpy arrays (copy-on-read safe)."""
+    """Per-sample keys, labels, locations and digests as numpy arrays (copy-on-read safe).
+
+    The rows and each column are plain ndarray views of the (memory-mapped) arrays: a
+    reader looks up several values a sample, and indexing an np.memmap builds a memmap
+    object each time, several times the cost of the lookup itself.
+    """
 
     def __init__(self, rows: npt.NDArray[np.void], keys_blob: npt.NDArray[np.uint8],
                  fields: FieldRows | None = None) -> None:
-        self.rows = rows
-        self.keys_blob = keys_blob
+        self.rows = rows.view(np.ndarray)
+        self.keys_blob = keys_blob.view(np.ndarray)
         self.fields = fields  # per-sample field locations and digests; None: no fields
+        self._labels: npt.NDArray[np.int64] = self.rows["label"]
+        self._key_starts: npt.NDArray[np.int64] = self.rows["key_start"]
+        self._offsets: npt.NDArray[np.int64] = self.rows["offset"]
+        self._sizes: npt.NDArray[np.int64] = self.rows["size"]
+        self._digests: npt.NDArray[np.uint8] = self.rows["digest"]
 
     def __len__(self) -> int:
         return len(self.rows)
 
     @property
     def labels(self) -> npt.NDArray[np.int64]:
-        return self.rows["label"]
+        return self._labels
 
     @property
     def offsets(self) -> npt.NDArray[np.int64]:
-        return self.rows["offset"]
+        return self._offsets
 
     @property
     def sizes(self) -> npt.NDArray[np.int64]:
-        return self.rows["size"]
+        return self._sizes
 
     @property
     def digests(self) -> npt.NDArray[np.uint8]:
-        return self.rows["digest"]
+        return self._digests
 
     def key(self, i: int) -> str:
-        start = int(self.rows["key_start"][i])
-        stop = int(self.rows["key_start"][i + 1]) if i + 1 < len(self.rows) else len(self.keys_blob)
+        starts = self._key_starts
+        start = int(starts[i])
+        stop = int(starts[i + 1]) if i + 1 < len(starts) else len(self.keys_blob)
         try:
             return bytes(self.keys_blob[start:stop]).decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -82,10 +93,10 @@ class SampleTable:
         """The UTF-8 keys of several samples, their bounds looked up at once (lmdb's
         field keys are built from them; not decoded, so not checked as UTF-8 here)."""
         wanted = np.asarray(indices, dtype=np.intp)
-        starts = self.rows["key_start"].view(np.ndarray)
+        starts = self._key_starts
         last = wanted + 1 >= len(starts)
         stops = np.where(last, len(self.keys_blob), starts[np.where(last, 0, wanted + 1)])
-        blob = self.keys_blob.view(np.ndarray).data
+        blob = self.keys_blob.data
         return [blob[start:stop].tobytes() for start, stop in
                 zip(starts[wanted].tolist(), stops.tolist(), strict=True)]
 
@@ -93,7 +104,8 @@ class SampleTable:
         return [self.key(i) for i in range(len(self))]
 
     def digest(self, i: int) -> bytes:
-        return bytes(self.rows["digest"][i])
+        data: bytes = self._digests[i].tobytes()
+        return data
 
 
 COLUMNS = ("label", "key_start", "offset", "size")

@@ -213,16 +213,17 @@ class LmdbReader(DecodedFields):
                                       f"bytes, its pages need {need}); restore or reconvert")
         self.pid = os.getpid()
 
-    def _get(self, txn: Any, i: int) -> bytes:
-        key = self.table.key(i)
-        value = txn.get(key.encode("utf-8"))
+    def _get(self, txn: Any, i: int, key: bytes, size: int) -> bytes:
+        """Sample i, stored under `key` (its UTF-8 key) with `size` bytes, checked."""
+        value = txn.get(key)
         if value is None:
-            raise CorruptDatasetError(f"{self.data}: sample {i} ({key!r}) is missing; reconvert")
-        size = int(self.table.sizes[i])
+            raise CorruptDatasetError(f"{self.data}: sample {i} ({self.table.key(i)!r}) is "
+                                      "missing; reconvert")
         if len(value) != HEADER.size + size:
             raise CorruptDatasetError(
-                f"{self.data}: sample {i} ({key!r}) holds {len(value) - HEADER.size} bytes, "
-                f"the index says {size}; the file is damaged, restore it or reconvert"
+                f"{self.data}: sample {i} ({self.table.key(i)!r}) holds "
+                f"{len(value) - HEADER.size} bytes, the index says {size}; the file is "
+                "damaged, restore it or reconvert"
             )
         return checked(self.table, i, bytes(value[HEADER.size :]), self.data)
 
@@ -230,9 +231,13 @@ class LmdbReader(DecodedFields):
         return self.read_many([i])[0]
 
     def read_many(self, indices: Sequence[int]) -> list[bytes]:
+        """One read transaction; the keys and sizes of the batch looked up at once."""
+        keys = self.table.key_bytes_many(indices)
+        sizes = self.table.sizes[np.asarray(indices, dtype=np.intp)].tolist()
         try:
             with self.env.begin(buffers=True) as txn:
-                return [self._get(txn, i) for i in indices]
+                return [self._get(txn, i, key, size)
+                        for i, key, size in zip(indices, keys, sizes, strict=True)]
         except lmdb.Error as exc:
             raise CorruptDatasetError(f"{self.data}: damaged ({exc}); restore it or "
                                       "reconvert") from exc

@@ -184,13 +184,14 @@ class WdsReader(DecodedFields):
         while i < stop:
             shard = self.index.shard_of(i)
             end = min(stop, int(self.index.shard_starts[shard + 1]))
-            first = int(self.table.offsets[i])
-            last = int(self.table.offsets[end - 1] + self.table.sizes[end - 1])
-            block = memoryview(self._shards.pread(shard, first, last - first, end - 1))
+            offsets = self.table.offsets[i:end].tolist()
+            sizes = self.table.sizes[i:end].tolist()
+            first = offsets[0]
+            block = memoryview(self._shards.pread(shard, first, offsets[-1] + sizes[-1] - first,
+                                                  end - 1))
             where = self.folder / self.index.shards[shard].name
-            for j in range(i, end):
-                offset = int(self.table.offsets[j]) - first
-                data = bytes(block[offset : offset + int(self.table.sizes[j])])
+            for j, offset, size in zip(range(i, end), offsets, sizes, strict=True):
+                data = bytes(block[offset - first : offset - first + size])
                 yield checked(self.table, j, data, where)
             i = end
 
