@@ -256,3 +256,30 @@ def test_cache_reads_busy_chunks_whole_and_stays_bounded() -> None:
     reader.calls.clear()
     off.read_many([1, 1])
     assert reader.calls == [("many", 1, 1)] and len(off.cache) == 0
+
+
+def _scalar_shuffle(items: list[int], buffer_size: int, rng: np.random.Generator) -> list[int]:
+    """The buffered shuffle drawn one `rng.integers` at a time: the reference order."""
+    if buffer_size <= 1:
+        return list(items)
+    out, buffer = [], []
+    for item in items:
+        if len(buffer) < buffer_size:
+            buffer.append(item)
+            continue
+        j = int(rng.integers(buffer_size))
+        out.append(buffer[j])
+        buffer[j] = item
+    return out + [buffer[int(j)] for j in rng.permutation(len(buffer))]
+
+
+@settings(max_examples=60, deadline=None)
+@given(count=st.integers(0, 3000), buffer_size=st.integers(0, 1200), seed=st.integers(0, 99))
+def test_block_draws_give_the_scalar_draws_order(count: int, buffer_size: int,
+                                                 seed: int) -> None:
+    """Draws taken a block at a time yield the order of one draw per item, and leave
+    the generator where those draws would have (a later draw is the same)."""
+    ours, reference = np.random.default_rng(seed), np.random.default_rng(seed)
+    got = list(buffered_shuffle(range(count), buffer_size, ours))
+    assert got == _scalar_shuffle(list(range(count)), buffer_size, reference)
+    assert int(ours.integers(1 << 40)) == int(reference.integers(1 << 40))

@@ -24,9 +24,9 @@ number of batches, even with a partial last batch per worker.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -185,18 +185,53 @@ def buffered_shuffle(items: Iterable[T], buffer_size: int,
     """Shuffle a stream within a window of `buffer_size` items (memory stays bounded).
 
     Each incoming item takes the place of a random buffered one, which is yielded;
-    the remainder is shuffled at the end. A buffer of 0 or 1 keeps the order.
+    the remainder is shuffled at the end. A buffer of 0 or 1 keeps the order. The draws
+    are those of one `rng.integers(buffer_size)` per replaced item (taken a block at a
+    time, at a fraction of a scalar draw's cost), so the order is a function of the
+    generator and the count alone.
     """
     if buffer_size <= 1:
         yield from items
         return
     buffer: list[T] = []
+    draws = _Draws(rng, buffer_size)
     for item in items:
         if len(buffer) < buffer_size:
             buffer.append(item)
             continue
-        j = int(rng.integers(buffer_size))
+        j = draws.next()
         yield buffer[j]
         buffer[j] = item
-    for j in rng.permutation(len(buffer)):
-        yield buffer[int(j)]
+    draws.settle()
+    for j in rng.permutation(len(buffer)).tolist():
+        yield buffer[j]
+
+
+class _Draws:
+    """`rng.integers(bound)` one at a time, drawn DRAW_BLOCK at once: numpy's block of
+    bounded integers is the sequence of its scalar draws, and `settle` leaves the
+    generator where the scalar draws made so far would have."""
+
+    def __init__(self, rng: np.random.Generator, bound: int) -> None:
+        self.rng, self.bound = rng, bound
+        self.block: list[int] = []
+        self.used = 0
+        self.state: Mapping[str, Any] | None = None
+
+    def next(self) -> int:
+        if self.used == len(self.block):
+            self.state = self.rng.bit_generator.state
+            self.block = self.rng.integers(self.bound, size=DRAW_BLOCK).tolist()
+            self.used = 0
+        self.used += 1
+        return self.block[self.used - 1]
+
+    def settle(self) -> None:
+        """Rewind the block's unused draws (the generator draws on after the stream)."""
+        if self.state is not None and self.used < len(self.block):
+            self.rng.bit_generator.state = self.state
+            self.rng.integers(self.bound, size=self.used)
+        self.block, self.used, self.state = [], 0, None
+
+
+DRAW_BLOCK = 1024
