@@ -64,7 +64,11 @@ def _dump_stacks(pid: int, out: Path) -> None:
         return
     with (out / "py-spy.txt").open("w") as log:
         for proc in tree:
-            log.write(f"--- pid {proc.pid}: {' '.join(proc.cmdline())}\n")
+            try:
+                command = " ".join(proc.cmdline())
+            except psutil.Error:  # ended (or a zombie) since the tree was listed
+                continue
+            log.write(f"--- pid {proc.pid}: {command}\n")
             log.flush()
             subprocess.run([spy, "dump", "--native", "--pid", str(proc.pid)], stdout=log,
                            stderr=subprocess.STDOUT, timeout=60, check=False)
