@@ -24,6 +24,7 @@ from packer.conversion.append.plan import AppendPlan
 from packer.conversion.append.stage import READY, STAGE_DIR, Staged, stage_dir
 from packer.core import checks
 from packer.core.index import (
+    FIELDS_NAME,
     INDEX_NAME,
     KEYS_NAME,
     REJECTS_NAME,
@@ -80,8 +81,9 @@ def prepare(plan: AppendPlan, staged: Staged, spooled: Staged | None, merged: Me
     index = replace(index, extra={**index.extra, TABLE_DIGEST: digest})
     text = json.dumps(index.to_json(), indent=1, sort_keys=True, ensure_ascii=False)
     write_atomic(ready / INDEX_NAME, (text + "\n").encode("utf-8"))
+    tables = (SAMPLES_NAME, KEYS_NAME, *((FIELDS_NAME,) if index.fields else ()))
     moves = [*merged.moves, *((f"{READY}/{name}", name) for name in
-                              (SAMPLES_NAME, KEYS_NAME, REJECTS_NAME, INDEX_NAME))]
+                              (*tables, REJECTS_NAME, INDEX_NAME))]
     record = {"moves": moves, "extend": merged.extend, "num_new": len(staged.table),
               "new_classes": list(plan.new_classes), "replaced": replaced,
               "first_new_label": len(plan.index.class_names)}
