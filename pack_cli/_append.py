@@ -90,6 +90,9 @@ def append_command(src: Path, dst: Path, resize: int | None, size: str | None,
             line += (f"; {result.num_new_rejects} rejected inputs listed in "
                      f"{dst / 'rejects.jsonl'}")
         click.echo(line)
+        if result.splits_stale:
+            click.echo(f"{dst} has splits made before: rerun `pack split {dst}` with the same "
+                       "settings to place the new samples (no sample already split moves)")
         if result.replaced:
             click.echo("the replaced samples keep their indices with new bytes: a reader "
                        "state saved before the append reads the new samples there")

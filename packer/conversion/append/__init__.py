@@ -29,6 +29,7 @@ from packer.conversion.append.stage import stage, stage_dir, stage_replacements
 from packer.conversion.destination import refuse_inside_source, write_errors
 from packer.conversion.writing import OnError, rejected
 from packer.core.index import Index, read_index
+from packer.core.layout import SPLITS_DIR
 from packer.errors import AppendInterrupted as AppendInterrupted  # defined with every error class
 from packer.source.fields import FieldChoice
 
@@ -47,6 +48,7 @@ class AppendResult:
     first_new_label: int = 0
     num_new_rejects: int = 0
     replaced: tuple[str, ...] = ()  # the keys of the samples --replace gave new bytes
+    splits_stale: bool = False  # DST has splits (pack split), made for the dataset before
 
     @property
     def summary(self) -> str:
@@ -126,5 +128,5 @@ def _run(plan: AppendPlan, workers: int | None, on_error: OnError, resume: bool,
 def _result(folder: Path, record: dict[str, Any], rejects: int) -> AppendResult:
     return AppendResult(read_index(folder), int(record["num_new"]),
                         tuple(record["new_classes"]), int(record["first_new_label"]), rejects,
-                        tuple(record.get("replaced", ())))
+                        tuple(record.get("replaced", ())), (folder / SPLITS_DIR).is_dir())
 
