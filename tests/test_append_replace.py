@@ -18,7 +18,7 @@ from packer.core.index import INDEX_NAME, open_dataset, read_index
 from packer.errors import PackError
 from packer.storage.hashing import digest_of
 from readers import PackedDataset
-from tests.append_support import BASE, ADDED, make_sources, pack
+from tests.append_support import ADDED, BASE, make_sources, pack
 from tests.helpers import tree_hashes
 
 ORIGINALS = ["wds", "lmdb", "hdf5"]  # formats that store the files, whose bytes compare
