@@ -152,3 +152,26 @@ def _copy(dataset: Path, parent: Path) -> Path:
     out = parent / dataset.name
     shutil.copytree(dataset, out)
     return out
+
+
+def test_a_bad_replacement_is_a_reject_and_the_old_sample_stays(
+        sources: tuple[Path, Path, list[str]], tmp_path: Path) -> None:
+    from packer.source.packed import read_rejects
+
+    base, _, _ = sources
+    src = tmp_path / "src"
+    shutil.copytree(base, src)
+    dst = tmp_path / "ds.lmdb"
+    pack(src, dst, "lmdb")
+    _, before = open_dataset(dst)
+    broken = sorted(src.rglob("*.jpg"))[0]
+    broken.write_bytes(b"not an image")
+    assert "other bytes" in read_rejects(dst)[0].reason if append(src, dst, workers=0) \
+        .num_new_rejects else False
+    result = append(src, dst, workers=0, replace=True)
+    assert result.replaced == ()
+    (reject,) = read_rejects(dst)
+    assert reject.path == str(broken) and "other bytes" not in reject.reason
+    _, after = open_dataset(dst)
+    assert np.array_equal(after.digests, before.digests)
+    assert verify(dst).ok

@@ -62,9 +62,12 @@ def prepare(plan: AppendPlan, staged: Staged, spooled: Staged | None, merged: Me
     where = stage_dir(plan.folder)
     ready = where / READY
     save_table(ready, merged.table)
-    packed = {item.path for item in [*plan.items, *plan.replacing]}
-    rejects = [r for r in plan.old_rejects if r.path not in packed] + \
-        new_rejects(plan, staged, spooled)
+    tried = {item.path for item in [*plan.items, *plan.replacing]}  # packed, or a reject now
+    kept = [r for r in plan.old_rejects if r.path not in tried]
+    listed = {r.path for r in kept}
+    found = plan.source.rejects + plan.conflicts + staged.rejects + \
+        (spooled.rejects if spooled else [])
+    rejects = kept + [r for r in found if r.path not in listed]
     lines = "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in rejects)
     write_atomic(ready / REJECTS_NAME, lines.encode("utf-8"))
     replaced = replaced_keys(spooled)
