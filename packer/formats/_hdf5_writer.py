@@ -24,12 +24,12 @@ from typing import Any
 import h5py
 import numpy as np
 
-from packer.core.fields import FieldSpec, unpack_record
+from packer.core.fields import FieldSpec
 from packer.core.index import SAMPLE_DTYPE, SampleTable, ShardInfo
 from packer.core.record import Record
-from packer.errors import UnstorableRecord
 from packer.formats._field_columns import Column, columns
 from packer.formats._hdf5_fields import write_fields
+from packer.formats._hdf5_strings import check_strings, string_fields
 from packer.formats.base import Location, WriterPlan
 from packer.storage.atomic import commit, fsync_file, partial_path
 from packer.storage.filestream import ShardFile, hash_while
@@ -83,24 +83,6 @@ def key_chunks(table: SampleTable, size: int = KEY_CHUNK) -> Iterator[tuple[int,
         if first + size >= len(table):
             bounds.append(len(blob))
         yield first, [blob[a:b].decode("utf-8") for a, b in pairwise(bounds)]
-
-
-def string_fields(specs: Sequence[FieldSpec]) -> list[int]:
-    """The positions of the str fields, which check_strings looks at."""
-    return [n for n, spec in enumerate(specs) if spec.type == "str"]
-
-
-def check_strings(specs: Sequence[FieldSpec], strings: Sequence[int], fields: bytes) -> None:
-    """HDF5's variable-length strings end at a NUL byte (h5py refuses to write one):
-    a str field holding one is this sample's reject, not the whole file's failure
-    at the end (json fields escape it as \\u0000)."""
-    values = unpack_record(fields, len(specs))
-    for n in strings:
-        value = values[n]
-        if value is not None and b"\0" in value:
-            raise UnstorableRecord(
-                f"field {specs[n].name!r} holds a NUL byte, which HDF5 strings "
-                "cannot; remove it, or pack to wds, lmdb or npy, which keep it")
 
 
 class Hdf5Writer:

@@ -20,7 +20,7 @@ from pathlib import Path
 from packer.core.fields import FieldSpec, unpack_record
 from packer.core.index import SampleTable, ShardInfo
 from packer.core.record import Record
-from packer.formats._hdf5_writer import check_strings, string_fields
+from packer.formats._hdf5_strings import check_strings, string_fields
 from packer.formats.base import Location
 from packer.storage.hashing import sha256_file
 
