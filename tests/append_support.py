@@ -47,3 +47,17 @@ def samples(folder: Path) -> list[tuple[str, str, bytes]]:
 
 def rows(table: SampleTable) -> bytes:
     return bytes(table.rows.tobytes()) + bytes(table.keys_blob.tobytes())
+
+
+def field_bytes(folder: Path) -> dict[str, list[bytes | None]]:
+    """{key: the sample's field values in byte form, the index's order}, read through
+    the format's reader (each sample checked against its field digest)."""
+    from packer import formats
+
+    index, table = open_dataset(folder)
+    reader = formats.load(index.format).open_reader(folder, index, table)
+    try:
+        values = reader.field_values_many(list(range(len(table))))
+        return {table.key(i): list(values[i]) for i in range(len(table))}
+    finally:
+        reader.close()

@@ -180,3 +180,35 @@ def test_append_from_an_archive_and_a_packed_dataset(sources: tuple[Path, Path],
     report = verify(grown, packed)
     assert report.ok, report.problem
     assert samples(grown)[24:] == [s for s in samples(packed) if s not in samples(grown)[:24]]
+
+
+@pytest.mark.parametrize("stratify", [False, True])
+def test_splits_stay_put_across_a_real_append(sources: tuple[Path, Path], tmp_path: Path,
+                                              stratify: bool) -> None:
+    """split, append, split again with the same settings: no old sample changes split,
+    and until the rerun the readers refuse the splits made for the smaller dataset."""
+    from packer import IncompleteDatasetError, split
+
+    dst = tmp_path / "ds.lmdb"
+    pack(sources[0], dst, "lmdb")
+    split(dst, 0.25, 0.25, stratify=stratify, seed=5)
+    _, table = open_dataset(dst)
+    before = {name: {table.key(int(i)) for i in _indices(dst, name)}
+              for name in ("train", "val", "test")}
+    result = append(sources[1], dst, workers=0)
+    assert result.splits_stale
+    with pytest.raises(IncompleteDatasetError, match="rerun `pack split"):
+        PackedDataset(dst, subset="val")
+    split(dst, 0.25, 0.25, stratify=stratify, seed=5)
+    _, table = open_dataset(dst)
+    after = {name: {table.key(int(i)) for i in _indices(dst, name)}
+             for name in ("train", "val", "test")}
+    for name, keys in before.items():
+        assert keys <= after[name], name
+    assert sum(map(len, after.values())) == len(table)
+
+
+def _indices(dst: Path, name: str) -> list[int]:
+    subset = PackedDataset(dst, subset=name).subset
+    assert subset is not None
+    return subset.indices.tolist()

@@ -2,8 +2,8 @@
 boxes), for timing `pack convert` with fields against the same images without.
 
     python -m devtools.bench.fields_manifest PHOTOS OUT
-    farm-bench -- pack convert OUT/fields.jsonl D1 --to wds --overwrite -q \\
-        --vs 'pack convert OUT/plain.jsonl D2 --to wds --overwrite -q'
+    flock /tmp/bench.lock time pack convert OUT/fields.jsonl D1 --to wds --overwrite -q
+    flock /tmp/bench.lock time pack convert OUT/plain.jsonl D2 --to wds --overwrite -q
 """
 
 from __future__ import annotations

@@ -44,6 +44,12 @@ def columns(specs: Sequence[FieldSpec], rows: FieldRows | None, count: int) -> l
         return []
     records = [unpack_record(rows.record(i), len(specs)) for i in range(count)] \
         if rows is not None else [[None] * len(specs)] * count
+    return columns_of(specs, records)
+
+
+def columns_of(specs: Sequence[FieldSpec],
+               records: Sequence[Sequence[bytes | None]]) -> list[Column]:
+    """Each field's column, from every sample's values in byte form (None: no value)."""
     built = []
     for number, spec in enumerate(specs):
         cells = [record[number] for record in records]

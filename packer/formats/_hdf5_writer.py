@@ -24,12 +24,12 @@ from typing import Any
 import h5py
 import numpy as np
 
-from packer.core.fields import FieldSpec, unpack_record
+from packer.core.fields import FieldSpec
 from packer.core.index import SAMPLE_DTYPE, SampleTable, ShardInfo
 from packer.core.record import Record
-from packer.errors import UnstorableRecord
-from packer.formats._field_columns import columns
+from packer.formats._field_columns import Column, columns
 from packer.formats._hdf5_fields import write_fields
+from packer.formats._hdf5_strings import check_strings, string_fields
 from packer.formats.base import Location, WriterPlan
 from packer.storage.atomic import commit, fsync_file, partial_path
 from packer.storage.filestream import ShardFile, hash_while
@@ -51,8 +51,12 @@ def _blob_dataset(h5: Any, size: int) -> Any:
 
 
 def build_layout(path: Path, size: int, table: SampleTable | None = None,
-                 exts: list[str] | None = None, fields: Sequence[FieldSpec] = ()) -> int | None:
-    """Write the HDF5 file for a blob of `size` bytes (left unwritten); its offset."""
+                 exts: list[str] | None = None, fields: Sequence[FieldSpec] = (),
+                 built: Sequence[Column] | None = None) -> int | None:
+    """Write the HDF5 file for a blob of `size` bytes (left unwritten); its offset.
+
+    The field datasets come from `built` when given (an append's columns, old samples'
+    values included), else from the table's field records."""
     with h5py.File(path, "w", track_order=False) as h5:
         offset = _blob_dataset(h5, size).get_offset()
         rows = table if table is not None else SampleTable(np.empty(0, SAMPLE_DTYPE),
@@ -66,7 +70,7 @@ def build_layout(path: Path, size: int, table: SampleTable | None = None,
             keys[start : start + len(chunk)] = chunk
         h5.create_dataset("exts", data=exts or [], dtype=h5py.string_dtype("ascii"),
                           track_times=False)
-        write_fields(h5, columns(fields, rows.fields, len(rows)))
+        write_fields(h5, columns(fields, rows.fields, len(rows)) if built is None else built)
     return None if offset is None else int(offset)
 
 
@@ -91,7 +95,7 @@ class Hdf5Writer:
         self.tmp = partial_path(self.path)
         self.meta = plan.folder / (FILE + META_SUFFIX)
         self.fields = plan.fields
-        self._strings = [n for n, spec in enumerate(plan.fields) if spec.type == "str"]
+        self._strings = string_fields(plan.fields)
         self.blob_start = build_layout(self.meta, 1) or 0
         self.meta.unlink()
         self._file = ShardFile(self.tmp, start=self.blob_start, hashed=False)
@@ -102,23 +106,11 @@ class Hdf5Writer:
 
     def add(self, record: Record) -> Location:
         if self._strings:  # checked before anything is written
-            self._check_strings(record.fields)
+            check_strings(self.fields, self._strings, record.fields)
         offset = self._file.size
         self._file.write([record.data])
         self._exts.append(record.ext)
         return Location(offset, len(record.data))
-
-    def _check_strings(self, fields: bytes) -> None:
-        """HDF5's variable-length strings end at a NUL byte (h5py refuses to write one):
-        a str field holding one is this sample's reject, not the whole file's failure
-        at the end (json fields escape it as \\u0000)."""
-        values = unpack_record(fields, len(self.fields))
-        for n in self._strings:
-            value = values[n]
-            if value is not None and b"\0" in value:
-                raise UnstorableRecord(
-                    f"field {self.fields[n].name!r} holds a NUL byte, which HDF5 strings "
-                    "cannot; remove it, or pack to wds, lmdb or npy, which keep it")
 
     def end_part(self) -> None:
         self._file.flush()

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from packer.core.fields import FieldSpec
 from packer.core.index import Index, SampleTable, ShardInfo
 from packer.core.record import Record
 from packer.errors import CorruptDatasetError
@@ -62,6 +63,21 @@ END_OF_ARCHIVE = bytes(2 * BLOCK)
 def encode_key(key: str) -> str:
     """Make a key safe from webdataset's split at the first dot."""
     return key.replace("%", "%25").replace(".", "%2E")
+
+
+def sample_pieces(record: Record, fields: Sequence[FieldSpec]) -> tuple[list[bytes], int, int]:
+    """The tar pieces of one sample (image member, .cls member, field members), where its
+    image bytes start in them, and where its field members start."""
+    name = encode_key(record.key)
+    data = record.data
+    header = member_header(f"{name}.{record.ext}", len(data))
+    label = str(record.label).encode("ascii")
+    rest = b"".join((padding(len(data)), member_header(f"{name}.cls", len(label)), label,
+                     padding(len(label))))
+    pieces = [header, data, rest]
+    if fields:
+        pieces += field_members(name, fields, record.fields)
+    return pieces, len(header), len(header) + len(data) + len(rest)
 
 
 class WdsWriter:
@@ -100,25 +116,16 @@ class WdsWriter:
 
     def add(self, record: Record) -> Location:
         file = self._file or self._open()
-        name = encode_key(record.key)
-        data = record.data
-        header = member_header(f"{name}.{record.ext}", len(data))
-        label = str(record.label).encode("ascii")
-        rest = b"".join((padding(len(data)), member_header(f"{name}.cls", len(label)), label,
-                         padding(len(label))))
-        offset = self._bytes + len(header)
+        pieces, image_at, fields_at = sample_pieces(record, self.plan.fields)
         self.image_types.add(record.ext)
         self._samples += 1
+        file.write(pieces)
+        start = self._bytes
+        self._bytes += sum(map(len, pieces))
         if not self.plan.fields:
-            file.write([header, data, rest])
-            self._bytes = offset + len(data) + len(rest)
-            return Location(offset, len(data))
-        members = field_members(name, self.plan.fields, record.fields)
-        file.write([header, data, rest, *members])
-        fields_at = offset + len(data) + len(rest)
-        fields_size = sum(map(len, members))
-        self._bytes = fields_at + fields_size
-        return Location(offset, len(data), fields_at, fields_size)
+            return Location(start + image_at, len(record.data))
+        return Location(start + image_at, len(record.data), start + fields_at,
+                        self._bytes - start - fields_at)
 
     def _open(self) -> ShardFile:
         self._file = ShardFile(partial_path(self._current_path()))

@@ -24,6 +24,7 @@ from packer.conversion.append.plan import AppendPlan
 from packer.conversion.append.stage import READY, STAGE_DIR, Staged, stage_dir
 from packer.core import checks
 from packer.core.index import (
+    FIELDS_NAME,
     INDEX_NAME,
     KEYS_NAME,
     REJECTS_NAME,
@@ -42,35 +43,52 @@ COMMIT = "commit.json"
 APPENDED = "appended"  # index.json's extra: one entry per append, oldest first
 
 
-def new_rejects(plan: AppendPlan, staged: Staged | None) -> list[Reject]:
+def new_rejects(plan: AppendPlan, staged: Staged | None, spooled: Staged | None = None
+                ) -> list[Reject]:
     """This append's rejects that DST's rejects.jsonl does not list yet."""
     listed = {reject.path for reject in plan.old_rejects}
-    found = plan.scan_rejects() + plan.conflicts + (staged.rejects if staged else [])
+    found = plan.scan_rejects() + plan.conflicts + (staged.rejects if staged else []) + \
+        (spooled.rejects if spooled else [])
     return [r for r in found if r.path not in listed]
 
 
-def prepare(plan: AppendPlan, staged: Staged, merged: Merged) -> None:
+def replaced_keys(spooled: Staged | None) -> list[str]:
+    """The keys of the samples a --replace replaced (those of its inputs not rejected)."""
+    return [] if spooled is None else spooled.table.keys()
+
+
+def prepare(plan: AppendPlan, staged: Staged, spooled: Staged | None, merged: Merged) -> None:
     """Write the table, rejects and index of the grown dataset, then commit.json."""
     where = stage_dir(plan.folder)
     ready = where / READY
     save_table(ready, merged.table)
-    packed = {item.path for item in plan.items}
-    rejects = [r for r in plan.old_rejects if r.path not in packed] + new_rejects(plan, staged)
+    tried = {item.path for item in [*plan.items, *plan.replacing]}  # packed, or a reject now
+    kept = [r for r in plan.old_rejects if r.path not in tried]
+    listed = {r.path for r in kept}
+    found = plan.source.rejects + plan.conflicts + staged.rejects + \
+        (spooled.rejects if spooled else [])
+    rejects = kept + [r for r in found if r.path not in listed]
     lines = "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in rejects)
     write_atomic(ready / REJECTS_NAME, lines.encode("utf-8"))
-    history = [*plan.index.extra.get(APPENDED, ()),
-               {"num_samples": len(staged.table), "new_classes": list(plan.new_classes)}]
+    replaced = replaced_keys(spooled)
+    entry: dict[str, Any] = {"num_samples": len(staged.table),
+                             "new_classes": list(plan.new_classes)}
+    if replaced:
+        entry["replaced"] = replaced
+    history = [*plan.index.extra.get(APPENDED, ()), entry]
     index = replace(plan.index, num_samples=len(merged.table), class_names=plan.class_names,
                     shards=merged.shards, num_rejected=len(rejects),
+                    field_counts=merged.field_counts,
                     extra={**plan.index.extra, **merged.extra, APPENDED: history})
     digest = checks.files_digest(table_files(ready, index))
     index = replace(index, extra={**index.extra, TABLE_DIGEST: digest})
     text = json.dumps(index.to_json(), indent=1, sort_keys=True, ensure_ascii=False)
     write_atomic(ready / INDEX_NAME, (text + "\n").encode("utf-8"))
+    tables = (SAMPLES_NAME, KEYS_NAME, *((FIELDS_NAME,) if index.fields else ()))
     moves = [*merged.moves, *((f"{READY}/{name}", name) for name in
-                              (SAMPLES_NAME, KEYS_NAME, REJECTS_NAME, INDEX_NAME))]
+                              (*tables, REJECTS_NAME, INDEX_NAME))]
     record = {"moves": moves, "extend": merged.extend, "num_new": len(staged.table),
-              "new_classes": list(plan.new_classes),
+              "new_classes": list(plan.new_classes), "replaced": replaced,
               "first_new_label": len(plan.index.class_names)}
     write_atomic(where / COMMIT, json.dumps(record).encode("utf-8"))
     fsync_dir(where)

@@ -1,11 +1,15 @@
 """Step two of an append: the grown dataset's data files, built in `.pack-append/ready/`.
 
     wds    the staged shards are already DST's next shards: nothing to build but the
-           wids index of every shard
-    npy    labels.npy; images.npy grows in place at the commit: the staged rows go
-           after DST's, then the header names the new count
+           wids index of every shard (their field members are in them)
+    npy    labels.npy and fields/; images.npy grows in place at the commit: the
+           staged rows go after DST's, then the header names the new count
     hdf5   data.h5 = DST's blob + the staged blob, h5py's metadata for the whole
-    lmdb   data.mdb = a copy of DST's with the staged keys put in
+           (the field datasets of every sample: packer.conversion.append.values)
+    lmdb   data.mdb = a copy of DST's with the staged keys (field keys too) put in
+
+With `--replace`, each format also puts the replacements in their samples' places
+(packer.conversion.append.replace).
 
 Bytes move with copy_file_range (the kernel copies, a reflink where the file system
 has them): no image is decoded or re-encoded, and DST's files are only read, so DST
@@ -28,9 +32,13 @@ import lmdb
 import numpy as np
 
 from packer.conversion.append.plan import AppendPlan
+from packer.conversion.append.replace import blob_segments, put_lmdb, replaced_rows, write_rows
+from packer.conversion.append.replace_wds import rewrite_shards
+from packer.conversion.append.spool import REPLACE_DIR, SPOOL, Replacements
 from packer.conversion.append.stage import READY, Staged
+from packer.conversion.append.values import all_columns, field_counts
 from packer.core.index import SampleTable, ShardInfo, TableBuilder
-from packer.formats import _hdf5_writer, _lmdb, _npy
+from packer.formats import _hdf5_writer, _lmdb, _npy, _npy_fields
 from packer.formats._wds_names import continued_stem, shard_stem
 from packer.formats._wids import index_extra
 from packer.storage.atomic import atomic_writer, fsync_path
@@ -48,14 +56,27 @@ class Merged:
     moves: list[tuple[str, str]]  # (path in the staging folder, path in DST)
     extra: dict[str, Any] = field(default_factory=dict)  # for index.json's extra
     extend: dict[str, Any] | None = None  # a file that grows in place at the commit (npy)
+    field_counts: tuple[int, ...] = ()  # per field, the samples with a value
 
 
-def merge(plan: AppendPlan, staged: Staged, where: Path) -> Merged:
+def merge(plan: AppendPlan, staged: Staged, spooled: Staged | None, where: Path) -> Merged:
+    """Build the grown dataset's files in `where/ready` (the replacements `spooled`)."""
     ready = where / READY
     shutil.rmtree(ready, ignore_errors=True)
     ready.mkdir()
+    replaced = None if spooled is None else replacements(plan, spooled, where)
     build = {"wds": _wds, "npy": _npy_files, "hdf5": _hdf5, "lmdb": _lmdb_file}
-    return build[plan.index.format](plan, staged, where, ready)
+    merged = build[plan.index.format](plan, staged, replaced, where, ready)
+    merged.field_counts = field_counts(plan, staged, replaced)
+    return merged
+
+
+def replacements(plan: AppendPlan, spooled: Staged, where: Path) -> Replacements:
+    """The staged replacements, each with the DST sample it takes the place of."""
+    index_of = {item.key: i for item, i in zip(plan.replacing, plan.replaced, strict=True)}
+    return Replacements([index_of[spooled.table.key(j)] for j in range(len(spooled.table))],
+                        spooled.table, spooled.exts, where / REPLACE_DIR / SPOOL,
+                        len(plan.index.fields))
 
 
 def joined(old: SampleTable, new: SampleTable, shift: int) -> SampleTable:
@@ -64,39 +85,62 @@ def joined(old: SampleTable, new: SampleTable, shift: int) -> SampleTable:
     builder.extend(old)
     rows = np.array(new.rows, copy=True)
     rows["offset"] += shift
-    builder.extend(SampleTable(rows, new.keys_blob))
+    builder.extend(SampleTable(rows, new.keys_blob, new.fields))
     return builder.build()
 
 
-def _wds(plan: AppendPlan, staged: Staged, where: Path, ready: Path) -> Merged:
-    shards = plan.index.shards + staged.shards
-    table = joined(plan.table, staged.table, 0)
+def _wds(plan: AppendPlan, staged: Staged, replaced: Replacements | None, where: Path,
+         ready: Path) -> Merged:
+    old, shards, moves = replaced_rows(plan.table, replaced), plan.index.shards, []
+    if replaced is not None and replaced.at:
+        shards, names = rewrite_shards(plan.folder, plan.index, old, replaced, ready)
+        moves = [(f"{READY}/{name}", name) for name in names]
+    shards += staged.shards
+    table = joined(old, staged.table, 0)
     stem = continued_stem(shards, shard_stem(plan.folder.name))
-    types = [*plan.index.extra.get("image_types", ()), *staged.image_types]
-    extra = index_extra(ready, stem, shards, table, types)
-    moves = [(shard.name, shard.name) for shard in staged.shards]
+    types = [*plan.index.extra.get("image_types", ()), *staged.image_types,
+             *(replaced.exts if replaced is not None else ())]
+    extra = index_extra(ready, stem, shards, table, sorted(set(types)))
+    moves += [(shard.name, shard.name) for shard in staged.shards]
     if extra.get("wids_index"):
         moves.append((f"{READY}/{extra['wids_index']}", str(extra["wids_index"])))
     return Merged(shards, table, moves, extra)
 
 
-def _npy_files(plan: AppendPlan, staged: Staged, where: Path, ready: Path) -> Merged:
+def _npy_files(plan: AppendPlan, staged: Staged, replaced: Replacements | None, where: Path,
+               ready: Path) -> Merged:
     """images.npy grows in place at the commit (packer.conversion.append.commit.extend):
-    its sha256 is computed here from DST's rows and the staged ones, nothing copied."""
+    its sha256 is computed here from DST's rows and the staged ones, nothing copied;
+    with replacements it is a copy instead (packer.conversion.append.replace)."""
     height, width = plan.options.size or (0, 0)
     row = height * width * 3
     old, new = plan.index.num_samples, len(staged.table)
     header = _npy.npy_header((old + new, height, width, 3))
     keep = _npy.HEADER_BYTES + old * row
-    digest = _sha256(header, [(plan.folder / _npy.IMAGES, _npy.HEADER_BYTES, old * row),
-                              (where / _npy.IMAGES, _npy.HEADER_BYTES, new * row)])
-    table = joined(plan.table, staged.table, old * row)
+    table = joined(replaced_rows(plan.table, replaced), staged.table, old * row)
     with atomic_writer(ready / _npy.LABELS) as handle:
         np.save(handle, np.ascontiguousarray(table.labels, dtype=np.int64))
+    _npy_fields.write_fields(ready, all_columns(plan, staged, replaced))
+    moves = [(f"{READY}/{name}", name)
+             for name in (_npy.LABELS, *_npy_fields.field_files(plan.index.fields))]
+    staged_rows = (where / _npy.IMAGES, _npy.HEADER_BYTES, new * row)
+    if replaced is not None and replaced.at:
+        path = ready / _npy.IMAGES
+        with open(path, "wb") as out:
+            _copy(plan.folder / _npy.IMAGES, 0, out, keep)
+            _copy(*staged_rows[:2], out, new * row)
+            out.flush()
+            write_rows(out.fileno(), replaced, _npy.HEADER_BYTES, row)
+            os.pwrite(out.fileno(), header, 0)
+            os.fsync(out.fileno())
+        shard = ShardInfo(_npy.IMAGES, old + new, keep + new * row, sha256_file(path))
+        return Merged((shard,), table, [(f"{READY}/{_npy.IMAGES}", _npy.IMAGES), *moves])
+    digest = _sha256(header, [(plan.folder / _npy.IMAGES, _npy.HEADER_BYTES, old * row),
+                              staged_rows])
     shard = ShardInfo(_npy.IMAGES, old + new, keep + new * row, digest)
     extend = {"file": _npy.IMAGES, "keep": keep, "source": _npy.IMAGES,
               "start": _npy.HEADER_BYTES, "size": new * row, "header": header.hex()}
-    return Merged((shard,), table, [(f"{READY}/{_npy.LABELS}", _npy.LABELS)], extend=extend)
+    return Merged((shard,), table, moves, extend=extend)
 
 
 def _sha256(head: bytes, ranges: list[tuple[Path, int, int]]) -> str:
@@ -135,25 +179,36 @@ def _blob(path: Path) -> tuple[int, int, list[str]]:
         return int(blob.id.get_offset() or 0), int(blob.shape[0]), exts
 
 
-def _hdf5(plan: AppendPlan, staged: Staged, where: Path, ready: Path) -> Merged:
-    old_at, old_size, old_exts = _blob(plan.folder / _hdf5_writer.FILE)
+def _hdf5(plan: AppendPlan, staged: Staged, replaced: Replacements | None, where: Path,
+          ready: Path) -> Merged:
+    old_at, _, old_exts = _blob(plan.folder / _hdf5_writer.FILE)
     new_at, new_size, new_exts = _blob(where / _hdf5_writer.FILE)
-    table = joined(plan.table, staged.table, old_size)
+    old = replaced_rows(plan.table, replaced)
+    segments, offsets = blob_segments(plan.folder / _hdf5_writer.FILE, old_at, plan.table,
+                                      replaced)
+    if replaced is not None:
+        old.rows["offset"] = offsets
+        for j, i in enumerate(replaced.at):
+            old_exts[i] = replaced.exts[j]
+    old_size = sum(size for _, _, size in segments)
+    table = joined(old, staged.table, old_size)
     path = ready / _hdf5_writer.FILE
-    at = _hdf5_writer.build_layout(path, old_size + new_size, table, old_exts + new_exts)
+    at = _hdf5_writer.build_layout(path, old_size + new_size, table, old_exts + new_exts,
+                                   plan.index.fields, all_columns(plan, staged, replaced))
     if at is None:
         raise RuntimeError(f"{path}: h5py did not allocate /images")
     with open(path, "r+b") as out:
         out.seek(at)
-        _copy(plan.folder / _hdf5_writer.FILE, old_at, out, old_size)
-        _copy(where / _hdf5_writer.FILE, new_at, out, new_size)
+        for source, start, size in [*segments, (where / _hdf5_writer.FILE, new_at, new_size)]:
+            _copy(source, start, out, size)
         out.flush()
         os.fsync(out.fileno())
     shard = ShardInfo(_hdf5_writer.FILE, len(table), path.stat().st_size, sha256_file(path))
     return Merged((shard,), table, [(f"{READY}/{_hdf5_writer.FILE}", _hdf5_writer.FILE)])
 
 
-def _lmdb_file(plan: AppendPlan, staged: Staged, where: Path, ready: Path) -> Merged:
+def _lmdb_file(plan: AppendPlan, staged: Staged, replaced: Replacements | None, where: Path,
+               ready: Path) -> Merged:
     path = ready / "data.mdb"
     source = plan.folder / _lmdb.FOLDER / "data.mdb"
     with open(path, "wb") as out:
@@ -165,6 +220,8 @@ def _lmdb_file(plan: AppendPlan, staged: Staged, where: Path, ready: Path) -> Me
         with adding.begin(buffers=False) as read, env.begin(write=True) as txn:
             for key, value in read.cursor():
                 txn.put(key, value, overwrite=False)
+            if replaced is not None:
+                put_lmdb(txn, plan.table, [spec.name for spec in plan.index.fields], replaced)
         env.sync(True)
     finally:
         env.close()
@@ -172,7 +229,7 @@ def _lmdb_file(plan: AppendPlan, staged: Staged, where: Path, ready: Path) -> Me
     fsync_path(path)
     shard = ShardInfo(f"{_lmdb.FOLDER}/data.mdb", plan.index.num_samples + len(staged.table),
                       path.stat().st_size, sha256_file(path))
-    return Merged((shard,), joined(plan.table, staged.table, 0),
+    return Merged((shard,), joined(replaced_rows(plan.table, replaced), staged.table, 0),
                   [(f"{READY}/data.mdb", f"{_lmdb.FOLDER}/data.mdb")])
 
 

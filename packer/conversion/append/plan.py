@@ -2,36 +2,33 @@
 
 Keys DST already holds are checked, not re-packed: when DST stores the original files,
 the file's digest must equal the stored sample's (else the input is a reject naming the
-file and the key); in every case its label must be the same class. New class names
-extend DST's label map at the end, so no existing label moves.
+file and the key); in every case its label and its field values must be the same.
+With `replace`, such an input replaces the sample at its index instead. New class
+names extend DST's label map at the end, so no existing label moves. SRC's fields are
+matched to DST's (packer.conversion.append.fields): each record is in DST's order.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import itertools
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import numpy as np
-
+from packer.conversion.append.fields import Reorder, field_order
+from packer.conversion.append.held import Existing, Held, Renumbered
 from packer.conversion.identity import JOB_KEY
 from packer.core.index import INDEX_NAME, Index, SampleTable, open_dataset
-from packer.core.record import Origin, Reject, SourceItem
+from packer.core.record import Reject, SourceItem
 from packer.encode import EncodeOptions
-from packer.errors import PackError, SourceError
 from packer.formats.base import ShardOptions
 from packer.source.fields import FieldChoice
 from packer.source.packed import read_rejects, stores_original
 from packer.source.scan import Source, scan
-from packer.storage.files import read_input
-from packer.storage.hashing import digest_of
 
-Existing = Literal["size", "digest"]
 # The EncodeOptions a user may pass to `pack append`: each must equal DST's own.
 OPTION_FLAGS = {"check": "--check", "resize": "--resize", "size": "--size", "fit": "--fit",
                 "codec": "--encode", "quality": "--quality", "upscale": "--upscale"}
@@ -52,6 +49,9 @@ class AppendPlan:
     options: EncodeOptions
     shards: ShardOptions
     fingerprint: str
+    replacing: list[SourceItem] = field(default_factory=list)  # numbered 0..r-1, DST's labels
+    replaced: list[int] = field(default_factory=list)  # the DST sample each one replaces
+    drop_duplicates: bool = False  # a new input with the bytes of a sample is a reject
 
     @property
     def new_classes(self) -> tuple[str, ...]:
@@ -93,50 +93,84 @@ def shard_options(index: Index) -> ShardOptions:
     return ShardOptions()
 
 
-def plan_append(src: Path, dst: Path, asked: dict[str, Any],
-                existing: Existing = "size") -> AppendPlan:
+def plan_append(src: Path, dst: Path, asked: dict[str, Any], existing: Existing = "size",
+                fields: FieldChoice | None = None, replace: bool = False,
+                drop_duplicates: bool = False) -> AppendPlan:
     """Open DST, scan SRC and sort its inputs into new ones and ones DST holds.
 
     `existing`: how an input whose key DST holds is compared with the stored sample
     when DST stores the original files: "size" (a stat), "digest" (read and hashed).
+    `fields`: which of SRC's fields to take (default: all; each must be one of DST's).
+    `replace`: an input whose key DST holds with other bytes, class or field values
+    replaces that sample (same index) instead of being a reject. `drop_duplicates`: a
+    new input whose stored bytes a sample (old or new) has is a reject.
     """
     if existing not in ("size", "digest"):
         raise ValueError(f"existing must be size or digest, not {existing!r}")
     index, table = open_dataset(dst)
-    if index.fields:
-        raise PackError(f"{dst}: the dataset has per-sample fields, which append does not "
-                        "carry yet; convert the union of the sources instead")
     options = stored_options(index, asked)
-    source = scan(src, FieldChoice(enabled=False))
-    if source.fields:
-        raise SourceError(f"{src}: per-sample fields are not appended; pass a source "
-                          "without fields")
+    source = scan(src, fields or FieldChoice())
+    reorder = field_order(index.fields, source.fields, src, dst)
     names = list(index.class_names)
     mapping = [_label_for(name, names) for name in source.class_names]
     held = Held(table, existing if stores_original(index) and source.origin is None
                 and source.archive is None else None)
-    items: list[SourceItem] = []
-    conflicts: list[Reject] = []
-    scanned: list[int] = []  # each new item's position in the scan, which origins read by
-    origin = None if source.origin is None and source.archive is None else \
-        Renumbered(source.origin or source.archive, scanned)  # type: ignore[arg-type]
+    sorted_ = _Sorted(source, reorder)
     for item in source.items:
         label = mapping[item.label]
         i = held.positions.get(item.key)
         if i is None:
-            scanned.append(item.position)
-            items.append(SourceItem(len(items), item.path, item.key, label,
-                                    None if item.origin is None else origin))
-        elif (problem := held.conflict(item, label, i)) is not None:
-            conflicts.append(Reject(item.position, item.path,
-                                    f"key {item.key!r} is already in {dst} {problem}; "
-                                    "rename the file, or convert the union instead"))
+            sorted_.add_new(item, label)
+            continue
+        fields_record = reorder(item.fields) if item.origin is None else b""
+        candidate = dataclasses.replace(item, label=label, fields=fields_record)
+        if (problem := held.conflict(candidate, label, i)) is None:
+            continue
+        if replace:
+            sorted_.add_replacement(item, label, i)
+        else:
+            sorted_.conflicts.append(Reject(item.position, item.path,
+                                            f"key {item.key!r} is already in {dst} {problem}; "
+                                            "rename the file, append with --replace, or "
+                                            "convert the union instead"))
     shards = shard_options(index)
-    fingerprint = _fingerprint(dst, items, {"format": index.format,
-                                            "encode": options.to_json(),
-                                            "shards": dataclasses.asdict(shards)})
-    return AppendPlan(dst, index, table, source, items, tuple(names), conflicts,
-                      read_rejects(dst), options, shards, fingerprint)
+    settings = {"format": index.format, "encode": options.to_json(),
+                "shards": dataclasses.asdict(shards), "drop_duplicates": drop_duplicates}
+    fingerprint = _fingerprint(dst, [*sorted_.items, *sorted_.replacing], sorted_.replaced,
+                               settings)
+    return AppendPlan(dst, index, table, source, sorted_.items, tuple(names),
+                      sorted_.conflicts, read_rejects(dst), options, shards, fingerprint,
+                      sorted_.replacing, sorted_.replaced, drop_duplicates)
+
+
+class _Sorted:
+    """The inputs of a plan as they are sorted: new ones, replacements, conflicts; each
+    staging numbers its items 0..n-1 and reads a packed or archive SRC by scan position."""
+
+    def __init__(self, source: Source, reorder: Reorder) -> None:
+        self.reorder = reorder
+        self.items: list[SourceItem] = []
+        self.replacing: list[SourceItem] = []
+        self.replaced: list[int] = []
+        self.conflicts: list[Reject] = []
+        self._scanned: tuple[list[int], list[int]] = ([], [])
+        origin = source.origin or source.archive
+        self._origins = (None, None) if origin is None else \
+            tuple(Renumbered(origin, scanned, reorder)
+                  for scanned in self._scanned)
+
+    def add_new(self, item: SourceItem, label: int) -> None:
+        self.items.append(self._renumbered(item, label, 0, len(self.items)))
+
+    def add_replacement(self, item: SourceItem, label: int, i: int) -> None:
+        self.replacing.append(self._renumbered(item, label, 1, len(self.replacing)))
+        self.replaced.append(i)
+
+    def _renumbered(self, item: SourceItem, label: int, which: int, at: int) -> SourceItem:
+        self._scanned[which].append(item.position)
+        if item.origin is None:
+            return SourceItem(at, item.path, item.key, label, None, self.reorder(item.fields))
+        return SourceItem(at, item.path, item.key, label, self._origins[which])
 
 
 def _label_for(name: str, names: list[str]) -> int:
@@ -145,75 +179,19 @@ def _label_for(name: str, names: list[str]) -> int:
     return names.index(name)
 
 
-def _fingerprint(dst: Path, items: list[SourceItem], settings: dict[str, Any]) -> str:
-    """This append: DST's index, the settings, and the new inputs' keys, paths, labels,
-    sizes and mtimes (a resume goes on only with the same)."""
+def _fingerprint(dst: Path, items: list[SourceItem], replaced: list[int],
+                 settings: dict[str, Any]) -> str:
+    """This append: DST's index, the settings, the samples replaced and the inputs'
+    keys, paths, labels, sizes and mtimes (a resume goes on only with the same)."""
     whole = hashlib.sha256((dst / INDEX_NAME).read_bytes())
     whole.update(json.dumps(settings, sort_keys=True).encode())
+    whole.update(json.dumps(replaced).encode())
     for item in items:
         try:
             stat = os.stat(item.path)
             facts = f"{stat.st_size}:{stat.st_mtime_ns}"
         except OSError:  # a packed or archive source's sample: its path names no file
             facts = "-"
-        whole.update(f"{item.key}\0{item.path}\0{item.label}\0{facts}\n".encode())
+        whole.update(f"{item.key}\0{item.path}\0{item.label}\0{facts}\0".encode())
+        whole.update(hashlib.sha256(item.fields).digest() + b"\n")
     return whole.hexdigest()
-
-
-class Renumbered:
-    """A packed or archive source's reader for the new items, numbered 0..n-1 in the
-    append (what its writer loop and journal count in), which it reads by their
-    positions in the scan."""
-
-    def __init__(self, origin: Origin, positions: list[int]) -> None:
-        self.origin = origin
-        self.positions = positions
-
-    @property
-    def pixel_size(self) -> tuple[int, int] | None:
-        return self.origin.pixel_size
-
-    @property
-    def whole_files(self) -> bool:
-        return self.origin.whole_files
-
-    def read(self, item: SourceItem) -> bytes:
-        return self.origin.read(self._scanned(item))
-
-    def read_fields(self, item: SourceItem) -> bytes:
-        read = getattr(self.origin, "read_fields", None)
-        return b"" if read is None else bytes(read(self._scanned(item)))
-
-    def _scanned(self, item: SourceItem) -> SourceItem:
-        return dataclasses.replace(item, position=self.positions[item.position])
-
-
-class Held:
-    """DST's keys, labels, sizes and digests as plain values, for one look-up an input."""
-
-    def __init__(self, table: SampleTable, existing: Existing | None) -> None:
-        blob = bytes(table.keys_blob)
-        starts = [*np.asarray(table.rows["key_start"]).tolist(), len(blob)]
-        self.positions = {blob[a:b].decode("utf-8"): i
-                          for i, (a, b) in enumerate(itertools.pairwise(starts))}
-        self.labels = np.asarray(table.labels).tolist()
-        self.sizes = np.asarray(table.sizes).tolist()
-        self.table = table
-        self.existing = existing  # None: the stored bytes are not the file's
-
-    def conflict(self, item: SourceItem, label: int, i: int) -> str | None:
-        """Why an input whose key DST holds (sample i) is not that sample, or None."""
-        if self.labels[i] != label:
-            return f"with another class (sample {i})"
-        if self.existing is None:
-            return None  # re-encoded samples: only a re-encode could compare the bytes
-        try:
-            size = os.stat(item.path).st_size
-            if size != self.sizes[i]:
-                return f"with other bytes ({size} bytes, sample {i} has {self.sizes[i]})"
-            if self.existing == "digest" and \
-                    digest_of(read_input(item.path)) != self.table.digest(i):
-                return f"with other bytes (sample {i})"
-        except OSError:  # unreadable now: the sample DST holds stays
-            return None
-        return None

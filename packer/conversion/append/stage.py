@@ -4,7 +4,10 @@ The staging folder is a small conversion of its own, through the same writer loo
 journal as `pack convert` (packer.conversion): wds keeps every finished shard and npy
 every part for `--resume`; lmdb and hdf5 redo the staging, which holds only the new
 inputs. wds shards are named as DST's next shards from the start, so the commit moves
-them in unchanged. When the staging is complete, `staged.json` says so.
+them in unchanged. New samples carry DST's fields, written by DST's writer as a
+conversion writes them. The replacements of `--replace` are a second staging, in
+`replace/` (packer.conversion.append.spool). When a staging is complete, its
+`staged.json` says so.
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ from pathlib import Path
 
 from packer import formats
 from packer.conversion.append.plan import AppendPlan
+from packer.conversion.append.spool import REPLACE_DIR, SpoolWriter
 from packer.conversion.job import aborted_on_failure, closed_after, encoded, source_open
 from packer.conversion.journal import Journal, Progress
 from packer.conversion.writing import OnError, WriterLoop
 from packer.core.index import SampleTable, ShardInfo, load_table, save_table
-from packer.core.record import Reject
+from packer.core.record import Reject, SourceItem
 from packer.formats._wds import WdsWriter
 from packer.formats._wds_names import continued_stem, shard_stem
 from packer.formats.base import Writer, WriterPlan
@@ -43,6 +47,7 @@ class Staged:
     shards: tuple[ShardInfo, ...]  # wds: the new shards; else the staged file
     rejects: list[Reject]
     image_types: tuple[str, ...]  # wds: member extensions of the new images
+    exts: tuple[str, ...] = ()  # the spool of replacements: each sample's extension
 
 
 class AppendWdsWriter(WdsWriter):
@@ -62,31 +67,69 @@ def stage(plan: AppendPlan, workers: int | None, on_error: OnError, resume: bool
           progress: Callable[[int], None] | None = None) -> Staged:
     """Encode `plan.items` into the staging folder (resumed when `resume` and the
     interrupted staging is of this same append); returns what it holds."""
-    where = stage_dir(plan.folder)
+    old = plan.index.shards if plan.index.format == "wds" else ()
+    return _stage(plan, stage_dir(plan.folder), plan.items, old, workers, on_error, resume,
+                  progress)
+
+
+def stage_replacements(plan: AppendPlan, workers: int | None, on_error: OnError,
+                       resume: bool, progress: Callable[[int], None] | None = None
+                       ) -> Staged | None:
+    """Encode `plan.replacing` into the spool (packer.conversion.append.spool), after
+    `stage`; None when the append replaces nothing."""
+    if not plan.replacing:
+        return None
+    return _stage(plan, stage_dir(plan.folder) / REPLACE_DIR, plan.replacing, (), workers,
+                  on_error, resume, progress)
+
+
+def _stage(plan: AppendPlan, where: Path, items: list[SourceItem], old: tuple[ShardInfo, ...],
+           workers: int | None, on_error: OnError, resume: bool,
+           progress: Callable[[int], None] | None) -> Staged:
     if resume and (staged := read_staged(where, plan.fingerprint)) is not None:
+        if progress is not None:
+            progress(len(items))
         return staged
     if plan.options.pixels:
         load_torch()  # npy resizes with torch: import it up front, as convert does
     journal = Journal(where)
-    old = plan.index.shards if plan.index.format == "wds" else ()
     done = _resume_point(journal, plan, resume, old)
-    writer = _open_writer(plan, where, done, old)
+    spooled = where.name == REPLACE_DIR
+    writer = _open_spool(plan, where) if spooled else _open_writer(plan, where, done, old)
     module = formats.load(plan.index.format)
     job = WriterLoop(writer, journal, done, on_error, progress,
-                     group=plan.shards.max_samples if module.GROUPS_INPUTS else None,
-                     path_of=lambda position: plan.items[position].path)
+                     group=plan.shards.max_samples if module.GROUPS_INPUTS and not spooled
+                     else None, path_of=lambda position: items[position].path,
+                     drop_duplicates=plan.drop_duplicates and not spooled)
+    if job.kept is not None:  # --drop-duplicates: DST's samples are kept first
+        job.kept = {**_digests(plan), **job.kept}
     if progress is not None:
         progress(done.src_stop)
     with aborted_on_failure(writer):
-        with source_open(plan.source), closed_after(encoded(plan.items[done.src_stop :],
+        with source_open(plan.source), closed_after(encoded(items[done.src_stop :],
                                                             plan.options, workers)) as records:
             job.consume(records)
         shards = writer.finish(job.build_table())
     types = tuple(sorted(getattr(writer, "image_types", ())))
-    staged = Staged(job.build_table(), tuple(shards[len(old) :]), job.rejects(), types)
+    staged = Staged(job.build_table(), tuple(shards[len(old) :]), job.rejects(), types,
+                    tuple(getattr(writer, "exts", ())))
     _write_staged(where, plan.fingerprint, staged)
     journal.remove()
     return staged
+
+
+def _digests(plan: AppendPlan) -> dict[bytes, str]:
+    """{digest: key} of DST's samples, the first key of each digest."""
+    kept: dict[bytes, str] = {}
+    for i in range(len(plan.table)):
+        kept.setdefault(plan.table.digest(i), plan.table.key(i))
+    return kept
+
+
+def _open_spool(plan: AppendPlan, where: Path) -> Writer:
+    height, width = plan.options.size or (0, 0)
+    return SpoolWriter(where, plan.index.fields, plan.index.format,
+                       height * width * 3 if plan.options.pixels else None)
 
 
 def _open_writer(plan: AppendPlan, where: Path, done: Progress,
@@ -95,7 +138,7 @@ def _open_writer(plan: AppendPlan, where: Path, done: Progress,
     kept = done.shards or old
     stem = continued_stem(kept, shard_stem(plan.folder.name))
     writer_plan = WriterPlan(where, len(plan.items), size, plan.shards, done.num_samples,
-                             kept, stem)
+                             kept, stem, plan.index.fields)
     if plan.index.format == "wds":
         return AppendWdsWriter(writer_plan)
     return formats.load(plan.index.format).open_writer(writer_plan)
@@ -130,12 +173,12 @@ def _intact(where: Path, shard: dict[str, object]) -> bool:
 
 
 def _write_staged(where: Path, fingerprint: str, staged: Staged) -> None:
-    save_table(where, staged.table, prefix=PREFIX)
+    save_table(where, staged.table, prefix=PREFIX, with_records=True)
     text = json.dumps({"fingerprint": fingerprint,
                        "shards": [asdict(shard) for shard in staged.shards],
                        "rejects": [{"position": r.position, "path": r.path, "reason": r.reason}
                                    for r in staged.rejects],
-                       "image_types": list(staged.image_types)})
+                       "image_types": list(staged.image_types), "exts": list(staged.exts)})
     write_atomic(where / STAGED, text.encode("utf-8"))
     fsync_dir(where)
 
@@ -149,6 +192,6 @@ def read_staged(where: Path, fingerprint: str) -> Staged | None:
         return Staged(load_table(where, prefix=PREFIX, mmap=False),
                       tuple(ShardInfo(**shard) for shard in data["shards"]),
                       [Reject(r["position"], r["path"], r["reason"]) for r in data["rejects"]],
-                      tuple(data["image_types"]))
+                      tuple(data["image_types"]), tuple(data.get("exts", ())))
     except (OSError, ValueError, KeyError, TypeError):
         return None
