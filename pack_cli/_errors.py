@@ -23,7 +23,7 @@ def converting() -> Iterator[None]:
     """Mark a conversion under way until it returns. A second Ctrl-C that lands while
     the first one winds down (after ctrl_c restored Python's handler, before user_errors
     printed the hint) escapes both; `pack_cli.run` then still gives the --resume hint.
-    (tests/test_faults_kill.py caught it under load: "interrupted" alone, state left.)"""
+    (tests/faults/test_faults_kill.py caught it under load: "interrupted" alone, state left.)"""
     _CONVERTING[:] = [True]
     yield
     _CONVERTING.clear()

@@ -6,7 +6,7 @@
     python scripts/fuzz_atheris.py index   -max_total_time=300    # read_index
     python scripts/fuzz_atheris.py table   -runs=100000           # open_dataset's table
 
-The same contract as tests/test_fuzz.py: the only exception allowed out is
+The same contract as tests/faults/test_fuzz.py: the only exception allowed out is
 CorruptDatasetError; a reader returns a sample's original bytes or refuses. Anything
 else is reported by libFuzzer as a crash, with the input saved to reproduce it.
 Options after the target go to libFuzzer (-runs=N, -max_total_time=S, a corpus folder).

@@ -4,7 +4,7 @@
     python scripts/soak.py [--rounds 300] [--formats wds,lmdb,hdf5,npy] [--seed S]
                            [--work DIR] [--million] [--flips N] [--no-kills]
 
-Each round is one of tests/test_faults_kill.py's (see devtools.faults.kills): SIGKILL rounds,
+Each round is one of tests/faults/test_faults_kill.py's (see devtools.faults.kills): SIGKILL rounds,
 then SIGINT rounds (half as many), at I/O events and random times, some resumes
 interrupted too. Prints one line per format and signal: interruptions sent, how many
 stopped a running conversion, how many left a complete dataset or a refused one, and

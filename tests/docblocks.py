@@ -1,5 +1,6 @@
 """Run the code blocks of a Markdown page, so that README.md and docs/ cannot drift from
-the code (tests/test_readme.py runs README.md, tests/test_docs_blocks.py every docs page).
+the code (tests/project/test_readme.py runs README.md, tests/project/test_docs_blocks.py
+every docs page).
 
 Which blocks run: ```python blocks, executed in one namespace per page, and ```bash
 blocks, each run as one `bash -euo pipefail` script; other fences (``` alone, ```text,
@@ -171,7 +172,7 @@ class Session:
 
     def close(self) -> None:
         """End what the blocks left running: DataLoader workers with their names, and a
-        Ray instance a Ray Data block started (tests/test_ray.py starts its own)."""
+        Ray instance a Ray Data block started (tests/packing/test_ray.py starts its own)."""
         self.namespace.clear()
         gc.collect()
         ray = sys.modules.get("ray")

@@ -1,6 +1,6 @@
 """The conformance suite's contract: what every format must do (FormatContract).
 
-tests/test_contract.py holds one small subclass per format.
+tests/project/test_contract.py holds one small subclass per format.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from readers.remote import remote_reader, remote_source
 from tests.helpers import count_adds, pack_command, tree_hashes, wait_for_state
 
 # Kill rounds per format; raise it to hunt for rare crash windows, e.g.
-# PACKER_KILL_ROUNDS=50 PACKER_KILL_SEED=123 pytest tests/test_contract.py -k sigkill
+# PACKER_KILL_ROUNDS=50 PACKER_KILL_SEED=123 pytest tests/project/test_contract.py -k sigkill
 KILL_ROUNDS = int(os.environ.get("PACKER_KILL_ROUNDS", "3"))
 KILL_SEED = os.environ.get("PACKER_KILL_SEED") or os.urandom(4).hex()
 

@@ -11,7 +11,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from packer.core.index import read_index
 from packer.core.layout import FORMAT_NAMES
 from packer.core.record import Record
 from packer.encode import EncodeOptions
-from packer.formats.base import ShardOptions, Writer
+from packer.formats.base import DecodedFields, ShardOptions, Writer
 from packer.testing import make_sample_folder, synthetic_image
 
 FORMATS = FORMAT_NAMES  # every format, in the registry's order: parametrize with it
@@ -302,3 +302,26 @@ def csv_manifest(root: Path, columns: tuple[str, ...], rows: list[tuple[str, ...
     manifest = root / "list.csv"
     manifest.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return manifest
+
+
+class CountingReader(DecodedFields):
+    """A RecordReader over fixed 10-byte records that logs every call (DecodedFields: the
+    protocol's defaults, nothing to prefetch)."""
+
+    def __init__(self, num: int) -> None:
+        self.records = [bytes([i % 256]) * 10 for i in range(num)]
+        self.calls: list[tuple[object, ...]] = []
+
+    def read(self, i: int) -> bytes:
+        return self.read_many([i])[0]
+
+    def read_many(self, indices: list[int]) -> list[bytes]:
+        self.calls.append(("many", *indices))
+        return [self.records[i] for i in indices]
+
+    def read_range(self, start: int, stop: int) -> Iterator[bytes]:
+        self.calls.append(("range", start, stop))
+        yield from self.records[start:stop]
+
+    def close(self) -> None:
+        pass

@@ -5,7 +5,7 @@
 For each JPEG, output size and way ("size" = decode(size=), "rrc", "center"): the mean
 absolute distance (levels) of ours and of Pillow's bilinear to a Lanczos resize of the
 full decode's same box. The bound: ours' mean at most 1.25x Pillow's mean, ours' worst
-image at most 1.25x Pillow's worst + 1 level. tests/test_augment.py checks the same bound
+image at most 1.25x Pillow's worst + 1 level. tests/reading/test_augment.py checks the same bound
 on generated images (fewer, smaller); this measures it on photographs.
 """
 

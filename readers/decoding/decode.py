@@ -40,7 +40,7 @@ Buffer = bytes | bytearray | memoryview
 MODES: tuple[Mode, ...] = ("rgb8", "pil", "raw")
 # The DCT-scaled image stays at least this many times the target: scaling right down to
 # it loses the detail a bilinear resize keeps. At 2 the result stays as close to a
-# Lanczos resize as Pillow's bilinear is (tests/test_decode_quality.py checks the bound;
+# Lanczos resize as Pillow's bilinear is (tests/reading/test_decode_quality.py checks the bound;
 # devtools/bench/quality.py prints the distances).
 OVERSAMPLE = 2
 

@@ -1,0 +1,2 @@
+"""Frameworks: real DDP, Lightning, Accelerate, transformers, HF datasets and wids runs
+(their child scripts beside them)."""

@@ -1,0 +1,2 @@
+"""Reading: the datasets, decode and crops, batches, shared memory, fields, in-memory and
+remote reads, mixing, weighting, sharding."""

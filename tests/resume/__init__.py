@@ -1,0 +1,2 @@
+"""Resume: mid-epoch and elastic resumes of the readers, resumed conversions (their child
+scripts beside them)."""
