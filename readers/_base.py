@@ -18,7 +18,7 @@ from readers.decoding.decode import Mode
 from readers.decoding.decode import decode as decode_record
 from readers.fields import with_fields, with_fields_many
 from readers.remote import RemoteSource
-from readers.sampler import PAD_LABEL
+from readers.sampling.sampler import PAD_LABEL
 
 Sample = Any  # (image, label[, key]), or a dict with fields= (readers.fields)
 Transform = Callable[[Any], Any]

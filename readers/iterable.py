@@ -11,21 +11,21 @@ from typing import Any
 from torch.utils.data import IterableDataset
 
 from readers._base import Sample, Transform, _PackedBase
-from readers._stream import SpanRecord, pass_records
 from readers.augment import Augment
 from readers.decoding.decode import Mode
-from readers.epochs import PassEpochs
 from readers.fields import FieldNames, chosen_fields, fields_ahead
 from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_SPLIT, RemoteOptions, SplitOptions
 from readers.options.legacy import REMOTE_MOVES, SPLIT_MOVES, accepts_legacy
-from readers.passes import SplitPasses
+from readers.passes.base import SplitPasses
+from readers.passes.epochs import PassEpochs
+from readers.passes.resume import PendingResume
+from readers.passes.stream import SpanRecord, pass_records
+from readers.passes.world import LateWorld, RankWorld
 from readers.plan.chunks import ShardPlan, Spans, epoch_rng
 from readers.ram.copies import in_memory_copy
 from readers.remote import remote_source
-from readers.resume import PendingResume
+from readers.sampling.weighted import ClassWeights, weighted_split
 from readers.subset import Subset
-from readers.weighted import ClassWeights, weighted_split
-from readers.world import LateWorld, RankWorld
 
 
 class PackedIterableDataset(_PackedBase, SplitPasses, IterableDataset[Sample]):
@@ -44,7 +44,7 @@ class PackedIterableDataset(_PackedBase, SplitPasses, IterableDataset[Sample]):
     `batch_size` deals each DataLoader worker whole batches (without it, the batch size
     of the loader that iterates it), so the loader makes exactly `len(loader)` batches.
     Under Accelerate's `prepare` (and transformers' Trainer) the framework splits across
-    ranks and the dataset gives it the whole epoch (readers.split_owner).
+    ranks and the dataset gives it the whole epoch (readers.passes.split_owner).
 
     `augment` (readers.RandomResizedCrop or CenterCrop) crops every sample at decode, the
     box a pure function of (seed, epoch of the pass, sample index).
@@ -92,7 +92,7 @@ class PackedIterableDataset(_PackedBase, SplitPasses, IterableDataset[Sample]):
     def _plan_for(self, world_size: int) -> ShardPlan:
         shuffle, drop_last, seed = self._split
         n = self.index.num_samples if self.subset is None else len(self.subset)
-        if self._weights is not None:  # readers.weighted: a per-class chunk schedule
+        if self._weights is not None:  # readers.sampling.weighted: a per-class chunk schedule
             return self._weights.plan(n, self.chunk_size, world_size, shuffle, drop_last, seed)
         return ShardPlan(n, self.chunk_size, world_size, shuffle, drop_last, seed)
 

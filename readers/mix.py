@@ -14,7 +14,7 @@ differ in format and location, and reads stay chunk-sequential in each.
 
 Each source decodes with its own settings (decode, size, augment, transform, with_keys);
 the mix's seed, epoch and split settings replace the sources' own. Epochs, ranks and
-resume work as in PackedIterableDataset (readers.epochs, readers.world, readers.resume).
+resume work as in PackedIterableDataset (readers.passes: epochs, world, resume).
 """
 
 from __future__ import annotations
@@ -27,14 +27,14 @@ from torch.utils.data import IterableDataset
 
 from packer.formats.base import RecordReader
 from readers._base import Sample, _PackedBase
-from readers._stream import pass_records
-from readers.epochs import PassEpochs
 from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_SPLIT, SplitOptions
-from readers.passes import SplitPasses
+from readers.passes.base import SplitPasses
+from readers.passes.epochs import PassEpochs
+from readers.passes.resume import PendingResume
+from readers.passes.stream import pass_records
+from readers.passes.world import LateWorld, RankWorld
 from readers.plan.chunks import ShardPlan, Spans, chunk_spans, epoch_rng
 from readers.plan.groups import GroupPlan, largest_remainder
-from readers.resume import PendingResume
-from readers.world import LateWorld, RankWorld
 
 
 class _MixedReader:

@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from packer.formats.base import DecodedFields
-from readers.cache import RECORD_OVERHEAD, CachedReader
 from readers.options import SplitOptions
 from readers.plan.chunks import (
     ShardPlan,
@@ -23,7 +22,8 @@ from readers.plan.chunks import (
     rotate,
     take,
 )
-from readers.sampler import ChunkSampler, PaddedIndex
+from readers.ram.chunk_cache import RECORD_OVERHEAD, CachedReader
+from readers.sampling.sampler import ChunkSampler, PaddedIndex
 
 
 @dataclass(frozen=True)

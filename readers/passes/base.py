@@ -1,9 +1,9 @@
 """SplitPasses: the passes of a reader that streams a split plan (PackedIterableDataset, Mix).
 
-What both iterable readers share once they have a plan: the world of a pass
-(readers.world), its epoch (readers.epochs), this worker's spans, and the count that
-state_dict()/load_state_dict() resume from (readers.resume), and a framework loader's
-skip of a pass's first batches taken over (readers.split_owner.loader_skip). A reader provides
+What both iterable readers share once they have a plan: the world of a pass (world), its
+epoch (epochs), this worker's spans, the count that state_dict()/load_state_dict() resume
+from (resume), and a framework loader's skip of a pass's first batches taken over
+(split_owner.loader_skip), all modules of readers.passes. A reader provides
 `_plan_for(world_size)` (a ShardPlan or subclass), `_stream(spans, plan, where, skip)`
 (the samples) and the attributes declared below.
 """
@@ -15,13 +15,13 @@ from typing import Any
 
 from torch.utils.data import get_worker_info
 
-from readers._stream import rest_after
-from readers.elastic import piece
-from readers.epochs import PassEpochs
+from readers.passes.epochs import PassEpochs
+from readers.passes.resume import PendingResume, loop_state, pending_from_state
+from readers.passes.split_owner import LoaderView, loader_skip, loader_view
+from readers.passes.stream import rest_after
+from readers.passes.world import LateWorld, RankWorld
 from readers.plan.chunks import ShardPlan, Spans, num_in
-from readers.resume import PendingResume, loop_state, pending_from_state
-from readers.split_owner import LoaderView, loader_skip, loader_view
-from readers.world import LateWorld, RankWorld
+from readers.plan.elastic import piece
 
 
 class SplitPasses:
@@ -29,14 +29,14 @@ class SplitPasses:
 
     _world: LateWorld
     _sent: RankWorld | None  # the world when sent to a spawned worker
-    _sent_view: LoaderView | None = None  # the loader's view when sent (readers.split_owner)
+    _sent_view: LoaderView | None = None  # the loader's view when sent (readers.passes.split_owner)
     _split: tuple[bool, bool, int]  # (shuffle, drop_last, seed)
     _epochs: PassEpochs
     _resume: PendingResume | None
     _pass: tuple[int, int, int] | None  # (epoch, worker, num_workers) ...
     _seen: int  # ... of this process's latest pass, and the samples it yielded
     _topology: tuple[int, int | None] = (1, None)  # (world_size, dealt) of that pass
-    _resplit = False  # whether that pass read a rest re-split (readers.elastic)
+    _resplit = False  # whether that pass read a rest re-split (readers.plan.elastic)
     batch_size: int | None
     buffer_size: int
 
@@ -61,7 +61,7 @@ class SplitPasses:
         return self._world.now(self._sent_here())[1]
 
     def _sent_here(self) -> RankWorld | None:
-        """The world the main process sent, in a DataLoader worker (readers.world)."""
+        """The world the main process sent, in a DataLoader worker (readers.passes.world)."""
         return self._sent if get_worker_info() is not None else None
 
     @property
@@ -71,13 +71,13 @@ class SplitPasses:
 
     def set_epoch(self, epoch: int) -> None:
         """Name the coming epoch; reaches running (persistent) workers too. Without it,
-        each pass takes the epoch after the previous pass's (see readers.epochs)."""
+        each pass takes the epoch after the previous pass's (see readers.passes.epochs)."""
         self._epochs.set_next(epoch)
         self._take_loader_skip()
 
     def _take_loader_skip(self) -> None:
         """Start the coming pass past the batches a framework loader up the stack would read
-        and drop (readers.split_owner.loader_skip): they are skipped unread, as a
+        and drop (readers.passes.split_owner.loader_skip): they are skipped unread, as a
         loop_state skips them. In the main process only: a worker's loader is its parent's."""
         if get_worker_info() is not None:
             return
@@ -93,13 +93,13 @@ class SplitPasses:
             dealt=self._dealt(view), world_now=world)
 
     def _view(self) -> LoaderView:
-        """What the loader asking now wants (readers.split_owner); in a spawned worker the
+        """What the loader asking now wants (readers.passes.split_owner); in a spawned worker the
         view its parent found fills the gaps."""
         return loader_view(self).or_else(self._sent_view if get_worker_info() else None)
 
     def __len__(self) -> int:
         """Samples this rank yields per epoch; the whole epoch's when a framework that splits
-        across ranks itself asks (readers.split_owner)."""
+        across ranks itself asks (readers.passes.split_owner)."""
         world_size = 1 if self._view().framework_splits else self.world_size
         return self._plan_for(world_size).num_per_rank
 
@@ -156,7 +156,7 @@ class SplitPasses:
 
         In a DataLoader worker, that worker's share (StatefulDataLoader collects it from each
         worker with every batch); the main process of a loader with workers knows nothing
-        of theirs: save `readers.resume.loop_state` there.
+        of theirs: save `readers.passes.resume.loop_state` there.
         """
         info = get_worker_info()
         here = (self.epoch, *((info.id, info.num_workers) if info is not None else (0, 1)))
@@ -178,7 +178,7 @@ class SplitPasses:
         `loop_state(...)` or a whole StatefulDataLoader `state_dict()`, which then loads on
         any world size and worker count (the rest of its epoch, re-split). The next pass
         is then the state's epoch; a `set_epoch` to another epoch raises if the state stops
-        mid-epoch. See `readers.resume`.
+        mid-epoch. See `readers.passes.resume`.
         """
         info = get_worker_info()
         here = (info.id, info.num_workers) if info is not None else None
