@@ -2,7 +2,7 @@
 resumes, who owns the split, and the records it reads.
 
     base          SplitPasses: the pass machinery a split reader (PackedIterableDataset, Mix)
-                  inherits, and the settings it starts from (PassSettings)
+                  inherits: one typed initialiser (_init_passes) and one __getstate__
     epochs        every pass is an epoch, agreed by the workers through shared memory
     world         the rank and world size, resolved when a pass starts
     resume        state_dict / load_state_dict / loop_state: a position in an epoch
