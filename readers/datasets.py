@@ -31,7 +31,7 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
-from readers._base import Sample, Transform, _PackedBase
+from readers._base import Sample, SampleSettings, Transform, _PackedBase
 from readers.augment import Augment
 from readers.batching.collate import gathered_samples
 from readers.batching.raw_collate import IndexedSamples
@@ -91,11 +91,12 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
         check_budget("max_cache_bytes", max_cache_bytes, "off")
         if seed < 0:
             raise ValueError(f"seed must be a non-negative integer, not {seed}")
+        sample = SampleSettings(decode, size, augment, transform, with_keys)
         self._ram = in_memory_copy(path, remote) if in_memory else None  # the RAM is the cache
         source = None if self._ram else remote_source(path, remote)
-        super().__init__(self._ram.folder if self._ram else path, decode, size, transform,
-                         with_keys, chunk_size, 0 if self._ram else max_cache_bytes, source,
-                         augment)
+        super().__init__(self._ram.folder if self._ram else path, sample=sample,
+                         chunk_size=chunk_size, cache_bytes=0 if self._ram else max_cache_bytes,
+                         remote=source)
         self.seed = seed
         self._epochs = PassEpochs()  # only its named epoch: map-style has no passes
         self.fields = chosen_fields(self.index, fields, self.path)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from torch.utils.data import IterableDataset
 
-from readers._base import Sample, Transform, _PackedBase
+from readers._base import Sample, SampleSettings, Transform, _PackedBase
 from readers.augment import Augment
 from readers.decoding.decode import Mode
 from readers.fields import FieldNames, chosen_fields, fields_ahead
@@ -63,11 +63,11 @@ class PackedIterableDataset(SplitPasses, _PackedBase, IterableDataset[Sample]):
                  remote: RemoteOptions | None = None, in_memory: bool = False,
                  class_weights: ClassWeights | None = None,
                  fields: FieldNames = None, subset: str | None = None) -> None:
+        sample = SampleSettings(decode, size, augment, transform, with_keys)
         self._ram = in_memory_copy(path, remote) if in_memory else None  # readers.ram.copies
         source = None if self._ram else remote_source(path, remote)
-        super().__init__(self._ram.folder if self._ram else path, decode, size, transform,
-                         with_keys, split.chunk_size_or(DEFAULT_CHUNK_SIZE), cache_bytes=0,
-                         remote=source, augment=augment)
+        super().__init__(self._ram.folder if self._ram else path, sample=sample,
+                         chunk_size=split.chunk_size_or(DEFAULT_CHUNK_SIZE), remote=source)
         self.split = split
         self._init_passes(split, shuffle=shuffle, seed=seed, batch_size=batch_size)
         self.subset = Subset.open(path, self.index, subset)  # plans count its positions
