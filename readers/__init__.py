@@ -8,9 +8,14 @@
     from readers import SplitOptions, RemoteOptions   # sharding and URL-cache settings
 
 `readers` depends on `packer`, never the reverse. Its errors are packer's classes
-(packer.errors): `readers.DecodeError` is `packer.DecodeError`.
+(packer.errors): `readers.DecodeError` is `packer.DecodeError`. Modules that moved into
+the concern folders (passes/, plan/, ram/, sampling/, decoding/, diagnostics/) still import
+by their old names for a release, with a DeprecationWarning (readers._moved).
 """
 
+from typing import TYPE_CHECKING
+
+from readers import _moved
 from readers.augment import Box, CenterCrop, RandomResizedCrop
 from readers.batching.collate import collate
 from readers.batching.raw_batch import RawBatch
@@ -18,11 +23,11 @@ from readers.concat import ConcatDataset
 from readers.datasets import PackedDataset, PackedIterableDataset, Sample
 from readers.decoding.decode import DecodeError
 from readers.decoding.device_decode import decode_on
+from readers.diagnostics.monitor import LoaderMonitor  # numpy and logging only: adds nothing heavy
 from readers.mix import Mix
-from readers.monitor import LoaderMonitor  # numpy and logging only: adds nothing heavy
 from readers.options import RemoteOptions, SplitOptions
-from readers.resume import loop_state
-from readers.sampler import PAD_LABEL, ChunkSampler, PaddedIndex
+from readers.passes.resume import loop_state
+from readers.sampling.sampler import PAD_LABEL, ChunkSampler, PaddedIndex
 
 __all__ = [
     "PAD_LABEL",
@@ -45,3 +50,11 @@ __all__ = [
     "decode_on",
     "loop_state",
 ]
+
+_moved.install()
+
+if not TYPE_CHECKING:  # a checker keeps flagging unknown names: this answers only moved ones
+
+    def __getattr__(name: str) -> object:
+        """`readers.resume` and the other moved modules, read as attributes, warned."""
+        return _moved.moved_attribute(__name__, name)

@@ -1,8 +1,14 @@
-"""What both datasets share: opening a folder, per-process handles, building samples."""
+"""What both datasets share: opening a folder, per-process handles, building samples.
+
+`SampleSettings` groups how a record becomes a sample (decode, size, augment, transform,
+with_keys), checked when built, so `_PackedBase` takes that one value and what locates
+and reads the records, by keyword.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
@@ -18,10 +24,35 @@ from readers.decoding.decode import Mode
 from readers.decoding.decode import decode as decode_record
 from readers.fields import with_fields, with_fields_many
 from readers.remote import RemoteSource
-from readers.sampler import PAD_LABEL
+from readers.sampling.sampler import PAD_LABEL
 
 Sample = Any  # (image, label[, key]), or a dict with fields= (readers.fields)
 Transform = Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class SampleSettings:
+    """How a record becomes a sample, the same for every read of a dataset.
+
+    `decode`: the image's form (readers.decoding.decode.Mode); `size`: resized to (H, W)
+    (None: as stored); `augment`: a crop fused into decode, which sets the size itself;
+    `transform`: applied to each decoded image; `with_keys`: samples carry their key.
+    """
+
+    decode: Mode = "rgb8"
+    size: tuple[int, int] | None = None
+    augment: Augment | None = None
+    transform: Transform | None = None
+    with_keys: bool = False
+
+    def __post_init__(self) -> None:
+        if self.decode not in get_args(Mode):
+            raise ValueError(f"decode must be one of {', '.join(get_args(Mode))}, "
+                             f"not {self.decode!r}")
+        if self.decode == "raw" and self.size is not None:
+            raise ValueError(f"decode='raw' returns the stored bytes and cannot resize them to "
+                             f"{self.size}: pass size=None, or decode='rgb8' or 'pil' to resize")
+        _check_augment(self.augment, self.decode, self.size)
 
 
 class _PackedBase:
@@ -29,28 +60,23 @@ class _PackedBase:
 
     fields: tuple[str, ...] | None = None  # the field names samples carry (readers.fields)
 
-    def __init__(self, path: str | Path, decode: Mode, size: tuple[int, int] | None,
-                 transform: Transform | None, with_keys: bool, chunk_size: int,
-                 cache_bytes: int, remote: RemoteSource | None = None,
-                 augment: Augment | None = None) -> None:
-        if decode not in get_args(Mode):
-            raise ValueError(f"decode must be one of {', '.join(get_args(Mode))}, not {decode!r}")
+    def __init__(self, path: str | Path, *, sample: SampleSettings, chunk_size: int,
+                 cache_bytes: int = 0, remote: RemoteSource | None = None) -> None:
+        """`chunk_size`: the unit of reads and of the chunk cache; `cache_bytes`: that
+        cache's budget per process (0: none); `remote`: a URL's local mirror, whose folder
+        is then the one opened."""
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be at least 1, not {chunk_size}")
-        if decode == "raw" and size is not None:
-            raise ValueError(f"decode='raw' returns the stored bytes and cannot resize them to "
-                             f"{size}: pass size=None, or decode='rgb8' or 'pil' to resize")
-        _check_augment(augment, decode, size)
         self.remote = remote  # a URL's local mirror (readers.remote), or None
         self.path = remote.folder if remote is not None else Path(path).resolve()
         self.index, _ = open_dataset(self.path)  # refuses a folder without index.json
         self._key = identity(self.path)
         formats.load(self.index.format)  # a missing library fails here, not in a worker
-        self.decode: Mode = decode
-        self.size = size
-        self.augment = augment
-        self.transform = transform
-        self.with_keys = with_keys
+        self.decode: Mode = sample.decode
+        self.size = sample.size
+        self.augment = sample.augment
+        self.transform = sample.transform
+        self.with_keys = sample.with_keys
         self.chunk_size = chunk_size
         self.cache_bytes = cache_bytes
         pixels = self.index.encode.get("mode") == "pixels"

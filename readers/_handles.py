@@ -15,7 +15,7 @@ from packer.core.index import Index
 from packer.dataset.open import Identity, Wrap, identity, is_current, opened, release
 from packer.formats.base import RecordReader
 from readers.batching.collate import Gatherer
-from readers.cache import CachedReader
+from readers.ram.chunk_cache import CachedReader
 from readers.remote import RemoteSource, remote_reader
 
 __all__ = ["Handles", "Identity", "identity", "release"]
@@ -30,7 +30,7 @@ class Handles:
         self.table = self.opened.table
         self.reader = self.opened.shared()
         if self.reader.memory_mapped:
-            cache_bytes = 0  # the page cache already holds it (readers.cache)
+            cache_bytes = 0  # the page cache already holds it (readers.ram.chunk_cache)
         self.cached = CachedReader(self.reader, len(self.table), chunk_size, cache_bytes)
         # npy rows: a batch in one gather (readers.batching.collate)
         self.gather = cast(Gatherer, self.reader) if self.reader.gathers_rows else None

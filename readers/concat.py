@@ -21,7 +21,7 @@ from torch.utils.data import Dataset
 
 from readers.options import DEFAULT_CHUNK_SIZE
 from readers.plan.chunks import Spans, chunk_spans
-from readers.sampler import PaddedIndex
+from readers.sampling.sampler import PaddedIndex
 
 
 class ConcatDataset(Dataset[Any]):

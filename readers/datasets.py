@@ -10,12 +10,12 @@ its own on first read: fork, spawn and forkserver workers all work, also when th
 parent read first.
 
 Epochs reach workers, persistent ones too, through one int64 word in shared memory
-created in `__init__` (readers.epochs): `set_epoch(e)` in the parent names the next pass,
+created in `__init__` (readers.passes.epochs): `set_epoch(e)` in the parent names the next pass,
 and a pass nobody named takes the next epoch, agreed by all the workers that serve it.
 A plain `pickle`/`deepcopy` copies the value, giving an independent dataset. Ranks are
-resolved when a pass starts (readers.world).
+resolved when a pass starts (readers.passes.world).
 
-`state_dict()` / `load_state_dict()` resume an epoch mid-way (see readers.resume).
+`state_dict()` / `load_state_dict()` resume an epoch mid-way (see readers.passes.resume).
 
 Samples are `(image, label)` or, with `with_keys=True`, `(image, label, key)`; with
 `fields=` a dict with the sample's fields too (readers.fields). A repeat added to even
@@ -31,28 +31,28 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
-from readers._base import Sample, Transform, _PackedBase
+from readers._base import Sample, SampleSettings, Transform, _PackedBase
 from readers.augment import Augment
 from readers.batching.collate import gathered_samples
 from readers.batching.raw_collate import IndexedSamples
-from readers.cache import DEFAULT_CACHE_BYTES
 from readers.decoding.decode import Mode
-from readers.epochs import PassEpochs
 from readers.fields import FieldNames, chosen_fields
 from readers.iterable import PackedIterableDataset
 from readers.options import DEFAULT_CHUNK_SIZE, RemoteOptions
 from readers.options.legacy import REMOTE_MOVES, accepts_legacy
 from readers.options.values import check_budget
+from readers.passes.epochs import PassEpochs
+from readers.ram.chunk_cache import DEFAULT_CACHE_BYTES
 from readers.ram.copies import in_memory_copy
 from readers.remote import remote_source
-from readers.sampler import PaddedIndex
+from readers.sampling.sampler import PaddedIndex
 from readers.subset import Subset
 
 __all__ = ["PackedDataset", "PackedIterableDataset", "Sample"]
 
 
 class PackedDataset(_PackedBase, Dataset[Sample]):
-    """Map-style access in index order, with a per-process chunk cache (see readers.cache).
+    """Map-style access in index order, with a per-process chunk cache (readers.ram.chunk_cache).
 
     `max_cache_bytes` (default 256 MiB) bounds each process's cache of tar-shard (wds)
     records; 0 turns it off. npy, hdf5 and lmdb read through memory maps, whose cache is
@@ -91,11 +91,12 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
         check_budget("max_cache_bytes", max_cache_bytes, "off")
         if seed < 0:
             raise ValueError(f"seed must be a non-negative integer, not {seed}")
+        sample = SampleSettings(decode, size, augment, transform, with_keys)
         self._ram = in_memory_copy(path, remote) if in_memory else None  # the RAM is the cache
         source = None if self._ram else remote_source(path, remote)
-        super().__init__(self._ram.folder if self._ram else path, decode, size, transform,
-                         with_keys, chunk_size, 0 if self._ram else max_cache_bytes, source,
-                         augment)
+        super().__init__(self._ram.folder if self._ram else path, sample=sample,
+                         chunk_size=chunk_size, cache_bytes=0 if self._ram else max_cache_bytes,
+                         remote=source)
         self.seed = seed
         self._epochs = PassEpochs()  # only its named epoch: map-style has no passes
         self.fields = chosen_fields(self.index, fields, self.path)

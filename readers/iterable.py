@@ -6,29 +6,25 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from torch.utils.data import IterableDataset
 
-from readers._base import Sample, Transform, _PackedBase
-from readers._stream import SpanRecord, pass_records
+from readers._base import Sample, SampleSettings, Transform, _PackedBase
 from readers.augment import Augment
 from readers.decoding.decode import Mode
-from readers.epochs import PassEpochs
 from readers.fields import FieldNames, chosen_fields, fields_ahead
 from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_SPLIT, RemoteOptions, SplitOptions
 from readers.options.legacy import REMOTE_MOVES, SPLIT_MOVES, accepts_legacy
-from readers.passes import SplitPasses
+from readers.passes.base import SplitPasses
+from readers.passes.stream import SpanRecord, pass_records
 from readers.plan.chunks import ShardPlan, Spans, epoch_rng
 from readers.ram.copies import in_memory_copy
 from readers.remote import remote_source
-from readers.resume import PendingResume
+from readers.sampling.weighted import ClassWeights, weighted_split
 from readers.subset import Subset
-from readers.weighted import ClassWeights, weighted_split
-from readers.world import LateWorld, RankWorld
 
 
-class PackedIterableDataset(_PackedBase, SplitPasses, IterableDataset[Sample]):
+class PackedIterableDataset(SplitPasses, _PackedBase, IterableDataset[Sample]):
     """Streams this rank's share of chunks, split among DataLoader workers.
 
     Chunks are read in order with `read_range` (tar shards sequentially) and shuffled
@@ -44,7 +40,7 @@ class PackedIterableDataset(_PackedBase, SplitPasses, IterableDataset[Sample]):
     `batch_size` deals each DataLoader worker whole batches (without it, the batch size
     of the loader that iterates it), so the loader makes exactly `len(loader)` batches.
     Under Accelerate's `prepare` (and transformers' Trainer) the framework splits across
-    ranks and the dataset gives it the whole epoch (readers.split_owner).
+    ranks and the dataset gives it the whole epoch (readers.passes.split_owner).
 
     `augment` (readers.RandomResizedCrop or CenterCrop) crops every sample at decode, the
     box a pure function of (seed, epoch of the pass, sample index).
@@ -67,32 +63,22 @@ class PackedIterableDataset(_PackedBase, SplitPasses, IterableDataset[Sample]):
                  remote: RemoteOptions | None = None, in_memory: bool = False,
                  class_weights: ClassWeights | None = None,
                  fields: FieldNames = None, subset: str | None = None) -> None:
+        sample = SampleSettings(decode, size, augment, transform, with_keys)
         self._ram = in_memory_copy(path, remote) if in_memory else None  # readers.ram.copies
         source = None if self._ram else remote_source(path, remote)
-        super().__init__(self._ram.folder if self._ram else path, decode, size, transform,
-                         with_keys, split.chunk_size_or(DEFAULT_CHUNK_SIZE), cache_bytes=0,
-                         remote=source, augment=augment)
-        if batch_size is not None and batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1 (or None), not {batch_size}")
+        super().__init__(self._ram.folder if self._ram else path, sample=sample,
+                         chunk_size=split.chunk_size_or(DEFAULT_CHUNK_SIZE), remote=source)
         self.split = split
-        self._world = LateWorld.of(split.rank, split.world_size)
-        self._sent: RankWorld | None = None  # the world when sent to a spawned worker
-        self._split = (shuffle, split.drop_last, seed)
+        self._init_passes(split, shuffle=shuffle, seed=seed, batch_size=batch_size)
         self.subset = Subset.open(path, self.index, subset)  # plans count its positions
         self._weights = weighted_split(self, class_weights, None, self.chunk_size)
-        self._plan_for(self._world.now()[1])  # bad arguments fail here
-        self.buffer_size = split.buffer_size
-        self.batch_size = batch_size
-        self._epochs = PassEpochs()
-        self._resume: PendingResume | None = None
-        self._pass: tuple[int, int, int] | None = None  # (epoch, worker, num_workers) ...
-        self._seen = 0  # ... of this process's latest pass, and the samples it yielded
+        self._check_plan()
         self.fields = chosen_fields(self.index, fields, self.path)
 
     def _plan_for(self, world_size: int) -> ShardPlan:
         shuffle, drop_last, seed = self._split
         n = self.index.num_samples if self.subset is None else len(self.subset)
-        if self._weights is not None:  # readers.weighted: a per-class chunk schedule
+        if self._weights is not None:  # readers.sampling.weighted: a per-class chunk schedule
             return self._weights.plan(n, self.chunk_size, world_size, shuffle, drop_last, seed)
         return ShardPlan(n, self.chunk_size, world_size, shuffle, drop_last, seed)
 
@@ -119,9 +105,6 @@ class PackedIterableDataset(_PackedBase, SplitPasses, IterableDataset[Sample]):
                                                  fields=False))
                 self._seen += 1
                 yield sample
-
-    def __getstate__(self) -> dict[str, Any]:
-        return self._sending(super().__getstate__())
 
 
 FIELD_GROUP = 64  # records whose fields are read together (their images one at a time)

@@ -14,7 +14,7 @@ differ in format and location, and reads stay chunk-sequential in each.
 
 Each source decodes with its own settings (decode, size, augment, transform, with_keys);
 the mix's seed, epoch and split settings replace the sources' own. Epochs, ranks and
-resume work as in PackedIterableDataset (readers.epochs, readers.world, readers.resume).
+resume work as in PackedIterableDataset (readers.passes: epochs, world, resume).
 """
 
 from __future__ import annotations
@@ -27,14 +27,11 @@ from torch.utils.data import IterableDataset
 
 from packer.formats.base import RecordReader
 from readers._base import Sample, _PackedBase
-from readers._stream import pass_records
-from readers.epochs import PassEpochs
 from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_SPLIT, SplitOptions
-from readers.passes import SplitPasses
+from readers.passes.base import SplitPasses
+from readers.passes.stream import pass_records
 from readers.plan.chunks import ShardPlan, Spans, chunk_spans, epoch_rng
 from readers.plan.groups import GroupPlan, largest_remainder
-from readers.resume import PendingResume
-from readers.world import LateWorld, RankWorld
 
 
 class _MixedReader:
@@ -93,7 +90,6 @@ class Mix(SplitPasses, IterableDataset[Sample]):
         if split.chunk_size is not None:
             raise ValueError("Mix reads each source in that source's own chunks: give "
                              "chunk_size to the sources, not to the Mix's split")
-        drop_last, buffer_size = split.drop_last, split.buffer_size
         if not sources:
             raise ValueError("Mix needs at least one source dataset")
         self.sources = list(sources)
@@ -109,18 +105,9 @@ class Mix(SplitPasses, IterableDataset[Sample]):
         self._groups = tuple(_shifted(chunk_spans(n, source.chunk_size), int(base))
                              for n, source, base in zip(sizes, self.sources, self.offsets[:-1],
                                                         strict=True))
-        self.seed, self.drop_last, self.with_source = seed, drop_last, with_source
-        self._split = (True, drop_last, seed)
-        if batch_size is not None and batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1 (or None), not {batch_size}")
-        self.buffer_size, self.batch_size = buffer_size, batch_size
-        self._world = LateWorld.of(split.rank, split.world_size)
-        self._sent: RankWorld | None = None
-        self._plan_for(self._world.now()[1])  # bad arguments fail here
-        self._epochs = PassEpochs()
-        self._resume: PendingResume | None = None
-        self._pass: tuple[int, int, int] | None = None
-        self._seen = 0
+        self.seed, self.drop_last, self.with_source = seed, split.drop_last, with_source
+        self._init_passes(split, shuffle=True, seed=seed, batch_size=batch_size)
+        self._check_plan()
 
     def _plan_for(self, world_size: int) -> ShardPlan:
         return GroupPlan(self.epoch_size, DEFAULT_CHUNK_SIZE, world_size, True, self.drop_last,
@@ -139,9 +126,6 @@ class Mix(SplitPasses, IterableDataset[Sample]):
                                     crop)
             self._seen += 1
             yield _tagged(sample, s) if self.with_source else sample
-
-    def __getstate__(self) -> dict[str, Any]:
-        return self._sending(self.__dict__.copy())
 
 
 def _shifted(spans: Spans, base: int) -> Spans:

@@ -28,8 +28,8 @@ from packer.errors import DatasetExistsError, IncompleteDatasetError
 from packer.formats import _npy
 from packer.formats.base import ShardOptions
 from packer.source.scan import scan
-from readers.cache import CachedReader
 from readers.options import RemoteOptions
+from readers.ram.chunk_cache import CachedReader
 from readers.remote import remote_reader, remote_source
 from tests.helpers import count_adds, pack_command, tree_hashes, wait_for_state
 

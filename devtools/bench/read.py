@@ -210,7 +210,7 @@ def decode_cases(src: Path, size: tuple[int, int], count: int = 1000) -> list[Ca
     return [
         Case("pil-1t", "PIL open+resize, 1 thread", "bytes", shown,
              lambda: base.one_thread_rate(samples, pil)),
-        Case("decode-1t", "readers.decode, 1 thread", "bytes", shown,
+        Case("decode-1t", "readers decode, 1 thread", "bytes", shown,
              lambda: base.one_thread_rate(samples, ours), targets=(("pil-1t", 3.0),)),
     ]
 

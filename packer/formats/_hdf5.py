@@ -59,7 +59,7 @@ def open_writer(plan: WriterPlan) -> Hdf5Writer:
 class Hdf5Reader(DecodedFields):
     """Finds the contiguous blob once with h5py, then reads it through a memmap."""
 
-    memory_mapped = True  # the page cache is the cache (readers.cache)
+    memory_mapped = True  # the page cache is the cache (readers.ram.chunk_cache)
 
     def __init__(self, folder: Path, index: Index, table: SampleTable) -> None:
         self.path = folder / FILE

@@ -191,7 +191,7 @@ class LmdbReader(DecodedFields):
     verify` hashes the file before opening it and never does.
     """
 
-    memory_mapped = True  # the page cache is the cache (readers.cache)
+    memory_mapped = True  # the page cache is the cache (readers.ram.chunk_cache)
 
     def __init__(self, folder: Path, index: Index, table: SampleTable) -> None:
         self.path = folder / FOLDER

@@ -162,7 +162,7 @@ class NpyReader(DecodedFields):
     is checked against its digest.
     """
 
-    memory_mapped = True  # the page cache is the cache (readers.cache)
+    memory_mapped = True  # the page cache is the cache (readers.ram.chunk_cache)
     gathers_rows = True  # gather: rows of one shape, straight into a batch (readers.collate)
 
     def __init__(self, folder: Path, index: Index, table: SampleTable) -> None:

@@ -24,8 +24,8 @@ from packer.core.index import INDEX_NAME, open_dataset
 from packer.source.scan import scan
 from packer.storage.files import read_input
 from readers.decoding.decode import decode
+from readers.diagnostics.monitor import LoaderMonitor
 from readers.diagnostics.sweep import open_for_bench
-from readers.monitor import LoaderMonitor
 
 ADVICE = {
     "read": "put the data on faster storage, or pack it (wds/lmdb/hdf5 read far fewer files)",

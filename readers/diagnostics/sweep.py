@@ -21,8 +21,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from packer.core.index import INDEX_NAME
 from packer.errors import PackError
+from readers.diagnostics.monitor import LoaderMonitor, batch_length
 from readers.diagnostics.tuning import LoaderConfig, Measurement
-from readers.monitor import LoaderMonitor, batch_length
 
 
 def open_for_bench(path: Path, size: int | None) -> Dataset[Any]:

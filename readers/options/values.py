@@ -26,7 +26,7 @@ class SplitOptions:
 
     `drop_last`: drop the tail that would leave ranks uneven (True), or pad the short
     ranks with repeats labelled PAD_LABEL (False). `rank`/`world_size`: None reads the
-    process group when a pass starts (readers.world). `chunk_size`: samples per chunk, the
+    process group when a pass starts (readers.passes.world). `chunk_size`: samples per chunk, the
     unit of locality; None is PackedDataset's own chunk size for ChunkSampler, and 64 for
     PackedIterableDataset. `buffer_size`: the shuffle window, in samples (0: chunk order).
     """

@@ -3,4 +3,5 @@ order, for an epoch: numpy only (an import-linter contract holds it), seeded, no
 
     chunks   chunk spans, the seeded epoch order, ShardPlan (chunks to ranks and workers)
     groups   GroupPlan: exact per-group counts for Mix and class weights
+    elastic  the rest of an epoch a job of one topology left, re-split for another
 """

@@ -90,7 +90,7 @@ class RemoteReader:
 
     def stop_prefetch(self) -> None:
         """End the prefetch threads and wait for them: the pass that showed the coming
-        spans is over (readers._stream), so none is left to end at a random moment."""
+        spans is over (readers.passes.stream), so none is left to end at a random moment."""
         self.cache.stop_prefetch()
 
     def read_range(self, start: int, stop: int) -> Iterator[bytes]:

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from readers.monitor import LoaderMonitor, batch_length
+from readers.diagnostics.monitor import LoaderMonitor, batch_length
 
 
 class SlowDataset(Dataset[int]):

@@ -13,7 +13,7 @@ import pytest
 from torch.utils.data import BatchSampler, DataLoader
 
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset, SplitOptions
-from readers.split_owner import LoaderView, loader_view
+from readers.passes.split_owner import LoaderView, loader_view
 from tests.helpers import pack_wds
 
 accelerate_data = pytest.importorskip("accelerate.data_loader")

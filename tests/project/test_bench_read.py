@@ -25,7 +25,7 @@ def test_bench_runs_every_case_and_prints_a_table(tmp_path: Path) -> None:
     table = markdown(cases, settings)
     assert all(len(case.rates) == 1 and case.median > 0 for case in cases)
     for reader in ("PIL ImageFolder (a)", "stock webdataset (b)", "naive np.load memmap (c)",
-                   "memcpy, 1 thread (d)", "PackedIterableDataset", "readers.decode, 1 thread",
+                   "memcpy, 1 thread (d)", "PackedIterableDataset", "readers decode, 1 thread",
                    "PIL ImageFolder + crop", "readers crop decode, 1 thread",
                    "RandomResizedCrop 32x32", "CenterCrop 32x32"):
         assert reader in table

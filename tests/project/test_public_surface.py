@@ -14,9 +14,9 @@ import pytest
 import packer
 import packer.errors
 import readers
+from readers._moved import MOVED as MOVED_READERS
 
-MOVED = ("packer.upload", "readers.sharding", "readers.mixing", "readers.in_memory",
-         "readers.decode", "readers.crop_decode", "readers.device_decode")
+MOVED = ("packer.upload",)  # the readers' old names are aliases (readers._moved), not files
 # Control flow inside one module, never raised to a caller: a reject's reason, and the
 # tar header walk's "let tarfile read this one".
 INTERNAL_SIGNALS = {"packer.source.coco_images.Missing", "packer.source.tarheaders.Unusual"}
@@ -54,15 +54,38 @@ def test_every_public_error_is_exported() -> None:
         assert getattr(packer, name) is getattr(packer.errors, name)
 
 
-@pytest.mark.parametrize(("old", "new"), [("readers.sharding", "readers.plan.chunks"),
-                                          ("readers.mixing", "readers.plan.groups"),
-                                          ("readers.in_memory", "readers.ram.copies"),
-                                          ("readers.decode", "readers.decoding.decode"),
-                                          ("readers.crop_decode", "readers.decoding.crop_decode"),
-                                          ("readers.device_decode",
-                                           "readers.decoding.device_decode")])
+@pytest.mark.parametrize(("old", "new"), sorted(MOVED_READERS.items()))
 def test_a_moved_module_answers_to_its_old_name_with_a_warning(old: str, new: str) -> None:
     sys.modules.pop(old, None)
     with pytest.warns(DeprecationWarning, match=f"{old} is deprecated: import from {new}"):
         module = import_module(old)
     assert module is import_module(new)
+    assert module.__spec__ is not None and module.__spec__.name == new  # its own spec kept
+
+
+def test_an_old_name_warns_once_at_the_import_that_uses_it() -> None:
+    sys.modules.pop("readers.resume", None)
+    with pytest.warns(DeprecationWarning) as caught:
+        import readers.resume
+        from readers.resume import loop_state  # in sys.modules now: quiet
+    assert [w.filename for w in caught] == [__file__]
+    assert loop_state is readers.loop_state
+    assert readers.resume is import_module("readers.passes.resume")
+
+
+def test_an_old_name_read_as_an_attribute_warns_too() -> None:
+    sys.modules.pop("readers.sampler", None)
+    vars(readers).pop("sampler", None)  # an import of readers.sampler set the attribute
+    with pytest.warns(DeprecationWarning, match="readers.sampler is deprecated"):
+        sampler = readers.sampler
+    assert sampler.ChunkSampler is readers.ChunkSampler
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        readers.nothing  # noqa: B018
+
+
+def test_the_packages_hold_no_old_name() -> None:
+    """An old name is only an alias: no file of that name is left to shadow it."""
+    on_disk = {info.name for info in pkgutil.walk_packages(readers.__path__, "readers.")}
+    assert not on_disk & set(MOVED_READERS)
+    assert set(MOVED_READERS.values()) <= on_disk
+

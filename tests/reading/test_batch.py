@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, default_collate
 
 from packer.core.index import open_dataset
 from readers import PackedDataset, PackedIterableDataset, collate
-from readers.cache import CachedReader
+from readers.ram.chunk_cache import CachedReader
 from tests.helpers import pack_every_format
 
 NUM = 40

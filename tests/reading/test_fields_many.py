@@ -19,7 +19,7 @@ from packer.core.index import open_dataset
 from packer.errors import CorruptDatasetError
 from readers import PAD_LABEL, PackedDataset
 from readers.fields import natural
-from readers.sampler import PaddedIndex
+from readers.sampling.sampler import PaddedIndex
 from tests.helpers import FIELD_NAMES, FORMATS, pack_with_fields
 
 

@@ -20,7 +20,7 @@ from readers import (
     RemoteOptions,
     SplitOptions,
 )
-from readers.cache import ChunkCache
+from readers.ram.chunk_cache import ChunkCache
 from tests.helpers import pack_wds
 
 NUM = 24

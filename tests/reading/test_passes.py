@@ -20,11 +20,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader, DistributedSampler
 
-import readers.world
+import readers.passes.world
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset, loop_state
 from readers.options import SplitOptions
+from readers.passes.resume import samples_per_worker
 from readers.plan.chunks import ShardPlan, expand, worker_bounds
-from readers.resume import samples_per_worker
 from tests.helpers import pack_every_format
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker")
@@ -181,7 +181,7 @@ def test_dealing_covers_the_rank_with_one_partial_batch(count: int, workers: int
 
 
 def fake_group(monkeypatch: pytest.MonkeyPatch, world: tuple[int, int] | None) -> None:
-    monkeypatch.setattr(readers.world, "group_world", lambda: world)
+    monkeypatch.setattr(readers.passes.world, "group_world", lambda: world)
 
 
 def test_rank_is_resolved_when_a_pass_starts(path: Path,

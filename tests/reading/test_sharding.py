@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from readers.cache import RECORD_OVERHEAD, CachedReader
 from readers.options import SplitOptions
 from readers.plan.chunks import (
     ShardPlan,
@@ -21,7 +20,8 @@ from readers.plan.chunks import (
     rotate,
     take,
 )
-from readers.sampler import ChunkSampler, PaddedIndex
+from readers.ram.chunk_cache import RECORD_OVERHEAD, CachedReader
+from readers.sampling.sampler import ChunkSampler, PaddedIndex
 from tests.helpers import CountingReader
 
 

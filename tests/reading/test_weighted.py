@@ -1,4 +1,4 @@
-"""Class-balanced and per-sample weighted sampling (readers.weighted): exact class counts,
+"""Class-balanced and per-sample weighted sampling (readers.sampling.weighted): exact class counts,
 no repeat before a class is used up, disjoint equal rank splits, loaders and resume."""
 
 from __future__ import annotations

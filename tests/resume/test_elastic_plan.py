@@ -1,4 +1,4 @@
-"""The rest of an epoch re-split for another topology (readers.elastic), as property tests:
+"""The rest of an epoch re-split for another topology (readers.plan.elastic), as property tests:
 for any dataset, chunk size, world N -> N', workers K -> K' and stopping point, what the
 first job consumed and what the new one reads are every sample of the epoch exactly once,
 with equal lengths on the new ranks. The consumed part is simulated as a DataLoader takes
@@ -13,9 +13,9 @@ import numpy.typing as npt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from readers._stream import stream_order
-from readers.elastic import Segment, even_out, piece, rest_of_epoch
+from readers.passes.stream import stream_order
 from readers.plan.chunks import ShardPlan, Spans, epoch_rng, expand, num_in, take
+from readers.plan.elastic import Segment, even_out, piece, rest_of_epoch
 
 SEED, EPOCH, BUFFER = 3, 1, 6
 

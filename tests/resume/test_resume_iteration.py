@@ -19,10 +19,10 @@ from torch.utils.data import DataLoader
 
 from packer.core.index import open_dataset
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset, loop_state
-from readers._stream import resumed_records, stream_order
 from readers.options import SplitOptions
+from readers.passes.resume import samples_per_worker
+from readers.passes.stream import resumed_records, stream_order
 from readers.plan.chunks import ShardPlan, epoch_rng, expand
-from readers.resume import samples_per_worker
 from tests.helpers import CountingReader, pack_wds
 
 NUM = 37

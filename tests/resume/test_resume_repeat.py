@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 
 from packer.core.index import open_dataset
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset, SplitOptions
-from readers.resume import loop_state
+from readers.passes.resume import loop_state
 from tests.helpers import pack_wds
 
 NUM, BATCH, EPOCH, STOP = 45, 4, 1, 3

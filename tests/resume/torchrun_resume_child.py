@@ -29,7 +29,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from readers import PAD_LABEL, ChunkSampler, PackedDataset, PackedIterableDataset, SplitOptions
-from readers.resume import loop_state
+from readers.passes.resume import loop_state
 
 EPOCH, BATCH, STOP = 1, 4, 3
 SPLIT = SplitOptions(chunk_size=4, buffer_size=8, drop_last=False)

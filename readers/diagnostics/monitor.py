@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 Batch = TypeVar("Batch")
-LOG = logging.getLogger("readers.monitor")
+LOG = logging.getLogger("readers.monitor")  # the logger name users configure (the docs give it)
 
 
 def batch_length(batch: Any) -> int:

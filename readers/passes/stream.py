@@ -1,6 +1,6 @@
 """One pass's records, read span by span: in order, shuffled in a buffer, or resumed.
 
-The reading half of a PackedIterableDataset pass; `readers.resume` decides how many
+The reading half of a PackedIterableDataset pass; `readers.passes.resume` decides how many
 records a resumed pass skips, this module skips them without reading them.
 """
 
@@ -12,8 +12,8 @@ import numpy as np
 import numpy.typing as npt
 
 from packer.formats.base import RecordReader
-from readers.elastic import Segment, rest_of_epoch
 from readers.plan.chunks import ShardPlan, Spans, buffered_shuffle, epoch_rng, expand, num_in, take
+from readers.plan.elastic import Segment, rest_of_epoch
 
 SpanRecord = tuple[int, bool, bytes]  # (sample index, padded, stored bytes)
 
@@ -34,7 +34,7 @@ def stream_order(count: int, buffer_size: int,
 
 def rest_after(first: ShardPlan, segments: Sequence[Segment], epoch: int, buffer_size: int,
                per_worker: bool) -> Spans:
-    """What `segments` (a loop state's, readers.elastic) left of `epoch`, whose first
+    """What `segments` (a loop state's, readers.plan.elastic) left of `epoch`, whose first
     segment read `first`'s plan: the streams' orders are a PackedIterableDataset worker's
     (`per_worker`: seed, epoch, rank, worker, 2) or a ChunkSampler rank's (seed, epoch,
     rank, 1), as their passes draw them."""

@@ -10,13 +10,13 @@ Padding (`split=SplitOptions(drop_last=False)`) yields `PaddedIndex` values: int
 PackedDataset turns into samples with label `PAD_LABEL` (-1), so evaluation can mask them
 out (`labels >= 0`) and `CrossEntropyLoss(ignore_index=PAD_LABEL)` skips them.
 
-`state_dict()` / `load_state_dict()` resume an epoch mid-way (see readers.resume).
+`state_dict()` / `load_state_dict()` resume an epoch mid-way (see readers.passes.resume).
 
 Training frameworks: ChunkSampler is a `DistributedSampler`, so Lightning keeps it as it is
 (it wraps any other sampler in its own distributed sampler, which would split the ranks'
 shares again) and calls its `set_epoch`. The rank is resolved when a pass starts, not at
-construction (see readers.world), and a pass that no `set_epoch` named takes the epoch
-after the previous pass's (see readers.epochs), so a loop that never calls it still gets a
+construction (see readers.passes.world), and a pass that no `set_epoch` named takes the epoch
+after the previous pass's (see readers.passes.epochs), so a loop that never calls it still gets a
 new order every epoch.
 """
 
@@ -29,10 +29,12 @@ from typing import Any
 import numpy.typing as npt
 from torch.utils.data import DistributedSampler
 
-from readers._stream import rest_after
-from readers.elastic import piece
 from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_SPLIT, SplitOptions
 from readers.options.legacy import SPLIT_MOVES, accepts_legacy
+from readers.passes.resume import PendingResume, pending_from_state
+from readers.passes.split_owner import loader_view
+from readers.passes.stream import rest_after
+from readers.passes.world import LateWorld
 from readers.plan.chunks import (
     ShardPlan,
     Spans,
@@ -42,10 +44,8 @@ from readers.plan.chunks import (
     expand,
     num_in,
 )
-from readers.resume import PendingResume, pending_from_state
-from readers.split_owner import loader_view
-from readers.weighted import ClassWeights, weighted_split
-from readers.world import LateWorld
+from readers.plan.elastic import piece
+from readers.sampling.weighted import ClassWeights, weighted_split
 
 PAD_LABEL = -1
 PassStart = tuple[int, ShardPlan, int, Spans, int]  # (epoch, plan, rank, spans, skip)
@@ -70,7 +70,7 @@ class ChunkSampler(DistributedSampler[int]):
     sequential. `split=SplitOptions(buffer_size=..., rank=..., world_size=...)`: rank and
     world size default to the process group's when a pass starts. Under Accelerate's
     `prepare` the framework splits the batches across ranks and the sampler yields the
-    whole epoch (readers.split_owner).
+    whole epoch (readers.passes.split_owner).
     """
 
     @accepts_legacy(("shuffle", "seed", "drop_last", "rank", "world_size"),
@@ -99,7 +99,7 @@ class ChunkSampler(DistributedSampler[int]):
 
     def _plan_for(self, world_size: int) -> ShardPlan:
         num_samples, shuffle, drop_last, seed = self._args
-        if self._weights is not None:  # readers.weighted: what each epoch draws
+        if self._weights is not None:  # readers.sampling.weighted: what each epoch draws
             return self._weights.plan(num_samples, self._chunk_size, world_size, shuffle,
                                       drop_last, seed)
         return ShardPlan(num_samples, self._chunk_size, world_size, shuffle, drop_last, seed)
@@ -143,7 +143,7 @@ class ChunkSampler(DistributedSampler[int]):
 
     def __len__(self) -> int:
         """Indices this rank yields per epoch; the whole epoch's when a framework that splits
-        the batches across ranks itself asks (readers.split_owner)."""
+        the batches across ranks itself asks (readers.passes.split_owner)."""
         world_size = 1 if loader_view(self).framework_splits else self.world_size
         return self._plan_for(world_size).num_per_rank
 
@@ -216,7 +216,7 @@ class ChunkSampler(DistributedSampler[int]):
 
         Drawn is not consumed: a DataLoader draws the indices of the batches it prefetches.
         StatefulDataLoader stores this with each batch it sends, which makes it exact; with
-        a plain DataLoader save `readers.resume.loop_state(...)` from the loop instead.
+        a plain DataLoader save `readers.passes.resume.loop_state(...)` from the loop instead.
         """
         epoch = self._next_epoch if self._pass_epoch is None else self._pass_epoch
         return {"epoch": epoch, "seed": self.seed, "samples_seen": self._yielded}

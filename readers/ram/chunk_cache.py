@@ -1,8 +1,8 @@
 """A bounded LRU of chunks of encoded records, so nearby and repeated reads skip the file.
 
 Each process that reads (the main process, every DataLoader worker) has its own cache
-of at most `cache_bytes` (default 256 MiB): with 8 workers that is up to 2 GiB of
-encoded bytes in all. Pass `cache_bytes=0` to turn it off. Formats read through a
+of at most `max_cache_bytes` (default 256 MiB): with 8 workers that is up to 2 GiB of
+encoded bytes in all. Pass `max_cache_bytes=0` to turn it off. Formats read through a
 memory map (npy, hdf5, lmdb: `reader.memory_mapped`) skip it: there the OS page cache
 already is the cache, shared by every worker, and copying records into a second one
 only costs (PackedDataset decides this, see `uses_cache`).

@@ -1,11 +1,16 @@
 """SplitPasses: the passes of a reader that streams a split plan (PackedIterableDataset, Mix).
 
-What both iterable readers share once they have a plan: the world of a pass
-(readers.world), its epoch (readers.epochs), this worker's spans, and the count that
-state_dict()/load_state_dict() resume from (readers.resume), and a framework loader's
-skip of a pass's first batches taken over (readers.split_owner.loader_skip). A reader provides
-`_plan_for(world_size)` (a ShardPlan or subclass), `_stream(spans, plan, where, skip)`
-(the samples) and the attributes declared below.
+What both iterable readers share once they have a plan: the world of a pass (world), its
+epoch (epochs), this worker's spans, the count that state_dict()/load_state_dict() resume
+from (resume), and a framework loader's skip of a pass's first batches taken over
+(split_owner.loader_skip), all modules of readers.passes.
+
+The protocol of a split reader: it lists SplitPasses before its other bases, calls
+`_init_passes(split, shuffle=..., seed=..., batch_size=...)` in its `__init__` (once what
+its plan needs is set, `_check_plan()` makes a first plan so bad arguments fail there),
+and provides `_plan_for(world_size)` (a ShardPlan or subclass) and
+`_stream(spans, plan, where, skip)` (the samples). Pickling is SplitPasses' own
+`__getstate__`: the next base's state plus what a spawned worker cannot find out.
 """
 
 from __future__ import annotations
@@ -15,13 +20,14 @@ from typing import Any
 
 from torch.utils.data import get_worker_info
 
-from readers._stream import rest_after
-from readers.elastic import piece
-from readers.epochs import PassEpochs
+from readers.options import SplitOptions
+from readers.passes.epochs import PassEpochs
+from readers.passes.resume import PendingResume, loop_state, pending_from_state
+from readers.passes.split_owner import LoaderView, loader_skip, loader_view
+from readers.passes.stream import rest_after
+from readers.passes.world import LateWorld, RankWorld
 from readers.plan.chunks import ShardPlan, Spans, num_in
-from readers.resume import PendingResume, loop_state, pending_from_state
-from readers.split_owner import LoaderView, loader_skip, loader_view
-from readers.world import LateWorld, RankWorld
+from readers.plan.elastic import piece
 
 
 class SplitPasses:
@@ -29,16 +35,36 @@ class SplitPasses:
 
     _world: LateWorld
     _sent: RankWorld | None  # the world when sent to a spawned worker
-    _sent_view: LoaderView | None = None  # the loader's view when sent (readers.split_owner)
+    _sent_view: LoaderView | None  # the loader's view when sent (readers.passes.split_owner)
     _split: tuple[bool, bool, int]  # (shuffle, drop_last, seed)
     _epochs: PassEpochs
     _resume: PendingResume | None
     _pass: tuple[int, int, int] | None  # (epoch, worker, num_workers) ...
     _seen: int  # ... of this process's latest pass, and the samples it yielded
-    _topology: tuple[int, int | None] = (1, None)  # (world_size, dealt) of that pass
-    _resplit = False  # whether that pass read a rest re-split (readers.elastic)
+    _topology: tuple[int, int | None]  # (world_size, dealt) of that pass
+    _resplit: bool  # whether that pass read a rest re-split (readers.plan.elastic)
     batch_size: int | None
     buffer_size: int
+
+    def _init_passes(self, split: SplitOptions, *, shuffle: bool, seed: int,
+                     batch_size: int | None) -> None:
+        """Set the state every pass reads: the world `split` names (resolved late), the
+        plan's (shuffle, drop_last, seed), the shared epoch word, no resume and no pass
+        yet. `batch_size` deals each worker whole batches (None: the loader's)."""
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1 (or None), not {batch_size}")
+        self.batch_size, self.buffer_size = batch_size, split.buffer_size
+        self._world = LateWorld.of(split.rank, split.world_size)
+        self._sent, self._sent_view = None, None
+        self._split = (shuffle, split.drop_last, seed)
+        self._epochs = PassEpochs()
+        self._resume, self._pass, self._seen = None, None, 0
+        self._topology, self._resplit = (1, None), False
+
+    def _check_plan(self) -> None:
+        """Make the plan for the world as of now, so bad arguments fail in `__init__`
+        rather than in a DataLoader worker."""
+        self._plan_for(self.world_size)
 
     def _plan_for(self, world_size: int) -> ShardPlan:
         raise NotImplementedError
@@ -61,7 +87,7 @@ class SplitPasses:
         return self._world.now(self._sent_here())[1]
 
     def _sent_here(self) -> RankWorld | None:
-        """The world the main process sent, in a DataLoader worker (readers.world)."""
+        """The world the main process sent, in a DataLoader worker (readers.passes.world)."""
         return self._sent if get_worker_info() is not None else None
 
     @property
@@ -71,13 +97,13 @@ class SplitPasses:
 
     def set_epoch(self, epoch: int) -> None:
         """Name the coming epoch; reaches running (persistent) workers too. Without it,
-        each pass takes the epoch after the previous pass's (see readers.epochs)."""
+        each pass takes the epoch after the previous pass's (see readers.passes.epochs)."""
         self._epochs.set_next(epoch)
         self._take_loader_skip()
 
     def _take_loader_skip(self) -> None:
         """Start the coming pass past the batches a framework loader up the stack would read
-        and drop (readers.split_owner.loader_skip): they are skipped unread, as a
+        and drop (readers.passes.split_owner.loader_skip): they are skipped unread, as a
         loop_state skips them. In the main process only: a worker's loader is its parent's."""
         if get_worker_info() is not None:
             return
@@ -93,13 +119,13 @@ class SplitPasses:
             dealt=self._dealt(view), world_now=world)
 
     def _view(self) -> LoaderView:
-        """What the loader asking now wants (readers.split_owner); in a spawned worker the
+        """What the loader asking now wants (readers.passes.split_owner); in a spawned worker the
         view its parent found fills the gaps."""
         return loader_view(self).or_else(self._sent_view if get_worker_info() else None)
 
     def __len__(self) -> int:
         """Samples this rank yields per epoch; the whole epoch's when a framework that splits
-        across ranks itself asks (readers.split_owner)."""
+        across ranks itself asks (readers.passes.split_owner)."""
         world_size = 1 if self._view().framework_splits else self.world_size
         return self._plan_for(world_size).num_per_rank
 
@@ -143,9 +169,11 @@ class SplitPasses:
             return view.batch_size
         return self.batch_size if self.batch_size is not None else view.batch_size
 
-    def _sending(self, state: dict[str, Any]) -> dict[str, Any]:
-        """`state`, pickled for a spawned worker, with what the worker cannot find out: the
-        world (it cannot ask the process group) and the loader's view, both as of now."""
+    def __getstate__(self) -> dict[str, Any]:
+        """The next base's state (a PackedIterableDataset's drops its handles), pickled for a
+        spawned worker with what the worker cannot find out: the world (it cannot ask the
+        process group) and the loader's view, both as of now."""
+        state = _base_state(super(), self)
         state["_sent"] = self._world.now(self._sent_here())
         state["_sent_view"] = self._view()
         return state
@@ -156,7 +184,7 @@ class SplitPasses:
 
         In a DataLoader worker, that worker's share (StatefulDataLoader collects it from each
         worker with every batch); the main process of a loader with workers knows nothing
-        of theirs: save `readers.resume.loop_state` there.
+        of theirs: save `readers.passes.resume.loop_state` there.
         """
         info = get_worker_info()
         here = (self.epoch, *((info.id, info.num_workers) if info is not None else (0, 1)))
@@ -178,7 +206,7 @@ class SplitPasses:
         `loop_state(...)` or a whole StatefulDataLoader `state_dict()`, which then loads on
         any world size and worker count (the rest of its epoch, re-split). The next pass
         is then the state's epoch; a `set_epoch` to another epoch raises if the state stops
-        mid-epoch. See `readers.resume`.
+        mid-epoch. See `readers.passes.resume`.
         """
         info = get_worker_info()
         here = (info.id, info.num_workers) if info is not None else None
@@ -186,3 +214,12 @@ class SplitPasses:
             state, self._split[2], lambda world: self._plan_for(world).num_per_rank, here,
             dealt=self.batch_size, world_now=self.world_size)
         self._epochs.set_next(self._resume.epoch)
+
+
+def _base_state(parent: Any, reader: object) -> dict[str, Any]:
+    """A copy of the state the class after SplitPasses pickles; a copy of `__dict__` where
+    that is object's (which has `__getstate__` from Python 3.11 on, and there gives the
+    `__dict__` itself, or None when it is empty)."""
+    getstate = getattr(parent, "__getstate__", None)
+    state = getstate() if getstate is not None else None
+    return dict(state) if state is not None else dict(vars(reader))

@@ -16,7 +16,7 @@ saved on one rank resumes any rank.
 
 A `loop_state` also records the world size it was saved under, so it loads on any other
 world size and worker count: a pass that finds another topology than the state's reads
-the rest of the epoch, re-split for the ranks and workers it has (readers.elastic),
+the rest of the epoch, re-split for the ranks and workers it has (readers.plan.elastic),
 each sample once across the new ranks, with equal lengths per rank. A job that resumed so
 and stops again saves `loop_state(..., resumed_from=the state it loaded)`.
 
@@ -34,10 +34,10 @@ Two ways to get it right:
   out leaves the rotation; `in_order=True`, the default), so the batch count maps to an
   exact count per worker (`samples_per_worker`). transformers' Trainer counts the same way
   and skips with accelerate's `skip_first_batches`, which an iterable reader takes over as
-  such a count (readers.split_owner.loader_skip), so the skipped batches are not read.
+  such a count (readers.passes.split_owner.loader_skip), so the skipped batches are not read.
 
 A state applies to one pass: the next pass over its epoch, or the passes of another
-topology's re-split rest (its workers, by the pass's token: readers.epochs); another pass
+topology's re-split rest (its workers, by the pass's token: readers.passes.epochs); another pass
 over the same epoch reads it whole.
 """
 
@@ -48,9 +48,9 @@ from typing import Any
 
 import torch
 
-from readers.elastic import Segment, samples_per_worker
+from readers.passes.world import group_world
 from readers.plan.chunks import check_epoch
-from readers.world import group_world
+from readers.plan.elastic import Segment, samples_per_worker
 
 LoopState = dict[str, Any]
 PENDING, APPLIED, DONE = 1, 2, 0  # the stages of a resume that may re-split (PendingResume)
@@ -148,7 +148,7 @@ class PendingResume:
         """The segments to re-split for a pass on this topology (`num_workers` None: a
         ChunkSampler's single stream), or None where the counts apply as they are.
 
-        `pass_token` names the pass (readers.epochs: the same in all its workers): the
+        `pass_token` names the pass (readers.passes.epochs: the same in all its workers): the
         re-split rest is the pass's that first asked, and the workers of that pass only;
         a later pass over the same epoch (None: every call is a new pass) reads it whole.
         """

@@ -30,7 +30,7 @@ makes a DataLoaderShard or DataLoaderDispatcher with `skip_batches` (SkipDataLoa
 loader it did not prepare) that reads and decodes those batches and throws them away.
 Both ask the reader for its `set_epoch` from their own `__iter__`, in the main process
 before any worker starts, so `loader_skip` finds them there and takes the skip over: the
-loader drops nothing, and the reader starts its pass at the position (readers.passes).
+loader drops nothing, and the reader starts its pass at the position (readers.passes.base).
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def loader_view(target: object) -> LoaderView:
 @dataclass(frozen=True)
 class LoaderSkip:
     """The batches a framework loader would drop at the start of a pass, as a loop counts
-    them (readers.resume.loop_state): `batches` of the torch DataLoader under it, each
+    them (readers.passes.resume.loop_state): `batches` of the torch DataLoader under it, each
     `batch_size` samples of the reader's stream, over `num_workers` workers."""
 
     batches: int

@@ -1,0 +1,13 @@
+"""The passes of the iterable readers: which epoch, rank and worker a pass serves, where it
+resumes, who owns the split, and the records it reads.
+
+    base          SplitPasses: the pass machinery a split reader (PackedIterableDataset, Mix)
+                  inherits: one typed initialiser (_init_passes) and one __getstate__
+    epochs        every pass is an epoch, agreed by the workers through shared memory
+    world         the rank and world size, resolved when a pass starts
+    resume        state_dict / load_state_dict / loop_state: a position in an epoch
+    split_owner   whether the readers or the framework around the loader split the data
+    stream        one pass's records: in order, through a shuffle buffer, or resumed
+
+The arithmetic they rely on is pure and lives in readers.plan.
+"""
