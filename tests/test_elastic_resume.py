@@ -186,3 +186,35 @@ def test_a_sampler_state_records_its_world_and_chains(path: Path) -> None:
         lengths.append(sum(len(b[2]) for b in batches))
     assert Counter(seen) + Counter(rest) == every_key(path), "2 -> 1 -> 3: not exactly once"
     assert len(set(lengths)) == 1, lengths
+
+
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
+@pytest.mark.parametrize("after", [1, 3])
+def test_a_stateful_dataloader_restores_its_own_state_on_another_world(
+        path: Path, after: int) -> None:
+    """What Lightning's fit(ckpt_path=) does: rank 0's StatefulDataLoader state, saved on 2
+    ranks x 2 workers, loaded into each new rank's own loader (2 workers, as torchdata
+    requires), which hands each worker its own count: they pool them (WorkerBoard) and
+    read the rest once across the new ranks; fork and spawn workers."""
+    stateful = pytest.importorskip("torchdata.stateful_dataloader").StatefulDataLoader
+    seen: list[str] = []
+    states = []
+    for rank in range(2):
+        ds = PackedIterableDataset(path, decode="raw", with_keys=True, split=split(rank, 2))
+        ds.set_epoch(EPOCH)
+        loader = stateful(ds, batch_size=BATCH, num_workers=2, multiprocessing_context="fork")
+        batches = iter(loader)
+        seen += kept_keys([next(batches) for _ in range(STOP)])
+        states.append(loader.state_dict())
+        del batches
+    rest, lengths = [], []
+    for rank in range(after):
+        ds = PackedIterableDataset(path, decode="raw", with_keys=True, split=split(rank, after))
+        loader = stateful(ds, batch_size=BATCH, num_workers=2,
+                          multiprocessing_context="fork" if rank % 2 == 0 else "spawn")
+        loader.load_state_dict(states[0])
+        batches = list(loader)
+        rest += kept_keys(batches)
+        lengths.append(sum(len(b[2]) for b in batches))
+    assert Counter(seen) + Counter(rest) == every_key(path), f"2 x 2 -> {after} x 2"
+    assert len(set(lengths)) == 1, lengths
