@@ -22,11 +22,17 @@ from torch.utils.data import get_worker_info
 
 from readers.options import SplitOptions
 from readers.passes.epochs import PassEpochs
-from readers.passes.resume import PendingResume, loop_state, pending_from_state
+from readers.passes.resume import (
+    PendingResume,
+    from_worker_states,
+    loop_state,
+    pending_from_state,
+    posts_on_board,
+)
 from readers.passes.split_owner import LoaderView, loader_skip, loader_view
 from readers.passes.stream import rest_after
 from readers.passes.world import LateWorld, RankWorld
-from readers.plan.chunks import ShardPlan, Spans, num_in
+from readers.plan.chunks import ShardPlan, Spans, check_epoch, num_in
 from readers.plan.elastic import piece
 
 
@@ -43,6 +49,7 @@ class SplitPasses:
     _seen: int  # ... of this process's latest pass, and the samples it yielded
     _topology: tuple[int, int | None]  # (world_size, dealt) of that pass
     _resplit: bool  # whether that pass read a rest re-split (readers.plan.elastic)
+    _posted: Mapping[str, Any] | None  # a worker's own state, posted on the board
     batch_size: int | None
     buffer_size: int
 
@@ -59,7 +66,7 @@ class SplitPasses:
         self._split = (shuffle, split.drop_last, seed)
         self._epochs = PassEpochs()
         self._resume, self._pass, self._seen = None, None, 0
-        self._topology, self._resplit = (1, None), False
+        self._topology, self._resplit, self._posted = (1, None), False, None
 
     def _check_plan(self) -> None:
         """Make the plan for the world as of now, so bad arguments fail in `__init__`
@@ -137,6 +144,26 @@ class SplitPasses:
         """
         info = get_worker_info()
         worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        posted, self._posted = self._posted, None
+        if posted is not None:  # the other workers' counts are read at the first sample
+            self._pass, self._seen, self._resplit = (int(posted["epoch"]), worker,
+                                                     num_workers), 0, True
+            self._topology = (self.world_size, self._dealt(self._view()))
+            return self._after_board(posted, num_workers)
+        return self._start(worker, num_workers)
+
+    def _after_board(self, posted: Mapping[str, Any], num_workers: int) -> Iterator[Any]:
+        """The pass, once the loader's workers have all posted their counts
+        (readers.passes.resume.WorkerBoard): the rest of the epoch they name, re-split."""
+        states = [{**posted, "worker": worker, "samples_seen": seen}
+                  for worker, seen in enumerate(self._epochs.board.gather(num_workers))]
+        self._resume = from_worker_states(states, self._split[2],
+                                          lambda world: self._plan_for(world).num_per_rank)
+        info = get_worker_info()
+        yield from self._start(info.id if info is not None else 0, num_workers)
+
+    def _start(self, worker: int, num_workers: int) -> Iterator[Any]:
+        """The pass of (DataLoader) worker `worker` of `num_workers`; see `__iter__`."""
         self._take_loader_skip()
         view = self._view()
         rank, world_size = self._world.for_pass(self._sent_here())
@@ -202,14 +229,23 @@ class SplitPasses:
         """Make the next pass over state["epoch"] skip what was seen, worker by worker.
 
         Takes one worker's `state_dict()` inside that worker (StatefulDataLoader does
-        this), or in the main process before the DataLoader starts its workers either
-        `loop_state(...)` or a whole StatefulDataLoader `state_dict()`, which then loads on
-        any world size and worker count (the rest of its epoch, re-split). The next pass
+        this; from a pass on another world size the loader's workers pool their counts on
+        the dataset's board, readers.passes.resume.WorkerBoard), or in the main process before
+        the DataLoader starts its workers either `loop_state(...)` or a whole
+        StatefulDataLoader `state_dict()`, which then loads on any world size and worker
+        count (the rest of its epoch, re-split). The next pass
         is then the state's epoch; a `set_epoch` to another epoch raises if the state stops
         mid-epoch. See `readers.passes.resume`.
         """
         info = get_worker_info()
         here = (info.id, info.num_workers) if info is not None else None
+        if here is not None and posts_on_board(state, self.world_size):
+            self._epochs.board.post(int(state.get("worker", here[0])), here[1],
+                                    int(state["samples_seen"]))
+            self._posted, self._resume = dict(state), None
+            self._epochs.set_next(check_epoch(int(state["epoch"])))
+            return
+        self._posted = None
         self._resume = pending_from_state(
             state, self._split[2], lambda world: self._plan_for(world).num_per_rank, here,
             dealt=self.batch_size, world_now=self.world_size)

@@ -18,6 +18,9 @@ an update. A pass's token is the same in all of its workers and new for every pa
                          mixed with this copy's pass count (persistent workers keep one)
     the main process     (num_workers=0) a fresh random token for every pass
 
+The dataset's `WorkerBoard` (readers.passes.resume), created alongside, is where the workers of
+a loader that hands each its own part of a loader state post their counts.
+
 A worker whose token is in the cell joins that pass; any other token starts the next
 epoch. Two workers starting the same new pass at once compute the same value, so the
 race is harmless. (A loop that reseeds torch's generator to the same value before every
@@ -32,6 +35,7 @@ import secrets
 import torch
 from torch.utils.data import get_worker_info
 
+from readers.passes.resume import WorkerBoard
 from readers.plan.chunks import check_epoch
 
 _EPOCH_BITS = 32
@@ -54,6 +58,7 @@ class PassEpochs:
     def __init__(self) -> None:
         self._cell = torch.zeros(1, dtype=torch.int64)
         self._cell.share_memory_()  # type: ignore[no-untyped-call]
+        self.board = WorkerBoard()  # the counts of a loaded state, worker by worker
         self._passes = 0  # passes started by this copy of the dataset
         self.token = 0  # the token of the pass this process started last (0: none)
 

@@ -12,7 +12,12 @@ that iterates:
                                                                  (each DataLoader worker)
 
 Counts are equal on every rank (each rank yields the same number of batches), so a state
-saved on one rank resumes any rank.
+saved on one rank resumes any rank. Both states also record the world size of the pass
+("world_size"), so a state loads on another: a ChunkSampler's count is one stream's (a
+loop state with batches of 1, no workers); a StatefulDataLoader that hands each of its
+workers that worker's own state (Lightning's `fit(ckpt_path=)` restores so) has them post
+their counts on the dataset's shared `WorkerBoard`, and each reads all of them at its first
+sample: together they say how far the job got.
 
 A `loop_state` also records the world size it was saved under, so it loads on any other
 world size and worker count: a pass that finds another topology than the state's reads
@@ -43,6 +48,7 @@ over the same epoch reads it whole.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -230,6 +236,12 @@ def pending_from_state(state: Mapping[str, Any], seed: int,
         raise ValueError(f"a resume state needs an epoch; got keys {sorted(state)}")
     epoch = check_epoch(int(state.get("epoch", 0)))
     _check_seed(state, seed)
+    if not per_worker and "batches_consumed" not in state and "samples_seen" in state:
+        saved = int(state.get("world_size", world_now))
+        if saved != world_now:  # one stream per rank: its count, re-split
+            if int(state["samples_seen"]) == per_rank_of(saved):
+                return PendingResume(epoch + 1, [])  # a finished epoch: the next one, whole
+            state = stream_state(state, saved)
     if "batches_consumed" in state:
         return _from_loop_state(state, epoch, per_rank_of,
                                 segments_of(state, dealt, world_now, per_worker))
@@ -283,6 +295,68 @@ def reader_states(state: object) -> list[Mapping[str, Any]]:
     if "samples_seen" in state and "num_workers" in state:
         return [state]
     return [found for value in state.values() for found in reader_states(value)]
+
+
+def stream_state(state: Mapping[str, Any], world_size: int) -> LoopState:
+    """A ChunkSampler's `state_dict()` as the loop state it equals: `samples_seen` batches
+    of 1 from one stream per rank (a loop state passes as it is)."""
+    if "batches_consumed" in state:
+        return dict(state)
+    return {"epoch": check_epoch(int(state["epoch"])), "seed": int(state.get("seed", 0)),
+            "batches_consumed": int(state["samples_seen"]), "batch_size": 1, "num_workers": 0,
+            "drop_last": 0, "world_size": world_size}
+
+
+def posts_on_board(state: Mapping[str, Any], world_now: int) -> bool:
+    """Whether `state` is one DataLoader worker's own state from a pass on another world
+    size: alone it does not say how far the others got, so it goes on the `WorkerBoard`."""
+    return ("samples_seen" in state and "batches_consumed" not in state
+            and "resumed_from" not in state
+            and int(state.get("world_size", world_now)) != world_now)
+
+
+class WorkerBoard:
+    """Where the workers of one loader post the counts of the loader state they each load.
+
+    torchdata's StatefulDataLoader hands DataLoader worker k the state worker k saved (it
+    keeps `num_workers`); on another world size one count alone does not place the rest of
+    the epoch. Each worker posts its count in a shared int64 tensor, created with the
+    dataset (forked workers inherit it, spawned ones receive it through torch's
+    reductions), and reads all of them when its pass yields its first sample. The loader
+    loads every worker's state before it asks any worker for a batch, so by then all are
+    posted; a later load overwrites them all again.
+    """
+
+    SLOTS = 256  # DataLoader workers a board holds
+    WAIT_S = 120.0  # how long a worker waits for the others' counts
+
+    def __init__(self) -> None:
+        self._counts = torch.full((self.SLOTS,), -1, dtype=torch.int64)
+        self._counts.share_memory_()  # type: ignore[no-untyped-call]
+
+    def post(self, worker: int, num_workers: int, seen: int) -> None:
+        """Worker `worker` of `num_workers` loaded a state with `seen` samples."""
+        if num_workers > self.SLOTS:
+            raise ValueError(f"a loader state of {num_workers} workers resumes on another world "
+                             f"size with at most {self.SLOTS}: load the whole loader state into "
+                             "the reader before the loader starts (reader.load_state_dict)")
+        if seen < 0:
+            raise ValueError(f"not a resume state: samples_seen {seen}")
+        self._counts[worker] = seen
+
+    def gather(self, num_workers: int) -> list[int]:
+        """The counts of workers 0..num_workers-1, once all are posted."""
+        deadline = time.monotonic() + self.WAIT_S
+        while bool((self._counts[:num_workers] < 0).any()):
+            if time.monotonic() > deadline:
+                missing = (self._counts[:num_workers] < 0).nonzero().flatten().tolist()
+                raise RuntimeError(
+                    f"DataLoader workers {missing} did not load their part of the loader state "
+                    f"within {self.WAIT_S:.0f} s: a state saved on another world size needs "
+                    "every worker's (StatefulDataLoader.load_state_dict), or the whole state "
+                    "loaded into the reader before the loader starts")
+            time.sleep(0.01)
+        return [int(c) for c in self._counts[:num_workers].tolist()]
 
 
 def from_worker_states(states: Sequence[Mapping[str, Any]], seed: int,

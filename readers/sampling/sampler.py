@@ -31,7 +31,13 @@ from torch.utils.data import DistributedSampler
 
 from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_SPLIT, SplitOptions
 from readers.options.legacy import SPLIT_MOVES, accepts_legacy
-from readers.passes.resume import PendingResume, pending_from_state
+from readers.passes.resume import (
+    LoopState,
+    PendingResume,
+    loop_state,
+    pending_from_state,
+    stream_state,
+)
 from readers.passes.split_owner import loader_view
 from readers.passes.stream import rest_after
 from readers.passes.world import LateWorld
@@ -95,6 +101,9 @@ class ChunkSampler(DistributedSampler[int]):
         self._resume: PendingResume | None = None
         self._pass_epoch: int | None = None  # the epoch of the latest pass, and its count
         self._yielded = 0
+        self._pass_world = self._world.now()[1]  # the world size of the latest pass
+        self._loaded: LoopState | None = None  # the loaded state, as a loop state ...
+        self._resumed_from: LoopState | None = None  # ... that the latest pass re-split
         self._untouched: PassStart | None = None  # the latest pass, while none of it is drawn
 
     def _plan_for(self, world_size: int) -> ShardPlan:
@@ -160,7 +169,7 @@ class ChunkSampler(DistributedSampler[int]):
             start = self._start_pass()
         epoch, plan, rank, spans, skip = start
         self._untouched = start if num_in(spans) > skip else None  # nothing to draw: done
-        self._pass_epoch, self._yielded = epoch, skip
+        self._pass_epoch, self._yielded, self._pass_world = epoch, skip, plan.world_size
         self._forward_epoch(epoch)
         indices, padded = expand(spans)
         stream: Iterator[int] = (
@@ -185,12 +194,13 @@ class ChunkSampler(DistributedSampler[int]):
     def _spans(self, plan: ShardPlan, epoch: int, rank: int) -> tuple[Spans, int]:
         """This rank's spans of the pass and how many of its indices a resume skips; a
         state saved on another world size gives the rest of its epoch, re-split."""
-        resume = self._resume
+        resume, self._resumed_from = self._resume, None
         if resume is None:
             return plan.rank_spans(epoch, rank), 0
         elastic = resume.elastic_for(epoch, plan.world_size, None, None)
         if elastic is None:
             return plan.rank_spans(epoch, rank), resume.take(epoch, 0, plan.num_per_rank)
+        self._resumed_from = self._loaded
         rest = rest_after(self._plan_for(elastic[0].world_size), elastic, epoch,
                           self.buffer_size, per_worker=False)
         return piece(rest, plan.world_size, plan.drop_last, rank, 0, 1, None), 0
@@ -211,15 +221,22 @@ class ChunkSampler(DistributedSampler[int]):
             self._yielded += 1
             yield i
 
-    def state_dict(self) -> dict[str, int]:
-        """{"epoch", "seed", "samples_seen"}: indices drawn from this sampler this epoch.
+    def state_dict(self) -> dict[str, Any]:
+        """{"epoch", "seed", "samples_seen", "world_size"}: indices drawn from this sampler
+        this epoch, on that many ranks; it loads on any world size.
 
         Drawn is not consumed: a DataLoader draws the indices of the batches it prefetches.
         StatefulDataLoader stores this with each batch it sends, which makes it exact; with
-        a plain DataLoader save `readers.passes.resume.loop_state(...)` from the loop instead.
+        a plain DataLoader save `readers.passes.resume.loop_state(...)` from the loop instead. A
+        pass that read a re-split rest (its state came from another world size) reports the
+        loop state of its stream, with the state it resumed from (`resumed_from`).
         """
         epoch = self._next_epoch if self._pass_epoch is None else self._pass_epoch
-        return {"epoch": epoch, "seed": self.seed, "samples_seen": self._yielded}
+        if self._resumed_from is not None and self._pass_epoch is not None:
+            return {**loop_state(epoch, self._yielded, 1, 0, world_size=self._pass_world,
+                                 resumed_from=self._resumed_from), "seed": self.seed}
+        return {"epoch": epoch, "seed": self.seed, "samples_seen": self._yielded,
+                "world_size": self._pass_world}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Make the next pass be state["epoch"], less the indices already seen.
@@ -230,5 +247,7 @@ class ChunkSampler(DistributedSampler[int]):
         self._resume = pending_from_state(
             state, self.seed, lambda world: self._plan_for(world).num_per_rank, here=None,
             per_worker=False, world_now=self.world_size)
+        saved = int(state.get("world_size", self.world_size))
+        self._loaded = stream_state(state, saved) if "epoch" in state else None
         self._next_epoch = self._resume.epoch
         self._untouched = None

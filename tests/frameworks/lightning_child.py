@@ -8,7 +8,9 @@ PackedDataset + shuffle=True (Lightning injects its DistributedSampler), and
 PackedIterableDataset with two workers, dealing whole batches of its own batch_size= or,
 without one, of its loader's. `inside` builds them in
 `train_dataloader` (inside fit, after the process group exists), `before` at the top of
-the script, before the group exists. Each rank writes OUT/rank{r}-epoch{e}.json: the keys
+the script, before the group exists. The iterable loaders start their workers as
+framework_support.WORKER_START says (a fork server on CPython < 3.12: this process has
+gloo's threads). Each rank writes OUT/rank{r}-epoch{e}.json: the keys
 each loader fed to training_step, in order.
 """
 
@@ -21,6 +23,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from framework_support import WORKER_START
 from torch.nn import functional
 
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset
@@ -36,10 +39,10 @@ def loaders(path: Path) -> dict[str, torch.utils.data.DataLoader[Any]]:
         "sampler": torch.utils.data.DataLoader(ds, batch_size=BATCH, sampler=ChunkSampler(ds)),
         "shuffle": torch.utils.data.DataLoader(ds, batch_size=BATCH, shuffle=True),
         "iterable": torch.utils.data.DataLoader(iterable, batch_size=BATCH, num_workers=2,
-                                                multiprocessing_context="fork"),
+                                                multiprocessing_context=WORKER_START),
         "unbatched": torch.utils.data.DataLoader(
             PackedIterableDataset(path, size=SIZE, with_keys=True), batch_size=BATCH,
-            num_workers=2, multiprocessing_context="fork"),
+            num_workers=2, multiprocessing_context=WORKER_START),
     }
 
 

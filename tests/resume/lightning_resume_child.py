@@ -8,7 +8,9 @@ position of) over PackedDataset + ChunkSampler (`sampler`) or PackedIterableData
 (`iterable`), 2 workers. `stop` trains with ModelCheckpoint(every_n_train_steps=SAVE_EVERY)
 and stops with an error after STOP_AFTER steps, past that checkpoint; `resume` runs
 `trainer.fit(model, ckpt_path=CKPT)` in this new process to the end of 2 epochs.
-`plain_epoch` reads an epoch of a setup with a plain DataLoader, to compare orders. Every
+`plain_epoch` reads an epoch of a setup with a plain DataLoader, to compare orders. The
+workers start as framework_support.WORKER_START says (a fork server on CPython < 3.12:
+Lightning's process has threads). Every
 training step appends {"epoch", "batch", "keys", "padded"} to OUT/{stop|resume}-rank{r}.jsonl
 (DEVICES 2: strategy="ddp", Lightning starting rank 1 by running this script again).
 """
@@ -30,6 +32,11 @@ from torchdata.stateful_dataloader import StatefulDataLoader  # type: ignore[imp
 
 from readers import PAD_LABEL, ChunkSampler, PackedDataset, PackedIterableDataset, SplitOptions
 
+try:  # run as a script (Lightning's rank 1 too) or imported as tests.lightning_resume_child
+    from framework_support import WORKER_START
+except ImportError:
+    from tests.framework_support import WORKER_START
+
 BATCH, SAVE_EVERY, STOP_AFTER = 4, 3, 5
 SIZE = (8, 8)
 SPLIT = SplitOptions(chunk_size=4, buffer_size=8, drop_last=False)
@@ -48,11 +55,11 @@ def loader(path: Path, setup: str, kind: Any = StatefulDataLoader,
         if epoch is not None:
             sampler.set_epoch(epoch)
         return kind(ds, batch_size=BATCH, sampler=sampler, num_workers=2,
-                    multiprocessing_context="fork")
+                    multiprocessing_context=WORKER_START)
     it = PackedIterableDataset(path, size=SIZE, with_keys=True, split=SPLIT)
     if epoch is not None:
         it.set_epoch(epoch)
-    return kind(it, batch_size=BATCH, num_workers=2, multiprocessing_context="fork")
+    return kind(it, batch_size=BATCH, num_workers=2, multiprocessing_context=WORKER_START)
 
 
 def plain_epoch(path: Path, setup: str, epoch: int) -> list[str]:

@@ -150,3 +150,71 @@ def test_a_resumed_job_stops_and_resumes_again(path: Path, middle: tuple[int, in
     assert ("resumed_from" in second) == (middle != (2, 2))
     rest, _ = run(reader, 1, 0, second, None)
     assert Counter(seen) + Counter(more) + Counter(rest) == every_key(path)
+
+
+def test_a_sampler_state_records_its_world_and_chains(path: Path) -> None:
+    """ChunkSampler.state_dict() from 2 ranks loads on 1 (no loop state needed); the 1-rank
+    pass of the re-split rest stops, and its own state_dict() resumes on 3 ranks: every
+    sample of the epoch once. No workers, so what the sampler drew is what was consumed."""
+    def sampler(rank: int, world: int) -> tuple[PackedDataset, ChunkSampler]:
+        ds = PackedDataset(path, decode="raw", with_keys=True)
+        return ds, ChunkSampler(ds, split=split(rank, world))
+
+    seen: list[str] = []
+    states = []
+    for rank in range(2):
+        ds, first = sampler(rank, 2)
+        first.set_epoch(EPOCH)
+        batches = iter(DataLoader(ds, batch_size=BATCH, sampler=first))
+        seen += kept_keys([next(batches) for _ in range(STOP)])
+        states.append(first.state_dict())
+    assert states[0] == {"epoch": EPOCH, "seed": 0, "samples_seen": STOP * BATCH,
+                         "world_size": 2} == states[1]
+    ds, middle = sampler(0, 1)
+    middle.load_state_dict(states[0])
+    batches = iter(DataLoader(ds, batch_size=BATCH, sampler=middle))
+    seen += kept_keys([next(batches) for _ in range(2)])
+    again = middle.state_dict()
+    del batches
+    assert again["resumed_from"]["world_size"] == 2 and again["world_size"] == 1
+    rest, lengths = [], []
+    for rank in range(3):
+        ds, last = sampler(rank, 3)
+        last.load_state_dict(again)
+        batches = list(DataLoader(ds, batch_size=BATCH, sampler=last))
+        rest += kept_keys(batches)
+        lengths.append(sum(len(b[2]) for b in batches))
+    assert Counter(seen) + Counter(rest) == every_key(path), "2 -> 1 -> 3: not exactly once"
+    assert len(set(lengths)) == 1, lengths
+
+
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
+@pytest.mark.parametrize("after", [1, 3])
+def test_a_stateful_dataloader_restores_its_own_state_on_another_world(
+        path: Path, after: int) -> None:
+    """What Lightning's fit(ckpt_path=) does: rank 0's StatefulDataLoader state, saved on 2
+    ranks x 2 workers, loaded into each new rank's own loader (2 workers, as torchdata
+    requires), which hands each worker its own count: they pool them (WorkerBoard) and
+    read the rest once across the new ranks; fork and spawn workers."""
+    stateful = pytest.importorskip("torchdata.stateful_dataloader").StatefulDataLoader
+    seen: list[str] = []
+    states = []
+    for rank in range(2):
+        ds = PackedIterableDataset(path, decode="raw", with_keys=True, split=split(rank, 2))
+        ds.set_epoch(EPOCH)
+        loader = stateful(ds, batch_size=BATCH, num_workers=2, multiprocessing_context="fork")
+        batches = iter(loader)
+        seen += kept_keys([next(batches) for _ in range(STOP)])
+        states.append(loader.state_dict())
+        del batches
+    rest, lengths = [], []
+    for rank in range(after):
+        ds = PackedIterableDataset(path, decode="raw", with_keys=True, split=split(rank, after))
+        loader = stateful(ds, batch_size=BATCH, num_workers=2,
+                          multiprocessing_context="fork" if rank % 2 == 0 else "spawn")
+        loader.load_state_dict(states[0])
+        batches = list(loader)
+        rest += kept_keys(batches)
+        lengths.append(sum(len(b[2]) for b in batches))
+    assert Counter(seen) + Counter(rest) == every_key(path), f"2 x 2 -> {after} x 2"
+    assert len(set(lengths)) == 1, lengths

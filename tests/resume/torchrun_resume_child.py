@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from framework_support import WORKER_START
 from torch.utils.data import DataLoader
 
 from readers import PAD_LABEL, ChunkSampler, PackedDataset, PackedIterableDataset, SplitOptions
@@ -52,8 +53,8 @@ def loader(setup: str, data: Any, workers: int, options: dict[str, Any]) -> Any:
             StatefulDataLoader,
         )
         kind = StatefulDataLoader
-    fork = {"multiprocessing_context": "fork"} if workers else {}
-    return kind(data, batch_size=BATCH, num_workers=workers, **fork, **options)
+    start = {"multiprocessing_context": WORKER_START} if workers else {}  # gloo has threads
+    return kind(data, batch_size=BATCH, num_workers=workers, **start, **options)
 
 
 def record(batches: list[Any]) -> dict[str, Any]:
