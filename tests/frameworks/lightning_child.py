@@ -23,10 +23,10 @@ from typing import Any
 
 import lightning as L
 import torch
-from framework_support import WORKER_START
 from torch.nn import functional
 
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset
+from tests.framework_support import WORKER_START
 
 BATCH = 20
 SIZE = (8, 8)

@@ -31,11 +31,7 @@ from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader  # type: ignore[import-untyped]
 
 from readers import PAD_LABEL, ChunkSampler, PackedDataset, PackedIterableDataset, SplitOptions
-
-try:  # run as a script (Lightning's rank 1 too) or imported as tests.lightning_resume_child
-    from framework_support import WORKER_START
-except ImportError:
-    from tests.framework_support import WORKER_START
+from tests.framework_support import WORKER_START  # the clone's root is on PYTHONPATH
 
 BATCH, SAVE_EVERY, STOP_AFTER = 4, 3, 5
 SIZE = (8, 8)

@@ -37,8 +37,10 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def child(devices: int, *args: object) -> list[list[dict[str, Any]]]:
     """The steps each rank of a run of the child trained on."""
+    # the child imports tests.framework_support: the clone's root on PYTHONPATH
+    path = os.pathsep.join(filter(None, [str(HERE.parents[1]), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1",
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "PYTHONPATH": path}
     dataset, out, mode, setup, *ckpt = args
     done = subprocess.run([sys.executable, str(HERE / "lightning_resume_child.py"),
                            *map(str, (dataset, out, mode, setup, devices, *ckpt))],
@@ -129,7 +131,7 @@ def test_a_ddp_checkpoint_resumes_on_one_device(dataset: Path, tmp_path: Path,
     assert [step["batch"] for step in epoch0][:1] == [SAVE_EVERY]
     assert len(epoch0) == -(-(NUM - 2 * SAVE_EVERY * BATCH) // BATCH), "the rest, in batches"
     assert not any(step["padded"] for step in epoch0), "1 rank: nothing to even out"
-    from tests.lightning_resume_child import plain_epoch
+    from tests.resume.lightning_resume_child import plain_epoch
     assert keys(resumed[0], 1) == plain_epoch(dataset, setup, 1), "Lightning's epoch 1"
 
 

@@ -40,7 +40,9 @@ def torchrun(dataset: Path, out: Path, ranks: int, *args: object) -> list[dict[s
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={ranks}",
                f"--master_port={free_port()}", str(HERE / "torchrun_resume_child.py"),
                str(dataset), str(out), *map(str, args)]
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
+    # the child imports tests.framework_support: the clone's root on PYTHONPATH
+    path = os.pathsep.join(filter(None, [str(HERE.parents[1]), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
     done = subprocess.run(command, cwd=HERE.parents[1], env=env, capture_output=True, text=True,
                           timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]

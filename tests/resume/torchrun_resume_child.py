@@ -26,11 +26,11 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from framework_support import WORKER_START
 from torch.utils.data import DataLoader
 
 from readers import PAD_LABEL, ChunkSampler, PackedDataset, PackedIterableDataset, SplitOptions
 from readers.passes.resume import loop_state
+from tests.framework_support import WORKER_START
 
 EPOCH, BATCH, STOP = 1, 4, 3
 SPLIT = SplitOptions(chunk_size=4, buffer_size=8, drop_last=False)
