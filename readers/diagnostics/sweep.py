@@ -27,7 +27,7 @@ from readers.diagnostics.tuning import LoaderConfig, Measurement
 
 def open_for_bench(path: Path, size: int | None) -> Dataset[Any]:
     """A packed dataset, or a plain image folder read file by file with the same decode."""
-    from readers import PackedDataset
+    from readers.datasets import PackedDataset
     from readers.diagnostics.folder import ImageFolderDataset
 
     decode_size = (size, size) if size else None
