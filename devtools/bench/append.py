@@ -23,6 +23,7 @@ and the sha256 of the whole file for the one-file formats (~0.2 s for npy's 236 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import time
@@ -30,6 +31,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+from devtools.bench.photos import write_photos
 from packer import ConvertOptions, EncodeOptions, append, convert
 from packer.testing import make_sample_folder
 
@@ -41,15 +43,20 @@ def options_for(fmt: str) -> EncodeOptions | None:
     return EncodeOptions(size=NPY_SIZE) if fmt == "npy" else None
 
 
-def build(work: Path, count: int, added: int) -> tuple[Path, Path, Path]:
-    """(the big folder, the added images alone, the big folder + the added images)."""
-    big, extra, union = work / "big", work / "extra", work / "union"
+def build(work: Path, count: int, added: int, photos: bool = False
+          ) -> tuple[Path, Path, Path]:
+    """(the big folder, the added images alone, the big folder + the added images);
+    with `photos`, the added images are photos from devtools.bench.photos."""
+    big = work / "big"
+    extra, union = (work / "extra-photos", work / "union-photos") if photos else \
+        (work / "extra", work / "union")
     if not big.exists():
         make_sample_folder(work / "big.partial", count=count, classes=10, min_side=48,
                            max_side=96).rename(big)
     if not extra.exists():
-        made = make_sample_folder(work / "extra.partial", count=added, classes=11, seed=1,
-                                  min_side=48, max_side=96)
+        made = write_photos(work / "extra.partial", added, classes=11, seed=1) if photos \
+            else make_sample_folder(work / "extra.partial", count=added, classes=11, seed=1,
+                                    min_side=48, max_side=96)
         for path in made.rglob("*.*"):
             path.rename(path.with_name("new_" + path.name))
         made.rename(extra)
@@ -85,6 +92,7 @@ def measure(work: Path, fmt: str, big: Path, extra: Path, union: Path, repeats: 
         for src, times in ((union, appends), (extra, alone)):
             shutil.rmtree(grown, ignore_errors=True)
             shutil.copytree(base, grown)
+            os.sync()  # the copy's dirty pages are not the append's to write back
             times.append(timed(partial(append, src, grown, workers=workers)))
     return statistics.median(converts), statistics.median(appends), statistics.median(alone)
 
@@ -97,19 +105,23 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--formats", default=",".join(FORMATS))
+    parser.add_argument("--photos", action="store_true",
+                        help="the added images are ~35 KB photos (devtools.bench.photos), "
+                             "not tiny generated ones: a conversion's usual cost per image")
     parser.add_argument("--prepare", action="store_true",
                         help="only build the folders and the big datasets (untimed: run it "
                              "outside the benchmark lock), then exit")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    big, extra, union = build(args.work, args.count, args.added)
+    big, extra, union = build(args.work, args.count, args.added, args.photos)
     if args.prepare:
         for fmt in args.formats.split(","):
             if not (args.work / f"big.{fmt}").exists():
                 convert(big, args.work / f"big.{fmt}", fmt, options_for(fmt),
                         ConvertOptions(workers=args.workers))
         return
-    print(f"{args.count} samples + {args.added}; npy at {NPY_SIZE[0]}x{NPY_SIZE[1]}")
+    kind = "photos" if args.photos else "tiny images"
+    print(f"{args.count} samples + {args.added} {kind}; npy at {NPY_SIZE[0]}x{NPY_SIZE[1]}")
     print(f"{'format':8}{'convert s':>11}{'append s':>10}{'ratio':>7}"
           f"{'new only s':>12}{'ratio':>7}")
     for fmt in args.formats.split(","):

@@ -17,12 +17,21 @@ import contextlib
 import json
 import os
 import shutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from packer.conversion.identity import JobIdentity, check_same_job
-from packer.core.index import Index, SampleTable, ShardInfo, load_table, read_index, save_table
+from packer.core.index import (
+    Index,
+    SampleTable,
+    ShardInfo,
+    load_table,
+    read_index,
+    save_table,
+    shard_from_json,
+    shard_json,
+)
 from packer.core.layout import STATE_DIR as STATE_DIR
 from packer.core.record import Reject
 from packer.errors import ResumeRefused as ResumeRefused  # defined with every error class
@@ -72,7 +81,7 @@ class Journal:
             "part": number,
             "src_stop": progress.src_stop,
             "num_samples": progress.num_samples,
-            "shards": [asdict(shard) for shard in progress.shards],
+            "shards": [shard_json(shard) for shard in progress.shards],
             "rejects": [{"position": r.position, "path": r.path, "reason": r.reason}
                         for r in rejects],
         }
@@ -102,7 +111,7 @@ class Journal:
         for part in parts:
             progress.src_stop = int(part["src_stop"])
             progress.num_samples = int(part["num_samples"])
-            progress.shards = tuple(ShardInfo(**shard) for shard in part["shards"])
+            progress.shards = tuple(shard_from_json(shard) for shard in part["shards"])
             progress.rejects += [Reject(r["position"], r["path"], r["reason"])
                                  for r in part["rejects"]]
             progress.tables.append(
@@ -157,6 +166,7 @@ def _well_formed(part: Any, number: int) -> bool:
             and all(isinstance(r, dict) and {"position", "path", "reason"} <= r.keys()
                     for r in part["rejects"])
             and isinstance(part.get("shards"), list)
-            and all(isinstance(s, dict) and s.keys() == shard_fields for s in part["shards"]))
+            and all(isinstance(s, dict) and s.keys() - {"pieces"} == shard_fields
+                    for s in part["shards"]))
 
 

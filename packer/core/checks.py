@@ -159,8 +159,9 @@ def image_size(data: dict[str, Any], path: Path) -> tuple[int, int] | None:
 
 
 def shard_fields(shard: Any, path: Path) -> dict[str, Any]:
-    """One entry of `shards`: exactly its four fields, a name that stays inside the folder."""
-    if not isinstance(shard, dict) or sorted(shard) != sorted(SHARD_FIELDS):
+    """One entry of `shards`: its four fields (and npy's pieces), a name that stays
+    inside the folder."""
+    if not isinstance(shard, dict) or sorted(set(shard) - {"pieces"}) != sorted(SHARD_FIELDS):
         raise bad_field(path, f"a shard must have the fields {', '.join(SHARD_FIELDS)}, not "
                             f"{quote(shard)}")
     name = text(shard, "name", path)
@@ -168,8 +169,24 @@ def shard_fields(shard: Any, path: Path) -> dict[str, Any]:
     if not parts or name.startswith("/") or "\\" in name or "\0" in name \
             or any(part in ("..", ".") for part in parts) or name != "/".join(parts):
         raise bad_field(path, f"shard name {quote(name)} is not a plain path inside the folder")
-    return {"name": name, "num_samples": count(shard, "num_samples", path),
-            "num_bytes": count(shard, "num_bytes", path), "sha256": text(shard, "sha256", path)}
+    num_bytes = count(shard, "num_bytes", path)
+    fields: dict[str, Any] = {"name": name, "num_samples": count(shard, "num_samples", path),
+                              "num_bytes": num_bytes, "sha256": text(shard, "sha256", path)}
+    if "pieces" in shard:
+        fields["pieces"] = pieces(shard["pieces"], num_bytes, path)
+    return fields
+
+
+def pieces(value: Any, num_bytes: int, path: Path) -> tuple[tuple[int, str], ...]:
+    """A shard's pieces: [bytes, sha256 hex] pairs whose sizes add up to the file's."""
+    ok = isinstance(value, list) and value and all(
+        isinstance(piece, list) and len(piece) == 2 and isinstance(piece[0], int)
+        and not isinstance(piece[0], bool) and piece[0] >= 0 and isinstance(piece[1], str)
+        for piece in value)
+    if not ok or sum(piece[0] for piece in value) != num_bytes:
+        raise bad_field(path, f"a shard's pieces must be [bytes, sha256] pairs adding up to "
+                              f"its {num_bytes} bytes, not {quote(value)}")
+    return tuple((int(size), str(digest)) for size, digest in value)
 
 
 def check_rows(rows: npt.NDArray[np.void], keys: npt.NDArray[np.uint8], num_classes: int,

@@ -35,6 +35,7 @@ from packer.core.table import load_table as load_table
 from packer.core.table import save_table as save_table
 from packer.errors import CorruptDatasetError, IncompleteDatasetError
 from packer.storage.atomic import write_atomic
+from packer.storage.pieces import Piece
 
 FORMAT_VERSION = 1
 SAMPLE_HASH = "xxh3-128"
@@ -50,7 +51,8 @@ class ShardInfo:
     name: str
     num_samples: int
     num_bytes: int
-    sha256: str
+    sha256: str  # of the file; with pieces, of the pieces' list (packer.storage.pieces)
+    pieces: tuple[Piece, ...] = ()  # (bytes, sha256) of consecutive ranges: npy only
 
 
 @dataclass(frozen=True)
@@ -86,11 +88,28 @@ class Index:
         data["class_names"] = list(self.class_names)
         data["image_size"] = list(self.image_size) if self.image_size else None
         del data["fields"], data["field_counts"]
+        data["shards"] = [shard_json(shard) for shard in self.shards]
         if self.fields:  # absent without fields: such a dataset's index.json is as before
             counts = self.field_counts or (0,) * len(self.fields)
             data["fields"] = [{**spec.to_json(), "num_present": count}
                               for spec, count in zip(self.fields, counts, strict=True)]
         return data
+
+
+def shard_json(shard: ShardInfo) -> dict[str, Any]:
+    """A shard's entry: pieces only where there are (other shards' entries as before)."""
+    data: dict[str, Any] = {"name": shard.name, "num_samples": shard.num_samples,
+                            "num_bytes": shard.num_bytes, "sha256": shard.sha256}
+    if shard.pieces:
+        data["pieces"] = [[size, digest] for size, digest in shard.pieces]
+    return data
+
+
+def shard_from_json(data: dict[str, Any]) -> ShardInfo:
+    """The ShardInfo `shard_json` wrote (a journal's, a staging's: written by us)."""
+    pieces = tuple((int(size), str(digest)) for size, digest in data.get("pieces", ()))
+    return ShardInfo(data["name"], data["num_samples"], data["num_bytes"], data["sha256"],
+                     pieces)
 
 
 def table_files(folder: Path, index: Index) -> tuple[Path, ...]:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from packer.core.index import Index, open_dataset
+from packer.core.index import Index, open_dataset, shard_json
 
 
 def describe(folder: Path) -> dict[str, Any]:
@@ -37,7 +36,7 @@ def describe(folder: Path) -> dict[str, Any]:
         **fields,
         **({"categories": index.extra["categories"]} if "categories" in index.extra else {}),
         "classes": {name: int(counts[i]) for i, name in enumerate(index.class_names)},
-        "shards": [asdict(shard) for shard in index.shards],
+        "shards": [shard_json(shard) for shard in index.shards],
     }
 
 

@@ -16,7 +16,7 @@ import os
 import re
 import tempfile
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from packer.errors import (
 )
 from packer.errors import RemoteError as RemoteError  # defined with every error class
 from packer.storage.hashing import sha256_file
+from packer.storage.pieces import Piece, file_problem
 
 URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 INSTALL_HINT = f"run `{install_line('s3')}` (fsspec and s3fs)"
@@ -111,12 +112,12 @@ def remote_errors(url: str, doing: str) -> Iterator[None]:
 
 
 def fetch(fs: Any, remote: str, local: Path, url: str, size: int | None = None,
-          sha256: str | None = None) -> None:
+          sha256: str | None = None, pieces: Sequence[Piece] = ()) -> None:
     """Download `remote` to `local` under a temporary name, check it, rename.
 
-    The size, and the sha256 when given, must be what index.json says: a shard damaged
-    in storage or in transit never reaches a reader (hashing costs ~0.2 s a 256 MB shard,
-    from the page cache).
+    The size, and the sha256 (of its `pieces`, when it has) when given, must be what
+    index.json says: a shard damaged in storage or in transit never reaches a reader
+    (hashing costs ~0.2 s a 256 MB shard, from the page cache).
     """
     tmp = local.with_name(f"{local.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial")
     try:
@@ -127,7 +128,10 @@ def fetch(fs: Any, remote: str, local: Path, url: str, size: int | None = None,
             raise CorruptDatasetError(
                 f"{url}/{local.name}: {got} bytes, but index.json says {size}; the remote "
                 "dataset is damaged or being replaced, reconvert it")
-        if sha256 is not None and (digest := sha256_file(tmp)) != sha256:
+        if sha256 is not None and pieces and (problem := file_problem(tmp, sha256, pieces)):
+            raise CorruptDatasetError(f"{url}/{local.name}: {problem}; the remote copy is "
+                                      "damaged, upload or reconvert it again")
+        if sha256 is not None and not pieces and (digest := sha256_file(tmp)) != sha256:
             raise CorruptDatasetError(
                 f"{url}/{local.name}: sha256 {digest[:16]}..., but index.json says "
                 f"{sha256[:16]}...; the remote copy is damaged, upload or reconvert it again")
@@ -177,7 +181,8 @@ def download_dataset(url: str, storage_options: Mapping[str, Any] | None,
     for shard in index.shards:
         local = folder / shard.name
         local.parent.mkdir(parents=True, exist_ok=True)
-        fetch(fs, f"{root}/{shard.name}", local, url, shard.num_bytes, shard.sha256)
+        fetch(fs, f"{root}/{shard.name}", local, url, shard.num_bytes, shard.sha256,
+              shard.pieces)
     module = formats.load(index.format)
     for name in (*module.side_files(index), *module.kept_files(index)):  # verify checks them
         (folder / name).parent.mkdir(parents=True, exist_ok=True)

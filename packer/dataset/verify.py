@@ -14,7 +14,7 @@ import numpy as np
 from packer import formats
 from packer.core.index import Index, SampleTable, open_dataset
 from packer.errors import PackError
-from packer.storage.hashing import sha256_file
+from packer.storage.pieces import file_problem
 
 __all__ = ["Report", "check_dataset"]
 
@@ -60,9 +60,9 @@ def _check_shards(folder: Path, index: Index) -> None:
         if size != shard.num_bytes:
             raise PackError(f"{path}: {size} bytes, index says {shard.num_bytes}; "
                             "the shard is truncated or replaced, restore it or reconvert")
-        if sha256_file(path) != shard.sha256:
-            raise PackError(f"{path}: sha256 differs from the index; the shard is damaged or "
-                            "swapped, restore it or reconvert")
+        if problem := file_problem(path, shard.sha256, shard.pieces):
+            raise PackError(f"{path}: {problem}; the shard is damaged or swapped, restore it "
+                            "or reconvert")
 
 
 def _check_samples(folder: Path, index: Index, table: SampleTable) -> None:

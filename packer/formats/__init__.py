@@ -17,7 +17,7 @@ REQUIRES = {"lmdb": "lmdb", "hdf5": "h5py", "wds": "webdataset", "npy": "numpy"}
 # each module's FILES is this.
 FILES: dict[str, tuple[str, ...]] = {
     "wds": ("*-[0-9][0-9][0-9][0-9][0-9]*.tar",), "lmdb": ("data.lmdb",),
-    "hdf5": ("data.h5",), "npy": ("images.npy", "labels.npy", "fields")}
+    "hdf5": ("data.h5", "data.parts"), "npy": ("images.npy", "labels.npy", "fields")}
 
 
 def load(name: str) -> FormatModule:

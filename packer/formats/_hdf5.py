@@ -14,6 +14,11 @@ reads samples with plain `pread`/memmap, skipping h5py's per-call overhead, whic
 what makes random access fast. The writer (in `_hdf5_writer`) puts the image bytes
 where the blob will be from the start and builds the HDF5 metadata around them at the
 end. Timestamps are off, so the same input gives the same bytes.
+
+`pack append` adds the new samples as one more such file, `data.parts/data-00001.h5`
+and so on (packer.formats._parts), each laid out as data.h5 with its own samples:
+HDF5 cannot grow a contiguous dataset, and rewriting data.h5 would copy and hash the
+old data again.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from packer.core.index import Index, SampleTable
 from packer.errors import CorruptDatasetError
 from packer.formats._hdf5_fields import FieldDatasets
 from packer.formats._hdf5_writer import Hdf5Writer
+from packer.formats._parts import gathered
 from packer.formats.base import (
     DecodedFields,
     WriterPlan,
@@ -42,7 +48,8 @@ from packer.formats.base import (
 
 NAME = "hdf5"
 FILE = "data.h5"
-FILES = (FILE,)
+PARTS = "data.parts"  # the files appends add (packer.formats._parts)
+FILES = (FILE, PARTS)
 # Capabilities, declared here so that no caller branches on the format name:
 THREAD_SAFE_READER = True  # one reader may serve every thread
 STORES_PIXELS = False  # raw pixels of one size, not encoded images
@@ -57,7 +64,10 @@ def open_writer(plan: WriterPlan) -> Hdf5Writer:
 
 
 class Hdf5Reader(DecodedFields):
-    """Finds the contiguous blob once with h5py, then reads it through a memmap."""
+    """Finds each part's contiguous blob once with h5py, then reads it through a memmap.
+
+    Parts (packer.formats._parts): data.h5, then one file an append each; sample i is
+    in the part index.json's shards say, at its offset in that part's blob."""
 
     memory_mapped = True  # the page cache is the cache (readers.ram.chunk_cache)
 
@@ -65,39 +75,26 @@ class Hdf5Reader(DecodedFields):
         self.path = folder / FILE
         self.index = index
         self.table = table
-        self._h5: tuple[int, Any, FieldDatasets] | None = None  # (pid, file, its fields)
+        self.files = [folder / shard.name for shard in index.shards] or [self.path]
+        self.first = index.shard_starts[:-1].tolist() if index.shards else [0]
+        # per process: (pid, the open h5py files, their fields), opened on first use
+        self._h5: tuple[int, list[Any], list[FieldDatasets]] | None = None
+        self._maps: list[tuple[int, mmap.mmap | None]] = []  # (blob start, map) a part
         try:
-            with h5py.File(self.path, "r", locking=False) as h5:
-                blob = h5["images"]
-                start = blob.id.get_offset()
-                length = int(blob.shape[0])
-        except (OSError, KeyError, ValueError, TypeError, AttributeError, RuntimeError) as exc:
-            # h5py's error for a damaged file depends on where the damage is
-            raise CorruptDatasetError(f"{self.path}: cannot open ({exc}); reconvert") from exc
-        if start is None and length > 0:
-            raise CorruptDatasetError(f"{self.path}: /images is not contiguous; reconvert")
-        self._open_map(int(start or 0), length)
-
-    def _open_map(self, start: int, length: int) -> None:
-        fd = os.open(self.path, os.O_RDONLY)
-        try:
-            file_size = os.fstat(fd).st_size
-            if start + length > file_size:
-                raise CorruptDatasetError(
-                    f"{self.path}: truncated ({file_size} bytes, /images needs "
-                    f"{start + length}); restore or reconvert"
-                )
-            self._mmap = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if file_size else None
-        finally:
-            os.close(fd)
-        self._start = start
+            for path in self.files:
+                self._maps.append(_open_map(path))
+        except CorruptDatasetError:
+            self.close()
+            raise
 
     def read(self, i: int) -> bytes:
-        offset = self._start + int(self.table.offsets[i])
-        if self._mmap is None:  # an empty file: nothing to read
-            raise CorruptDatasetError(f"{self.path}: empty; restore or reconvert")
-        data = self._mmap[offset : offset + int(self.table.sizes[i])]
-        return checked(self.table, i, data, self.path)
+        part = self.index.shard_of(i) if len(self._maps) > 1 else 0
+        start, data_map = self._maps[part]
+        if data_map is None:  # an empty file: nothing to read
+            raise CorruptDatasetError(f"{self.files[part]}: empty; restore or reconvert")
+        offset = start + int(self.table.offsets[i])
+        data = data_map[offset : offset + int(self.table.sizes[i])]
+        return checked(self.table, i, data, self.files[part])
 
     def read_many(self, indices: Sequence[int]) -> list[bytes]:
         return [self.read(i) for i in indices]
@@ -108,27 +105,61 @@ class Hdf5Reader(DecodedFields):
 
     def field_values_many(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
         """Read through h5py (opened on first use in this process),
-        one read per field for the batch, every sample checked."""
+        one read per field and part for the batch, every sample checked."""
         if self.table.fields is None:
             return [[] for _ in indices]
+        values = gathered(self.index, indices, self._values_part)
+        return checked_values(self.index, self.table, indices, values,
+                              lambda i: self.files[self.index.shard_of(i)])
+
+    def _values_part(self, part: int, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
         try:
             if self._h5 is None or self._h5[0] != os.getpid():
-                h5 = h5py.File(self.path, "r", locking=False)
-                self._h5 = (os.getpid(), h5, FieldDatasets(h5, self.index.fields))
-            values = self._h5[2].values_many(indices)
+                files = [h5py.File(path, "r", locking=False) for path in self.files]
+                self._h5 = (os.getpid(), files,
+                            [FieldDatasets(h5, self.index.fields) for h5 in files])
+            first = self.first[part]
+            return self._h5[2][part].values_many([i - first for i in indices])
         except (OSError, KeyError, ValueError, TypeError, RuntimeError) as exc:
             where = f"sample {indices[0]}" if len(indices) == 1 else "a batch of samples"
-            raise CorruptDatasetError(f"{self.path}: cannot read the fields of {where} "
+            raise CorruptDatasetError(f"{self.files[part]}: cannot read the fields of {where} "
                                       f"({exc}); reconvert") from exc
-        return checked_values(self.index, self.table, indices, values, self.path)
 
     def close(self) -> None:
         if self._h5 is not None and self._h5[0] == os.getpid():
-            self._h5[1].close()
+            for h5 in self._h5[1]:
+                h5.close()
         self._h5 = None
-        if self._mmap is not None:
-            self._mmap.close()
-            self._mmap = None
+        for _, data_map in self._maps:
+            if data_map is not None:
+                data_map.close()
+        self._maps = []
+
+
+def _open_map(path: Path) -> tuple[int, mmap.mmap | None]:
+    """Where a part's /images blob starts and a read-only map of the file (None when
+    the file is empty), the blob checked to be contiguous and inside the file."""
+    try:
+        with h5py.File(path, "r", locking=False) as h5:
+            blob = h5["images"]
+            start = blob.id.get_offset()
+            length = int(blob.shape[0])
+    except (OSError, KeyError, ValueError, TypeError, AttributeError, RuntimeError) as exc:
+        # h5py's error for a damaged file depends on where the damage is
+        raise CorruptDatasetError(f"{path}: cannot open ({exc}); reconvert") from exc
+    if start is None and length > 0:
+        raise CorruptDatasetError(f"{path}: /images is not contiguous; reconvert")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        file_size = os.fstat(fd).st_size
+        if int(start or 0) + length > file_size:
+            raise CorruptDatasetError(
+                f"{path}: truncated ({file_size} bytes, /images needs "
+                f"{int(start or 0) + length}); restore or reconvert"
+            )
+        return int(start or 0), mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if file_size else None
+    finally:
+        os.close(fd)
 
 
 def open_reader(folder: Path, index: Index, table: SampleTable) -> Hdf5Reader:
@@ -136,12 +167,17 @@ def open_reader(folder: Path, index: Index, table: SampleTable) -> Hdf5Reader:
 
 
 def read_labels(folder: Path, index: Index) -> np.ndarray:
+    """Every part's /labels, in order."""
+    paths = [folder / shard.name for shard in index.shards] or [folder / FILE]
+    return np.concatenate([_labels(path) for path in paths]).astype(np.int64, copy=False)
+
+
+def _labels(path: Path) -> np.ndarray:
     try:
-        with h5py.File(folder / FILE, "r", locking=False) as h5:
+        with h5py.File(path, "r", locking=False) as h5:
             return np.asarray(h5["labels"][:], dtype=np.int64)
     except (OSError, KeyError, ValueError, TypeError, RuntimeError) as exc:
-        raise CorruptDatasetError(f"{folder / FILE}: cannot read labels ({exc}); "
-                                  "reconvert") from exc
+        raise CorruptDatasetError(f"{path}: cannot read labels ({exc}); reconvert") from exc
 
 
 side_files = no_files  # the data file holds everything a reader needs

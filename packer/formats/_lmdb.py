@@ -19,6 +19,13 @@ Writes are batched in large transactions; when the map fills, the map size doubl
 and the transaction is replayed, so there is no user-visible `map_size`. The folder
 is written as `data.lmdb.partial/` and renamed when complete. LMDB is one file, so
 resume redoes it from the start.
+
+`pack append` adds the new samples as one more LMDB file beside it,
+`data.lmdb/data-00001.mdb` and so on (packer.formats._parts; stock py-lmdb opens one
+with `lmdb.open(path, subdir=False, readonly=True, lock=False)`): growing data.mdb in
+place would change pages all over the file, so its digest would have to be computed
+again from every byte, and lock-free readers of the old file could see freed pages
+reused.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from packer.core.fields import unpack_record
 from packer.core.index import Index, SampleTable, ShardInfo, load_table
 from packer.core.record import Record
 from packer.errors import CorruptDatasetError, UnstorableRecord
+from packer.formats._parts import gathered
 from packer.formats.base import (
     DecodedFields,
     Location,
@@ -195,72 +203,97 @@ class LmdbReader(DecodedFields):
 
     def __init__(self, folder: Path, index: Index, table: SampleTable) -> None:
         self.path = folder / FOLDER
-        self.data = self.path / "data.mdb"
         self.index = index
         self.table = table
-        if not self.data.is_file():
-            raise CorruptDatasetError(f"{self.data}: missing; reconvert")
+        # one environment per part (packer.formats._parts): data.mdb, then one an append
+        self.files = [folder / shard.name for shard in index.shards] or [self.path / "data.mdb"]
+        self.envs: list[Any] = []
         try:
-            self.env: Any = lmdb.open(str(self.path), readonly=True, lock=False,
-                                      readahead=False, subdir=True, max_readers=512)
-        except lmdb.Error as exc:
-            raise CorruptDatasetError(f"{self.data}: not a readable LMDB file ({exc}); "
-                                      "restore it or reconvert") from exc
-        need = (self.env.info()["last_pgno"] + 1) * self.env.stat()["psize"]
-        if self.data.stat().st_size < need:  # LMDB would read past the end (SIGBUS)
-            self.env.close()
-            raise CorruptDatasetError(f"{self.data}: truncated ({self.data.stat().st_size} "
-                                      f"bytes, its pages need {need}); restore or reconvert")
+            for path in self.files:
+                self.envs.append(_open_part(path))
+        except CorruptDatasetError:
+            self.close()
+            raise
+        self.data = self.files[0]
         self.pid = os.getpid()
 
-    def _get(self, txn: Any, i: int, key: bytes, size: int) -> bytes:
+    def _get(self, txn: Any, i: int, key: bytes, size: int, where: Path) -> bytes:
         """Sample i, stored under `key` (its UTF-8 key) with `size` bytes, checked."""
         value = txn.get(key)
         if value is None:
-            raise CorruptDatasetError(f"{self.data}: sample {i} ({self.table.key(i)!r}) is "
+            raise CorruptDatasetError(f"{where}: sample {i} ({self.table.key(i)!r}) is "
                                       "missing; reconvert")
         if len(value) != HEADER.size + size:
             raise CorruptDatasetError(
-                f"{self.data}: sample {i} ({self.table.key(i)!r}) holds "
+                f"{where}: sample {i} ({self.table.key(i)!r}) holds "
                 f"{len(value) - HEADER.size} bytes, the index says {size}; the file is "
                 "damaged, restore it or reconvert"
             )
-        return checked(self.table, i, bytes(value[HEADER.size :]), self.data)
+        return checked(self.table, i, bytes(value[HEADER.size :]), where)
 
     def read(self, i: int) -> bytes:
         return self.read_many([i])[0]
 
     def read_many(self, indices: Sequence[int]) -> list[bytes]:
-        """One read transaction; the keys and sizes of the batch looked up at once."""
+        """One read transaction a part; the keys and sizes of the batch looked up at once."""
+        return gathered(self.index, indices, self._read_part)
+
+    def _read_part(self, part: int, indices: Sequence[int]) -> list[bytes]:
         keys = self.table.key_bytes_many(indices)
         sizes = self.table.sizes[np.asarray(indices, dtype=np.intp)].tolist()
+        where = self.files[part]
         try:
-            with self.env.begin(buffers=True) as txn:
-                return [self._get(txn, i, key, size)
+            with self.envs[part].begin(buffers=True) as txn:
+                return [self._get(txn, i, key, size, where)
                         for i, key, size in zip(indices, keys, sizes, strict=True)]
         except lmdb.Error as exc:
-            raise CorruptDatasetError(f"{self.data}: damaged ({exc}); restore it or "
+            raise CorruptDatasetError(f"{where}: damaged ({exc}); restore it or "
                                       "reconvert") from exc
 
     def read_range(self, start: int, stop: int) -> Iterator[bytes]:
         yield from self.read_many(range(start, stop))
 
     def field_values_many(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
-        """One read transaction, every sample checked."""
+        """One read transaction a part, every sample checked."""
         if self.table.fields is None:
             return [[] for _ in indices]
+        batch = gathered(self.index, indices, self._values_part)
+        return checked_values(self.index, self.table, indices, batch,
+                              lambda i: self.files[self.index.shard_of(i)])
+
+    def _values_part(self, part: int, indices: Sequence[int]) -> list[list[bytes | None]]:
+        suffixes = [field_key(b"", spec.name) for spec in self.index.fields]
         try:
-            with self.env.begin() as txn:
-                suffixes = [field_key(b"", spec.name) for spec in self.index.fields]
-                batch = [[txn.get(key + suffix) for suffix in suffixes]
-                         for key in self.table.key_bytes_many(indices)]
+            with self.envs[part].begin() as txn:
+                return [[txn.get(key + suffix) for suffix in suffixes]
+                        for key in self.table.key_bytes_many(indices)]
         except lmdb.Error as exc:
-            raise CorruptDatasetError(f"{self.data}: damaged ({exc}); restore it or "
+            raise CorruptDatasetError(f"{self.files[part]}: damaged ({exc}); restore it or "
                                       "reconvert") from exc
-        return checked_values(self.index, self.table, indices, batch, self.data)
 
     def close(self) -> None:
-        self.env.close()
+        for env in self.envs:
+            env.close()
+        self.envs = []
+
+
+def _open_part(path: Path) -> Any:
+    """A read-only, lock-free environment on one data file, checked not to be shorter
+    than its pages (LMDB would read past the end: SIGBUS)."""
+    if not path.is_file():
+        raise CorruptDatasetError(f"{path}: missing; reconvert")
+    try:
+        env = lmdb.open(str(path), readonly=True, lock=False, readahead=False, subdir=False,
+                        max_readers=512)
+    except lmdb.Error as exc:
+        raise CorruptDatasetError(f"{path}: not a readable LMDB file ({exc}); "
+                                  "restore it or reconvert") from exc
+    need = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+    if path.stat().st_size < need:
+        env.close()
+        raise CorruptDatasetError(f"{path}: truncated ({path.stat().st_size} "
+                                  f"bytes, its pages need {need}); restore or reconvert")
+    return env
 
 
 def open_reader(folder: Path, index: Index, table: SampleTable) -> LmdbReader:
@@ -268,21 +301,37 @@ def open_reader(folder: Path, index: Index, table: SampleTable) -> LmdbReader:
 
 
 def read_labels(folder: Path, index: Index) -> np.ndarray:
-    """Labels from the value headers, in key order (which is sample order)."""
+    """Labels from the value headers: in key order (which is sample order) for a
+    conversion; each sample looked up by its key in its part once appended to (appended
+    samples follow the old ones, so sample order is not key order)."""
+    if not index.extra.get("appended"):
+        return _labels_in_key_order(folder / FOLDER / "data.mdb")
+    table = load_table(folder)
+    reader = LmdbReader(folder, index, table)
     try:
-        env = lmdb.open(str(folder / FOLDER), readonly=True, lock=False, subdir=True)
-    except lmdb.Error as exc:
-        raise CorruptDatasetError(f"{folder / FOLDER}: not readable ({exc}); reconvert") from exc
+        return np.asarray(gathered(index, range(index.num_samples),
+                                   lambda part, indices: _labels_of(reader, part, indices)),
+                          np.int64)
+    finally:
+        reader.close()
+
+
+def _labels_of(reader: LmdbReader, part: int, indices: Sequence[int]) -> list[int]:
+    try:
+        with reader.envs[part].begin() as txn:
+            return [_label(txn.get(key)) for key in reader.table.key_bytes_many(indices)]
+    except (lmdb.Error, struct.error) as exc:
+        raise CorruptDatasetError(f"{reader.files[part]}: damaged ({exc}); reconvert") from exc
+
+
+def _labels_in_key_order(path: Path) -> np.ndarray:
+    env = _open_part(path)
     try:
         with env.begin() as txn:
-            if index.extra.get("appended"):  # appended samples follow the old ones, so
-                # sample order is not key order: look each sample up by its key
-                keys = load_table(folder).key_bytes_many(range(index.num_samples))
-                return np.asarray([_label(txn.get(key)) for key in keys], np.int64)
             return np.asarray([HEADER.unpack_from(value)[0] for key, value in txn.cursor()
                                if FIELD_SEPARATOR not in key], np.int64)
     except (lmdb.Error, struct.error) as exc:
-        raise CorruptDatasetError(f"{folder / FOLDER}: damaged ({exc}); reconvert") from exc
+        raise CorruptDatasetError(f"{path}: damaged ({exc}); reconvert") from exc
     finally:
         env.close()
 

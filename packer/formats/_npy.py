@@ -13,6 +13,7 @@ last durable part and continues, giving the same bytes as an uninterrupted run.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 from array import array
 from collections.abc import Iterator, Sequence
@@ -38,8 +39,9 @@ from packer.formats.base import (
     nothing_to_check,
 )
 from packer.storage.atomic import atomic_writer, commit, partial_path
-from packer.storage.filestream import StreamHash, hash_while
+from packer.storage.filestream import StreamHash
 from packer.storage.hashing import digest_of
+from packer.storage.pieces import Piece, pieces_digest, sha256_range
 
 NAME = "npy"
 IMAGES = "images.npy"
@@ -82,13 +84,7 @@ class NpyWriter:
         self.labels = array("q")
         self._in_part = 0
         self._handle = self._open(plan.done_samples)
-        self._stream = StreamHash(self._handle.fileno(), self._expected_header(plan))
-
-    def _expected_header(self, plan: WriterPlan) -> bytes | None:
-        """The final header if every input is accepted; None when resuming."""
-        if plan.done_samples:
-            return None
-        return npy_header((plan.capacity, self.height, self.width, 3))
+        self._stream = StreamHash(self._handle.fileno(), hashing=not plan.done_samples)
 
     def _open(self, done: int) -> BinaryIO:
         need = HEADER_BYTES + done * self.sample_bytes
@@ -132,23 +128,29 @@ class NpyWriter:
         write_fields(self.folder, columns(self.fields, table.fields, len(table)))
         header = npy_header((self.count, self.height, self.width, 3))
         self._handle.flush()
-        digest = self._stream.finish(header)
-        if digest is None:  # some inputs were rejected, or a resumed run: hash the file
-            self._handle.seek(0)
-            self._handle.write(header)
-            self._handle.flush()
-            digest = hash_while(self.tmp, lambda: os.fsync(self._handle.fileno()))
-        else:
-            os.fsync(self._handle.fileno())
+        rows = self._stream.finish()
+        os.pwrite(self._handle.fileno(), header, 0)
+        os.fsync(self._handle.fileno())
+        size = self.count * self.sample_bytes
+        if rows is None:  # a resumed run: some rows were written before
+            rows = sha256_range(self.tmp, HEADER_BYTES, size)
         self._handle.close()
         path = self.folder / IMAGES
         commit(self.tmp, path)
-        return (ShardInfo(IMAGES, self.count, path.stat().st_size, digest),)
+        return (images_shard(self.count, header, ((size, rows),)),)
 
     def abort(self) -> None:
         self._stream.stop()
         with contextlib.suppress(OSError):  # unwritten bytes (a full disk) stay unwritten
             self._handle.close()
+
+
+def images_shard(count: int, header: bytes, rows: Sequence[Piece]) -> ShardInfo:
+    """images.npy's entry: its pieces are the header, then the rows of the conversion and
+    of each append (packer.storage.pieces), so an append hashes only what it adds."""
+    pieces = ((HEADER_BYTES, hashlib.sha256(header).hexdigest()), *rows)
+    return ShardInfo(IMAGES, count, sum(size for size, _ in pieces), pieces_digest(pieces),
+                     pieces)
 
 
 def open_writer(plan: WriterPlan) -> NpyWriter:

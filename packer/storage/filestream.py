@@ -188,21 +188,17 @@ def hash_while(path: Path, action: Callable[[], None]) -> str:
 
 
 class StreamHash:
-    """Hash a file as it is written although its header is written last.
+    """Hash the records of a file as they are written (on another core), and start
+    writeback as data accumulates.
 
-    npy's header holds the sample count, known only at the end. If every input is
-    accepted, the count is the number of inputs, so that header is written and hashed
-    first and each record hashed as it goes (on another core). If the final header
-    differs (rejects, or a resumed run given header=None), `finish` returns None and
-    the caller hashes the finished file. Also starts writeback as data accumulates.
+    npy hashes its rows so, apart from its header (written last, when the count is
+    known): the file's checksum is the header's and the rows' (packer.storage.pieces).
+    A resumed run (hashing=False) wrote some rows before: `finish` returns None and the
+    caller hashes the rows from the file.
     """
 
-    def __init__(self, fd: int, header: bytes | None) -> None:
-        self.header = header
-        self._hasher = Hasher() if header is not None else None
-        if header is not None and self._hasher is not None:
-            os.pwrite(fd, header, 0)
-            self._hasher.feed([header])
+    def __init__(self, fd: int, hashing: bool) -> None:
+        self._hasher = Hasher() if hashing else None
         self._writeback = Writeback(fd)
         self._unsynced = 0
 
@@ -214,15 +210,10 @@ class StreamHash:
             self._unsynced = 0
             self._writeback.wanted.set()
 
-    def finish(self, header: bytes) -> str | None:
-        """The file's sha256 if `header` is the one predicted, else None."""
+    def finish(self) -> str | None:
+        """The sha256 of every record written, or None for a resumed run."""
         self._writeback.stop()
-        if self._hasher is None:
-            return None
-        if header != self.header:
-            self._hasher.stop()
-            return None
-        return self._hasher.hexdigest()
+        return None if self._hasher is None else self._hasher.hexdigest()
 
     def stop(self) -> None:
         if self._hasher is not None:

@@ -74,7 +74,8 @@ class ShardCache:
                     self._fs = open_fs(self.source.url, self.source.storage_options)
                 fs, root = self._fs
             info = self.index.shards[shard]
-            fetch(fs, f"{root}/{info.name}", path, self.source.url, info.num_bytes, info.sha256)
+            fetch(fs, f"{root}/{info.name}", path, self.source.url, info.num_bytes, info.sha256,
+                  info.pieces)
             self.num_fetched += 1
 
     def prefetch(self, shard: int) -> None:

@@ -25,6 +25,7 @@ from packer.imaging.jpeg import decodes, load_rgb_fast
 from packer.imaging.pillow import Fit, fit_image, load_rgb
 from packer.storage.filestream import ShardFile
 from packer.storage.hashing import sha256_file
+from packer.storage.pieces import file_problem
 from packer.testing import make_sample_folder, synthetic_image
 
 
@@ -231,5 +232,10 @@ def test_npy_streamed_hash_matches_the_file(tmp_path: Path, with_reject: bool) -
     index = convert(src, tmp_path / "n", "npy", EncodeOptions(size=(24, 32)),
                     ConvertOptions(workers=2))
     assert index.num_samples == 9 and index.num_rejected == int(with_reject)
-    assert index.shards[0].sha256 == sha256_file(tmp_path / "n" / "images.npy")
+    path = tmp_path / "n" / "images.npy"
+    shard = index.shards[0]
+    assert file_problem(path, shard.sha256, shard.pieces) is None
+    data = path.read_bytes()
+    assert shard.pieces == ((128, hashlib.sha256(data[:128]).hexdigest()),
+                            (len(data) - 128, hashlib.sha256(data[128:]).hexdigest()))
     assert np.load(tmp_path / "n" / "images.npy").shape == (9, 24, 32, 3)

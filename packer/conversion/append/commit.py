@@ -87,7 +87,8 @@ def prepare(plan: AppendPlan, staged: Staged, spooled: Staged | None, merged: Me
     tables = (SAMPLES_NAME, KEYS_NAME, *((FIELDS_NAME,) if index.fields else ()))
     moves = [*merged.moves, *((f"{READY}/{name}", name) for name in
                               (*tables, REJECTS_NAME, INDEX_NAME))]
-    record = {"moves": moves, "extend": merged.extend, "num_new": len(staged.table),
+    record = {"moves": moves, "extend": merged.extend, "remove": merged.remove,
+              "num_new": len(staged.table),
               "new_classes": list(plan.new_classes), "replaced": replaced,
               "first_new_label": len(plan.index.class_names)}
     write_atomic(where / COMMIT, json.dumps(record).encode("utf-8"))
@@ -104,7 +105,8 @@ def committing(folder: Path) -> dict[str, Any] | None:
 
 
 def apply(folder: Path, record: dict[str, Any]) -> None:
-    """Do the renames commit.json lists that are not done yet, then drop the staging."""
+    """Do the renames commit.json lists that are not done yet (index.json last), delete
+    the files the grown dataset no longer lists, then drop the staging."""
     where = stage_dir(folder)
     if record.get("extend"):
         extend(folder, where, record["extend"])
@@ -112,9 +114,12 @@ def apply(folder: Path, record: dict[str, Any]) -> None:
         source = where / src
         if source.exists():
             target = folder / dst
+            target.parent.mkdir(exist_ok=True)  # hdf5's data.parts/ for its first part
             os.replace(source, target)
             fsync_dir(target.parent)
     fsync_dir(folder)
+    for name in record.get("remove", ()):  # parts a rewrite into one file made stale
+        (folder / name).unlink(missing_ok=True)
     done = finished_dir(folder)
     shutil.rmtree(done, ignore_errors=True)
     os.replace(where, done)  # one step: a staging folder left means an unfinished append

@@ -4,12 +4,13 @@
            wids index of every shard (their field members are in them)
     npy    labels.npy and fields/; images.npy grows in place at the commit: the
            staged rows go after DST's, then the header names the new count
-    hdf5   data.h5 = DST's blob + the staged blob, h5py's metadata for the whole
-           (the field datasets of every sample: packer.conversion.append.values)
-    lmdb   data.mdb = a copy of DST's with the staged keys (field keys too) put in
+    hdf5   the staged data.h5 is DST's next part, data.parts/data-NNNNN.h5
+    lmdb   the staged data.mdb is DST's next part, data.lmdb/data-NNNNN.mdb
+           (packer.formats._parts: old files are neither copied nor hashed again)
 
 With `--replace`, each format also puts the replacements in their samples' places
-(packer.conversion.append.replace).
+(packer.conversion.append.replace); hdf5 and lmdb then write the whole dataset again
+as one file.
 
 Bytes move with copy_file_range (the kernel copies, a reflink where the file system
 has them): no image is decoded or re-encoded, and DST's files are only read, so DST
@@ -20,7 +21,7 @@ offsets shifted past the old data where they share one file.
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -39,12 +40,12 @@ from packer.conversion.append.stage import READY, Staged
 from packer.conversion.append.values import all_columns, field_counts
 from packer.core.index import SampleTable, ShardInfo, TableBuilder
 from packer.formats import _hdf5_writer, _lmdb, _npy, _npy_fields
+from packer.formats._parts import part_name
 from packer.formats._wds_names import continued_stem, shard_stem
 from packer.formats._wids import index_extra
 from packer.storage.atomic import atomic_writer, fsync_path
 from packer.storage.hashing import sha256_file
-
-WINDOW = 16 << 20  # bytes hashed at a time
+from packer.storage.pieces import Piece, sha256_range
 
 
 @dataclass
@@ -57,6 +58,7 @@ class Merged:
     extra: dict[str, Any] = field(default_factory=dict)  # for index.json's extra
     extend: dict[str, Any] | None = None  # a file that grows in place at the commit (npy)
     field_counts: tuple[int, ...] = ()  # per field, the samples with a value
+    remove: list[str] = field(default_factory=list)  # DST files the grown dataset drops
 
 
 def merge(plan: AppendPlan, staged: Staged, spooled: Staged | None, where: Path) -> Merged:
@@ -110,8 +112,9 @@ def _wds(plan: AppendPlan, staged: Staged, replaced: Replacements | None, where:
 def _npy_files(plan: AppendPlan, staged: Staged, replaced: Replacements | None, where: Path,
                ready: Path) -> Merged:
     """images.npy grows in place at the commit (packer.conversion.append.commit.extend):
-    its sha256 is computed here from DST's rows and the staged ones, nothing copied;
-    with replacements it is a copy instead (packer.conversion.append.replace)."""
+    its checksum takes the old rows' pieces as they are and adds the staged rows' (both
+    hashed when written), nothing copied or hashed again; with replacements it is a copy
+    instead (packer.conversion.append.replace), its rows hashed whole."""
     height, width = plan.options.size or (0, 0)
     row = height * width * 3
     old, new = plan.index.num_samples, len(staged.table)
@@ -133,28 +136,24 @@ def _npy_files(plan: AppendPlan, staged: Staged, replaced: Replacements | None, 
             write_rows(out.fileno(), replaced, _npy.HEADER_BYTES, row)
             os.pwrite(out.fileno(), header, 0)
             os.fsync(out.fileno())
-        shard = ShardInfo(_npy.IMAGES, old + new, keep + new * row, sha256_file(path))
+        rows = (old + new) * row
+        shard = _npy.images_shard(old + new, header,
+                                  ((rows, sha256_range(path, _npy.HEADER_BYTES, rows)),))
         return Merged((shard,), table, [(f"{READY}/{_npy.IMAGES}", _npy.IMAGES), *moves])
-    digest = _sha256(header, [(plan.folder / _npy.IMAGES, _npy.HEADER_BYTES, old * row),
-                              staged_rows])
-    shard = ShardInfo(_npy.IMAGES, old + new, keep + new * row, digest)
+    pieces = [*_row_pieces(plan.folder / _npy.IMAGES, plan.index.shards[0], old * row),
+              *_row_pieces(where / _npy.IMAGES, staged.shards[0], new * row)]
+    shard = _npy.images_shard(old + new, header, pieces)
     extend = {"file": _npy.IMAGES, "keep": keep, "source": _npy.IMAGES,
               "start": _npy.HEADER_BYTES, "size": new * row, "header": header.hex()}
     return Merged((shard,), table, moves, extend=extend)
 
 
-def _sha256(head: bytes, ranges: list[tuple[Path, int, int]]) -> str:
-    """sha256 of `head` then of each (file, start, size) range, read a window at a time."""
-    digest = hashlib.sha256(head)
-    for path, start, size in ranges:
-        with open(path, "rb") as handle:
-            while size > 0:
-                chunk = os.pread(handle.fileno(), min(size, WINDOW), start)
-                if not chunk:
-                    raise OSError(f"{path}: ended {size} bytes early; restore it or reconvert")
-                digest.update(chunk)
-                start, size = start + len(chunk), size - len(chunk)
-    return digest.hexdigest()
+def _row_pieces(path: Path, shard: ShardInfo, size: int) -> list[Piece]:
+    """The pieces of an images.npy's `size` bytes of rows: as its index lists them, or
+    (a file indexed with one whole-file sha256) its rows hashed now, once."""
+    if shard.pieces and sum(n for n, _ in shard.pieces[1:]) == size:
+        return [piece for piece in shard.pieces[1:] if piece[0]]
+    return [(size, sha256_range(path, _npy.HEADER_BYTES, size))] if size else []
 
 
 def _copy(src: Path, start: int, out: Any, size: int) -> None:
@@ -170,6 +169,15 @@ def _copy(src: Path, start: int, out: Any, size: int) -> None:
     out.seek(at)
 
 
+def _new_part(plan: AppendPlan, staged: Staged) -> Merged:
+    """The staged file, complete and hashed by its staging, as DST's next part."""
+    shard = staged.shards[0]
+    name = part_name(plan.index.shards[0].name, len(plan.index.shards))
+    table = joined(plan.table, staged.table, 0)  # a part's offsets are its own file's
+    return Merged((*plan.index.shards, dataclasses.replace(shard, name=name)), table,
+                  [(shard.name, name)])
+
+
 def _blob(path: Path) -> tuple[int, int, list[str]]:
     """Where an hdf5 file's image blob starts, its length, and each sample's extension."""
     with h5py.File(path, "r", locking=False) as h5:
@@ -181,15 +189,19 @@ def _blob(path: Path) -> tuple[int, int, list[str]]:
 
 def _hdf5(plan: AppendPlan, staged: Staged, replaced: Replacements | None, where: Path,
           ready: Path) -> Merged:
-    old_at, _, old_exts = _blob(plan.folder / _hdf5_writer.FILE)
+    if replaced is None or not replaced.at:
+        return _new_part(plan, staged)
+    parts, old_exts = [], []
+    for shard, first in zip(plan.index.shards, plan.index.shard_starts.tolist(), strict=False):
+        blob_at, _, exts = _blob(plan.folder / shard.name)
+        parts.append((plan.folder / shard.name, blob_at, int(first)))
+        old_exts += exts
     new_at, new_size, new_exts = _blob(where / _hdf5_writer.FILE)
     old = replaced_rows(plan.table, replaced)
-    segments, offsets = blob_segments(plan.folder / _hdf5_writer.FILE, old_at, plan.table,
-                                      replaced)
-    if replaced is not None:
-        old.rows["offset"] = offsets
-        for j, i in enumerate(replaced.at):
-            old_exts[i] = replaced.exts[j]
+    segments, offsets = blob_segments(parts, plan.table, replaced)
+    old.rows["offset"] = offsets
+    for j, i in enumerate(replaced.at):
+        old_exts[i] = replaced.exts[j]
     old_size = sum(size for _, _, size in segments)
     table = joined(old, staged.table, old_size)
     path = ready / _hdf5_writer.FILE
@@ -204,34 +216,45 @@ def _hdf5(plan: AppendPlan, staged: Staged, replaced: Replacements | None, where
         out.flush()
         os.fsync(out.fileno())
     shard = ShardInfo(_hdf5_writer.FILE, len(table), path.stat().st_size, sha256_file(path))
-    return Merged((shard,), table, [(f"{READY}/{_hdf5_writer.FILE}", _hdf5_writer.FILE)])
+    return Merged((shard,), table, [(f"{READY}/{_hdf5_writer.FILE}", _hdf5_writer.FILE)],
+                  remove=[s.name for s in plan.index.shards[1:]])
 
 
 def _lmdb_file(plan: AppendPlan, staged: Staged, replaced: Replacements | None, where: Path,
                ready: Path) -> Merged:
+    if replaced is None or not replaced.at:
+        return _new_part(plan, staged)
     path = ready / "data.mdb"
-    source = plan.folder / _lmdb.FOLDER / "data.mdb"
+    first = plan.folder / plan.index.shards[0].name
     with open(path, "wb") as out:
-        _copy(source, 0, out, source.stat().st_size)
-    adding = lmdb.open(str(where / _lmdb.FOLDER), readonly=True, lock=False, subdir=True)
+        _copy(first, 0, out, first.stat().st_size)
+    adding = [plan.folder / shard.name for shard in plan.index.shards[1:]]
+    adding.append(where / _lmdb.FOLDER / "data.mdb")
+    grown = sum(source.stat().st_size for source in adding)
     env = lmdb.open(str(path), subdir=False, lock=False, readahead=False, max_dbs=0,
-                    map_size=max(_lmdb.INITIAL_MAP, 2 * (path.stat().st_size + _size(where))))
+                    map_size=max(_lmdb.INITIAL_MAP, 2 * (path.stat().st_size + grown)))
     try:
-        with adding.begin(buffers=False) as read, env.begin(write=True) as txn:
-            for key, value in read.cursor():
-                txn.put(key, value, overwrite=False)
-            if replaced is not None:
-                put_lmdb(txn, plan.table, [spec.name for spec in plan.index.fields], replaced)
+        with env.begin(write=True) as txn:
+            for source in adding:
+                _put_all(txn, source)
+            put_lmdb(txn, plan.table, [spec.name for spec in plan.index.fields], replaced)
         env.sync(True)
     finally:
         env.close()
-        adding.close()
     fsync_path(path)
     shard = ShardInfo(f"{_lmdb.FOLDER}/data.mdb", plan.index.num_samples + len(staged.table),
                       path.stat().st_size, sha256_file(path))
     return Merged((shard,), joined(replaced_rows(plan.table, replaced), staged.table, 0),
-                  [(f"{READY}/data.mdb", f"{_lmdb.FOLDER}/data.mdb")])
+                  [(f"{READY}/data.mdb", f"{_lmdb.FOLDER}/data.mdb")],
+                  remove=[s.name for s in plan.index.shards[1:]])
 
 
-def _size(where: Path) -> int:
-    return (where / _lmdb.FOLDER / "data.mdb").stat().st_size
+def _put_all(txn: Any, source: Path) -> None:
+    """Every key of the LMDB file `source` (samples and field keys) into `txn`."""
+    env = lmdb.open(str(source), readonly=True, lock=False, subdir=False)
+    try:
+        with env.begin(buffers=False) as read:
+            for key, value in read.cursor():
+                txn.put(key, value, overwrite=False)
+    finally:
+        env.close()

@@ -123,8 +123,7 @@ def plan_append(src: Path, dst: Path, asked: dict[str, Any], existing: Existing 
             sorted_.add_new(item, label)
             continue
         fields_record = reorder(item.fields) if item.origin is None else b""
-        candidate = dataclasses.replace(item, label=label, fields=fields_record)
-        if (problem := held.conflict(candidate, label, i)) is None:
+        if (problem := held.conflict(item, label, fields_record, i)) is None:
             continue
         if replace:
             sorted_.add_replacement(item, label, i)

@@ -1,10 +1,12 @@
 """`--replace` in each format: a replaced sample keeps its index, its key and its place
 in the split files; its bytes, label, digest and fields become its replacement's.
 
-    lmdb   the copy of data.mdb that an append writes anyway gets the new values put over
-           the old ones (and the old sample's field keys deleted first)
-    hdf5   the blob that an append rebuilds anyway is laid out again in sample order,
-           the replaced samples' bytes taken from the spool; offsets follow
+    lmdb   the dataset is written again as one data.mdb: a copy of the first part with
+           every other part's keys and the new samples' put in, then the replacements
+           put over the old values (the old sample's field keys deleted first)
+    hdf5   the dataset is written again as one data.h5: the blob laid out in sample
+           order from every part, the replaced samples' bytes taken from the spool;
+           offsets follow
     npy    images.npy, which an append otherwise grows in place, is copied (a reflink
            where the file system has them) and the replaced rows overwritten in the copy,
            so a reader that has it open keeps reading the old file
@@ -30,6 +32,7 @@ from packer.core.index import SampleTable
 from packer.formats import _lmdb
 
 Segment = tuple[Path, int, int]  # (file, start, size)
+Part = tuple[Path, int, int]  # (file, where its blob starts, its first sample)
 
 
 def replaced_rows(table: SampleTable, replaced: Replacements | None) -> SampleTable:
@@ -64,37 +67,45 @@ def put_lmdb(txn: Any, table: SampleTable, names: list[str], replaced: Replaceme
                 txn.put(field_key, value)
 
 
-def blob_segments(old: Path, old_at: int, table: SampleTable, replaced: Replacements | None
+def blob_segments(parts: list[Part], table: SampleTable, replaced: Replacements | None
                   ) -> tuple[list[Segment], np.ndarray]:
-    """The pieces of an hdf5 blob of DST's samples in order (runs of old bytes, the
-    replaced samples' bytes from the spool) and each sample's new offset."""
+    """The pieces of one hdf5 blob of DST's samples in order (runs of old bytes from
+    each part, the replaced samples' bytes from the spool) and each sample's offset in
+    it. `parts`: (file, where its blob starts, its first sample) of each of DST's parts."""
     sizes = np.asarray(table.sizes, dtype=np.int64)
-    if replaced is None or not replaced.at:
+    taken: dict[int, Segment] = {} if replaced is None else {  # sample -> its new bytes
+        i: (replaced.path, int(replaced.table.offsets[j]), int(replaced.table.sizes[j]))
+        for i, j in replaced.by_index().items()}
+    if len(parts) == 1 and not taken:
         total = int(sizes.sum())
-        return [(old, old_at, total)] if total else [], np.asarray(table.offsets, np.int64)
-    by_index = replaced.by_index()
+        path, at, _ = parts[0]
+        return [(path, at, total)] if total else [], np.asarray(table.offsets, np.int64)
     sizes = sizes.copy()
-    sizes[list(by_index)] = [int(replaced.table.sizes[j]) for j in by_index.values()]
+    for i, (_, _, size) in taken.items():
+        sizes[i] = size
     offsets = np.zeros(len(sizes), np.int64)
     np.cumsum(sizes[:-1], out=offsets[1:])
     segments: list[Segment] = []
     start = 0  # the first sample of the run of old bytes not yet taken
-    for i in sorted(by_index):
-        segments += _old_run(old, old_at, table, start, i)
-        j = by_index[i]
-        segments.append((replaced.path, int(replaced.table.offsets[j]), int(sizes[i])))
+    for i in sorted(taken):
+        segments += _old_runs(parts, table, start, i)
+        segments.append(taken[i])
         start = i + 1
-    segments += _old_run(old, old_at, table, start, len(sizes))
+    segments += _old_runs(parts, table, start, len(sizes))
     return segments, offsets
 
 
-def _old_run(old: Path, old_at: int, table: SampleTable, start: int, stop: int
-             ) -> list[Segment]:
-    if stop <= start:
-        return []
-    first = int(table.offsets[start])
-    end = int(table.offsets[stop - 1]) + int(table.sizes[stop - 1])
-    return [(old, old_at + first, end - first)]
+def _old_runs(parts: list[Part], table: SampleTable, start: int, stop: int) -> list[Segment]:
+    """The old bytes of samples start..stop-1: one run in each part they span."""
+    runs: list[Segment] = []
+    bounds = [first for _, _, first in parts[1:]] + [len(table)]
+    for (path, at, first), end in zip(parts, bounds, strict=True):
+        lo, hi = max(start, first), min(stop, end)
+        if hi > lo:
+            begin = int(table.offsets[lo])
+            runs.append((path, at + begin, int(table.offsets[hi - 1]) + int(table.sizes[hi - 1])
+                         - begin))
+    return runs
 
 
 def write_rows(out: int, replaced: Replacements, header: int, row: int) -> None:

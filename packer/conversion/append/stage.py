@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from packer import formats
@@ -24,7 +24,14 @@ from packer.conversion.append.spool import REPLACE_DIR, SpoolWriter
 from packer.conversion.job import aborted_on_failure, closed_after, encoded, source_open
 from packer.conversion.journal import Journal, Progress
 from packer.conversion.writing import OnError, WriterLoop
-from packer.core.index import SampleTable, ShardInfo, load_table, save_table
+from packer.core.index import (
+    SampleTable,
+    ShardInfo,
+    load_table,
+    save_table,
+    shard_from_json,
+    shard_json,
+)
 from packer.core.record import Reject, SourceItem
 from packer.formats._wds import WdsWriter
 from packer.formats._wds_names import continued_stem, shard_stem
@@ -175,7 +182,7 @@ def _intact(where: Path, shard: dict[str, object]) -> bool:
 def _write_staged(where: Path, fingerprint: str, staged: Staged) -> None:
     save_table(where, staged.table, prefix=PREFIX, with_records=True)
     text = json.dumps({"fingerprint": fingerprint,
-                       "shards": [asdict(shard) for shard in staged.shards],
+                       "shards": [shard_json(shard) for shard in staged.shards],
                        "rejects": [{"position": r.position, "path": r.path, "reason": r.reason}
                                    for r in staged.rejects],
                        "image_types": list(staged.image_types), "exts": list(staged.exts)})
@@ -190,7 +197,7 @@ def read_staged(where: Path, fingerprint: str) -> Staged | None:
         if data["fingerprint"] != fingerprint:
             return None
         return Staged(load_table(where, prefix=PREFIX, mmap=False),
-                      tuple(ShardInfo(**shard) for shard in data["shards"]),
+                      tuple(shard_from_json(shard) for shard in data["shards"]),
                       [Reject(r["position"], r["path"], r["reason"]) for r in data["rejects"]],
                       tuple(data["image_types"]), tuple(data.get("exts", ())))
     except (OSError, ValueError, KeyError, TypeError):
