@@ -12,10 +12,12 @@ FIELDS_NAME = "fields.npy"  # per-sample field locations and digests (datasets w
 REJECTS_NAME = "rejects.jsonl"  # every input that was skipped, with its reason
 STATE_DIR = ".pack-state"  # the journal of an unfinished conversion (resume)
 SPLITS_DIR = "splits"  # train/val/test sample indices (packer.dataset.splits)
+NEAR_NAME = "near-hashes.npy"  # each sample's dHash, kept by `pack dedup --near`
 
-DATASET_FILES = (INDEX_NAME, SAMPLES_NAME, KEYS_NAME, REJECTS_NAME, FIELDS_NAME, SPLITS_DIR)
+DATASET_FILES = (INDEX_NAME, SAMPLES_NAME, KEYS_NAME, REJECTS_NAME, FIELDS_NAME, SPLITS_DIR,
+                 NEAR_NAME)
 # The formats an index.json may name; packer.formats maps each to its module.
 FORMAT_NAMES = ("wds", "lmdb", "hdf5", "npy")
 
 __all__ = ["DATASET_FILES", "FIELDS_NAME", "FORMAT_NAMES", "INDEX_NAME", "KEYS_NAME",
-           "REJECTS_NAME", "SAMPLES_NAME", "SPLITS_DIR", "STATE_DIR"]
+           "NEAR_NAME", "REJECTS_NAME", "SAMPLES_NAME", "SPLITS_DIR", "STATE_DIR"]

@@ -5,9 +5,14 @@
                 resizing and small colour changes, not crops, flips or rotations
     near        two samples whose hashes differ in at most `distance` bits (default 4)
 
-Hashes are computed when the report is made, not stored at pack time: one threaded pass
-like `pack stats`, a JPEG decoded at 1/8 scale in the DCT domain (libjpeg-turbo,
-grayscale), so the pass costs about a digest check per sample plus a tiny decode.
+Hashes are computed the first time a report asks, not at pack time (a conversion of
+someone who never asks would pay a decode per image for them): one threaded pass like
+`pack stats`, a JPEG decoded at 1/8 scale in the DCT domain (libjpeg-turbo, grayscale),
+so the pass costs about a digest check per sample plus a tiny decode. They are then
+kept in the dataset, `near-hashes.npy`, each beside the digest of the sample it was
+computed from: a later report computes only the samples whose digest is not there
+(an append's new samples, a --replace's replaced ones), and a folder it may not write
+is reported on all the same.
 Pairs are found without comparing all of them (multi-index hashing): the 64 bits are cut
 into distance + 1 bands, and two hashes within `distance` bits agree exactly on at least
 one band, so only samples that share a band value are compared. Groups are the connected
@@ -16,6 +21,8 @@ sets of near pairs (so a group's ends may differ by more than `distance`).
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,16 +32,19 @@ import numpy.typing as npt
 import simplejpeg
 from PIL import Image
 
-from packer.core.index import open_dataset
+from packer.core.index import DIGEST_BYTES, open_dataset
+from packer.core.layout import NEAR_NAME
 from packer.dataset.duplicates import DuplicateReport, make_group, split_numbers
 from packer.dataset.open import Opened, identity, opened
 from packer.errors import CorruptDatasetError
 from packer.imaging.jpeg import fast_size
 from packer.imaging.pillow import load_rgb
+from packer.storage.atomic import write_atomic
 
 __all__ = ["dhash", "near_duplicates", "near_pairs"]
 
 CHUNK = 256
+KEPT_DTYPE = np.dtype([("digest", np.uint8, (DIGEST_BYTES,)), ("dhash", "<u8")])  # near-hashes.npy
 HASH_SIZE = (9, 8)  # (width, height) of the grayscale image a dHash compares
 MAX_DISTANCE = 16
 
@@ -65,22 +75,58 @@ def _gray(data: bytes, shape: tuple[int, int] | None, i: int, entry: Opened) -> 
 
 
 def hashes_of(folder: Path, workers: int | None = None) -> npt.NDArray[np.uint64]:
-    """Every sample's dHash, on `workers` threads (default: one per CPU)."""
+    """Every sample's dHash, those not kept in near-hashes.npy computed on `workers`
+    threads (default: one per CPU), then kept."""
     entry = opened(identity(folder))
     n = entry.index.num_samples
     shape = entry.index.image_size if entry.index.encode.get("mode") == "pixels" else None
-    out = np.zeros(n, np.uint64)
+    digests = np.asarray(entry.table.digests).reshape(n, -1)
+    out, todo = _kept(folder, digests)
 
     def chunk(start: int) -> None:
         stop = min(start + CHUNK, n)
         reader = entry.reader()
         for i, data in zip(range(start, stop), reader.read_range(start, stop), strict=True):
-            out[i] = dhash(_gray(data, shape, i, entry))
+            if todo[i]:
+                out[i] = dhash(_gray(data, shape, i, entry))
 
+    starts = [start for start in range(0, n, CHUNK) if todo[start : start + CHUNK].any()]
     threads = max(1, workers if workers is not None else os.cpu_count() or 1)
     with ThreadPoolExecutor(threads, thread_name_prefix="pack-dhash") as pool:
-        list(pool.map(chunk, range(0, n, CHUNK)))
+        list(pool.map(chunk, starts))
+    if starts:
+        _keep(folder, digests, out)
     return out
+
+
+def _kept(folder: Path, digests: npt.NDArray[np.uint8]
+          ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.bool_]]:
+    """(the hashes near-hashes.npy holds for samples of the same digest, which samples
+    still need one)."""
+    out = np.zeros(len(digests), np.uint64)
+    todo = np.ones(len(digests), bool)
+    try:
+        kept = np.load(folder / NEAR_NAME, allow_pickle=False)
+        if kept.dtype != KEPT_DTYPE or kept["digest"].shape[1:] != digests.shape[1:]:
+            return out, todo
+    except (OSError, ValueError):  # none yet, or damaged: computed again
+        return out, todo
+    m = min(len(kept), len(digests))
+    same = np.all(kept["digest"][:m] == digests[:m], axis=1)
+    out[:m][same] = kept["dhash"][:m][same]
+    todo[:m][same] = False
+    return out, todo
+
+
+def _keep(folder: Path, digests: npt.NDArray[np.uint8], hashes: npt.NDArray[np.uint64]) -> None:
+    """Write near-hashes.npy atomically; a folder we may not write keeps none."""
+    kept = np.zeros(len(hashes), KEPT_DTYPE)
+    kept["digest"] = digests
+    kept["dhash"] = hashes
+    buffer = io.BytesIO()
+    np.save(buffer, kept, allow_pickle=False)
+    with contextlib.suppress(OSError):
+        write_atomic(folder / NEAR_NAME, buffer.getvalue())
 
 
 def near_pairs(hashes: npt.NDArray[np.uint64], distance: int) -> npt.NDArray[np.int64]:

@@ -4,6 +4,7 @@ against brute force."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -60,3 +61,71 @@ def test_band_search_finds_every_pair_brute_force_does(seeds: list[int],
     want = {(i, j) for i in range(len(values)) for j in range(i + 1, len(values))
             if bin(values[i] ^ values[j]).count("1") <= distance}
     assert {tuple(pair) for pair in near_pairs(hashes, distance).tolist()} == want
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the dHashes computed from here on."""
+    from packer.dataset import near
+
+    calls: list[int] = []
+    real = near.dhash
+
+    def counted(gray: Image.Image) -> int:
+        calls.append(1)
+        return real(gray)
+
+    monkeypatch.setattr(near, "dhash", counted)
+    return calls
+
+
+def test_hashes_are_kept_and_computed_once(dataset: Path, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from packer.dataset.near import hashes_of
+
+    folder = tmp_path / "copy.wds"
+    shutil.copytree(dataset, folder)
+    (folder / "near-hashes.npy").unlink(missing_ok=True)  # kept by an earlier report
+    first = hashes_of(folder, workers=2)
+    assert (folder / "near-hashes.npy").is_file()
+    calls = _counting(monkeypatch)
+    assert np.array_equal(hashes_of(folder, workers=2), first) and not calls
+    (folder / "near-hashes.npy").write_bytes(b"damaged")
+    assert np.array_equal(hashes_of(folder, workers=2), first)
+    assert len(calls) == len(first)  # a damaged file: every hash computed again
+    assert packer.verify(folder).ok  # the kept hashes are not part of the data
+
+
+def test_an_append_computes_only_the_new_samples(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from packer.dataset.near import hashes_of
+
+    src = make_sample_folder(tmp_path / "src", count=12, classes=2, min_side=48, max_side=80)
+    dst = tmp_path / "data.lmdb"
+    packer.convert(src, dst, "lmdb", run=packer.ConvertOptions(workers=0))
+    hashes_of(dst, workers=1)
+    extra = make_sample_folder(tmp_path / "extra", count=5, classes=2, seed=3, min_side=48,
+                               max_side=80)
+    for path in extra.rglob("*.*"):
+        path.rename(src / path.parent.name / f"new_{path.name}")
+    assert packer.append(src, dst, workers=0).num_new == 5
+    calls = _counting(monkeypatch)
+    grown = hashes_of(dst, workers=1)
+    assert len(calls) == 5
+    (dst / "near-hashes.npy").unlink()
+    assert np.array_equal(hashes_of(dst, workers=1), grown)  # as computed from scratch
+
+
+def test_a_folder_it_cannot_write_is_reported_all_the_same(
+        dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from packer.dataset import near
+
+    folder = tmp_path / "readonly.wds"
+    shutil.copytree(dataset, folder)
+    (folder / "near-hashes.npy").unlink(missing_ok=True)  # kept by an earlier report
+
+    def refused(path: Path, data: bytes) -> None:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(near, "write_atomic", refused)
+    report = near_duplicates(folder, distance=4, workers=1)
+    assert len(report.groups) == 1 and not (folder / "near-hashes.npy").exists()
