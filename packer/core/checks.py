@@ -97,14 +97,16 @@ def table_matches(paths: tuple[Path, ...], expected: Any) -> None:
         )
 
 
-def version_and_format(data: Any, path: Path, version: int) -> str:
-    """The format of a JSON object of this toolkit's version; anything else is refused."""
+def version_and_format(data: Any, path: Path, versions: tuple[int, ...]) -> str:
+    """The format of a JSON object of a version this toolkit reads; anything else is
+    refused."""
     if not isinstance(data, dict):
         raise CorruptDatasetError(f"{path}: expected a JSON object; reconvert the dataset")
-    if data.get("format_version") != version:
+    version = data.get("format_version")
+    if isinstance(version, bool) or version not in versions:
         raise CorruptDatasetError(
-            f"{path}: format_version {quote(data.get('format_version'))} is not supported "
-            f"(this toolkit reads {version}); upgrade the toolkit or reconvert the dataset"
+            f"{path}: format_version {quote(version)} is not supported (this toolkit reads "
+            f"{', '.join(map(str, versions))}); upgrade the toolkit or reconvert the dataset"
         )
     fmt = data.get("format")
     if not isinstance(fmt, str) or fmt not in KNOWN_FORMATS:

@@ -37,7 +37,8 @@ from packer.errors import CorruptDatasetError, IncompleteDatasetError
 from packer.storage.atomic import write_atomic
 from packer.storage.pieces import Piece
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # written; 2 added shard pieces and lmdb/hdf5 parts (pack append)
+READ_VERSIONS = (1, 2)  # read: a version-1 index means what it always meant
 SAMPLE_HASH = "xxh3-128"
 # index.json's `extra` holds the digest of samples.npy + keys.npy, so a damaged label
 # or key is refused like damaged image bytes (datasets written before it lack it).
@@ -164,7 +165,7 @@ def parse_index(raw: bytes, path: Path) -> Index:
 
 def index_from_json(data: Any, path: Path) -> Index:
     """Build an Index from parsed JSON, naming the file on any inconsistency."""
-    fmt = checks.version_and_format(data, path, FORMAT_VERSION)
+    fmt = checks.version_and_format(data, path, READ_VERSIONS)
     shards = data.get("shards")
     if not isinstance(shards, list):
         raise checks.bad_field(path, f"shards must be a list, not {checks.quote(shards)}")

@@ -44,7 +44,8 @@ from packer.storage.atomic import write_atomic
 __all__ = ["dhash", "near_duplicates", "near_pairs"]
 
 CHUNK = 256
-KEPT_DTYPE = np.dtype([("digest", np.uint8, (DIGEST_BYTES,)), ("dhash", "<u8")])  # near-hashes.npy
+# near-hashes.npy; the hash column is named after the hash: another hash, another name
+KEPT_DTYPE = np.dtype([("digest", np.uint8, (DIGEST_BYTES,)), ("dhash_9x8", "<u8")])
 HASH_SIZE = (9, 8)  # (width, height) of the grayscale image a dHash compares
 MAX_DISTANCE = 16
 
@@ -109,11 +110,11 @@ def _kept(folder: Path, digests: npt.NDArray[np.uint8]
         kept = np.load(folder / NEAR_NAME, allow_pickle=False)
         if kept.dtype != KEPT_DTYPE or kept["digest"].shape[1:] != digests.shape[1:]:
             return out, todo
-    except (OSError, ValueError):  # none yet, or damaged: computed again
+    except (OSError, ValueError, EOFError):  # none yet, or damaged: computed again
         return out, todo
     m = min(len(kept), len(digests))
     same = np.all(kept["digest"][:m] == digests[:m], axis=1)
-    out[:m][same] = kept["dhash"][:m][same]
+    out[:m][same] = kept["dhash_9x8"][:m][same]
     todo[:m][same] = False
     return out, todo
 
@@ -122,7 +123,7 @@ def _keep(folder: Path, digests: npt.NDArray[np.uint8], hashes: npt.NDArray[np.u
     """Write near-hashes.npy atomically; a folder we may not write keeps none."""
     kept = np.zeros(len(hashes), KEPT_DTYPE)
     kept["digest"] = digests
-    kept["dhash"] = hashes
+    kept["dhash_9x8"] = hashes
     buffer = io.BytesIO()
     np.save(buffer, kept, allow_pickle=False)
     with contextlib.suppress(OSError):

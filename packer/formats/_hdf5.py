@@ -52,6 +52,7 @@ PARTS = "data.parts"  # the files appends add (packer.formats._parts)
 FILES = (FILE, PARTS)
 # Capabilities, declared here so that no caller branches on the format name:
 THREAD_SAFE_READER = True  # one reader may serve every thread
+OPENS_EVERY_SHARD = True  # its reader opens every data file at once
 STORES_PIXELS = False  # raw pixels of one size, not encoded images
 GROUPS_INPUTS = False  # --shard-samples: a shard per N inputs
 LABELS_FILE: str | None = None  # labels beside the data, or in it

@@ -52,6 +52,7 @@ NAME = "wds"
 FILES = ("*-[0-9][0-9][0-9][0-9][0-9]*.tar",)
 # Capabilities, declared here so that no caller branches on the format name:
 THREAD_SAFE_READER = False  # one reader may serve every thread
+OPENS_EVERY_SHARD = False  # its reader opens every data file at once
 STORES_PIXELS = False  # raw pixels of one size, not encoded images
 GROUPS_INPUTS = True  # --shard-samples: a shard per N inputs
 LABELS_FILE: str | None = None  # labels beside the data, or in it

@@ -148,6 +148,7 @@ class FormatModule(Protocol):
     NAME: str
     FILES: tuple[str, ...]
     THREAD_SAFE_READER: bool  # one reader may serve every thread of a process
+    OPENS_EVERY_SHARD: bool  # its reader opens every data file at once (remote: pin all)
     STORES_PIXELS: bool  # raw pixels of one size (npy), not encoded images
     GROUPS_INPUTS: bool  # --shard-samples N: a shard per N inputs (wds)
     LABELS_FILE: str | None  # the file that holds the labels apart from the data (npy)

@@ -29,6 +29,7 @@ class ShardCache:
         self.source = source
         self.index = index
         self.pinned: OrderedDict[int, int] = OrderedDict()  # shard -> fd holding LOCK_SH
+        self.max_pinned = MAX_PINNED  # every shard, for a reader that opens them all
         self.num_fetched = 0
         self.locks = ShardLocks(source.folder)
         self._fs: tuple[Any, str] | None = None
@@ -120,14 +121,14 @@ class ShardCache:
             return unused
 
     def trim(self) -> bool:
-        """Unpin all but the MAX_PINNED most recent shards; True if any was unpinned.
+        """Unpin all but the `max_pinned` most recent shards; True if any was unpinned.
 
         What was unpinned may now be evicted, if the cache is over its budget (checked by
         a process that fetches: one reading a warm cache never scans it).
         """
-        if len(self.pinned) <= MAX_PINNED:
+        if len(self.pinned) <= self.max_pinned:
             return False
-        while len(self.pinned) > MAX_PINNED:
+        while len(self.pinned) > self.max_pinned:
             os.close(self.pinned.popitem(last=False)[1])
         if self.num_fetched:
             self._evict(keep=next(reversed(self.pinned)))

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
+from packer import formats
 from packer.core.index import Index
 from packer.formats.base import RecordReader
 from readers.remote._cache import ShardCache
@@ -114,12 +115,15 @@ def remote_reader(open_reader: Callable[[], RecordReader], source: RemoteSource,
                   index: Index) -> RemoteReader:
     """Wrap the format's reader of the mirror, opened by `open_reader`.
 
-    A one-file format (lmdb, hdf5, npy) opens its file right away, so its only shard is
-    fetched and pinned first, for as long as the reader lives.
+    A one-file format (lmdb, hdf5, npy) opens its file right away, and every part an
+    append added (packer.formats._parts), so its shards are fetched and pinned first,
+    for as long as the reader lives.
     """
     cache = ShardCache(source, index)
-    if len(index.shards) == 1:
-        cache.pin(0)
+    if len(index.shards) == 1 or formats.load(index.format).OPENS_EVERY_SHARD:
+        cache.max_pinned = max(cache.max_pinned, len(index.shards))
+        for shard in range(len(index.shards)):
+            cache.pin(shard)
     try:
         return RemoteReader(open_reader(), cache)
     except BaseException:

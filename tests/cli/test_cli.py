@@ -45,7 +45,7 @@ def test_convert_info_verify(src: Path, tmp_path: Path) -> None:
     assert facts["num_samples"] == 24 and facts["format"] == "lmdb"
     assert facts["classes"] == {"class_00": 8, "class_01": 8, "class_02": 8}
     assert facts["encode"]["mode"] == "passthrough"
-    assert facts["num_rejected"] == 0 and facts["format_version"] == 1
+    assert facts["num_rejected"] == 0 and facts["format_version"] == 2
     assert facts["shards"][0]["name"] == "data.lmdb/data.mdb"
     ok = run_pack("verify", dst, "--source", src)
     assert ok.exit_code == 0 and ok.stdout.startswith("ok: 24 samples")

@@ -242,7 +242,7 @@ CASES: dict[str, Damage] = {
     "index: binary": edit_index(lambda d: "\x00\xff\x13"),
     "index: NaN": edit_index(lambda d: json.dumps(d).replace('"num_rejected": 0',
                                                               '"num_rejected": NaN')),
-    "index: format_version 2": edit_index(lambda d: d.update(format_version=2)),
+    "index: format_version 3": edit_index(lambda d: d.update(format_version=3)),
     "index: format 'zip'": edit_index(lambda d: d.update(format="zip")),
     "index: class_names gone": edit_index(lambda d: d.pop("class_names")),
     "index: shard name ../x": edit_index(lambda d: d["shards"][0].update(name="../x")),

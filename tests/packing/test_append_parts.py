@@ -70,8 +70,10 @@ def test_each_append_adds_a_part_and_leaves_the_old_files(
     assert sum(shard.num_samples for shard in index.shards) == index.num_samples
     union_ds = tmp_path / f"union.{fmt}"
     pack(union, union_ds, fmt)
+    base_ds = tmp_path / f"base.{fmt}"
+    pack(base, base_ds, fmt)
     got = samples(dst)
-    assert got[:BASE] == samples(tmp_path / f"ds.{fmt}")[:BASE]
+    assert got[:BASE] == samples(base_ds)
     assert sorted(got) == sorted(samples(union_ds))
     report = verify(dst, union)
     assert report.ok, report.problem
@@ -126,3 +128,17 @@ def test_replace_writes_the_parts_again_as_one_file(
     assert len(read_index(dst).shards) == 2
     assert verify(dst, more).ok
     assert os.path.exists(dst / read_index(dst).shards[1].name)
+
+
+@pytest.mark.parametrize("fmt", PARTED)
+def test_an_append_of_rejects_only_adds_no_part(fmt: str, sources: tuple[Path, Path, Path],
+                                                tmp_path: Path) -> None:
+    base = sources[0]
+    src = tmp_path / "src"
+    shutil.copytree(base, src)
+    next(iter(sorted(src.iterdir()))).joinpath("new_broken.jpg").write_bytes(b"\xff\xd8 not")
+    dst = _grown(fmt, (base, base, base), tmp_path)
+    result = append(src, dst, workers=0)
+    assert result.num_new == 0 and result.num_new_rejects == 1
+    assert [shard.name for shard in read_index(dst).shards] == [FIRST[fmt]]
+    assert verify(dst).ok

@@ -89,9 +89,11 @@ def test_hashes_are_kept_and_computed_once(dataset: Path, tmp_path: Path,
     assert (folder / "near-hashes.npy").is_file()
     calls = _counting(monkeypatch)
     assert np.array_equal(hashes_of(folder, workers=2), first) and not calls
-    (folder / "near-hashes.npy").write_bytes(b"damaged")
-    assert np.array_equal(hashes_of(folder, workers=2), first)
-    assert len(calls) == len(first)  # a damaged file: every hash computed again
+    for damaged in (b"damaged", b""):
+        (folder / "near-hashes.npy").write_bytes(damaged)
+        calls.clear()
+        assert np.array_equal(hashes_of(folder, workers=2), first)
+        assert len(calls) == len(first)  # a damaged file: every hash computed again
     assert packer.verify(folder).ok  # the kept hashes are not part of the data
 
 

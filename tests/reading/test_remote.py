@@ -5,6 +5,7 @@ endpoint)."""
 from __future__ import annotations
 
 import pickle
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -224,3 +225,32 @@ def test_parse_storage_options() -> None:
         "client_kwargs": {"region_name": "eu-west-1", "verify": False}}
     with pytest.raises(ValueError, match="KEY=VALUE"):
         parse_storage_options(["novalue"])
+
+
+@pytest.mark.parametrize("fmt", ["lmdb", "hdf5"])
+def test_appended_parts_read_from_a_url(fmt: str, src: Path, tmp_path: Path,
+                                        endpoint: str) -> None:
+    """Every part of an appended lmdb or hdf5 is fetched and pinned with the reader."""
+    from packer import append
+    from packer.testing import make_sample_folder
+
+    local = tmp_path / f"grown.{fmt}"
+    grown = tmp_path / "grown-src"
+    shutil.copytree(src, grown)
+    convert(grown, local, fmt, run=RUN)
+    for seed in (5, 6):  # two appends: three parts
+        more = make_sample_folder(tmp_path / f"more{seed}", count=4, classes=2, seed=seed,
+                                  min_side=32, max_side=48)
+        for path in more.rglob("*.*"):
+            shutil.copy(path, grown / path.parent.name / f"new{seed}_{path.name}")
+        append(grown, local, workers=0)
+    index = open_dataset(local)[0]
+    assert len(index.shards) == 3 > MAX_PINNED
+    s3fs.S3FileSystem().put(str(local), f"{BUCKET}/grown.{fmt}", recursive=True)
+    remote_ds = PackedDataset(f"s3://{BUCKET}/grown.{fmt}", decode="raw",
+                              remote=RemoteOptions(cache_dir=tmp_path / "cache"))
+    local_ds = PackedDataset(local, decode="raw")
+    every = list(range(len(local_ds)))
+    assert [bytes(s[0]) for s in remote_ds.__getitems__(every[::-1])] == \
+        [bytes(s[0]) for s in local_ds.__getitems__(every[::-1])]
+    assert [bytes(remote_ds[i][0]) for i in every] == [bytes(local_ds[i][0]) for i in every]

@@ -170,7 +170,10 @@ def _copy(src: Path, start: int, out: Any, size: int) -> None:
 
 
 def _new_part(plan: AppendPlan, staged: Staged) -> Merged:
-    """The staged file, complete and hashed by its staging, as DST's next part."""
+    """The staged file, complete and hashed by its staging, as DST's next part (none
+    when every new input was a reject)."""
+    if not len(staged.table):
+        return Merged(plan.index.shards, plan.table, [])
     shard = staged.shards[0]
     name = part_name(plan.index.shards[0].name, len(plan.index.shards))
     table = joined(plan.table, staged.table, 0)  # a part's offsets are its own file's
