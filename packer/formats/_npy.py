@@ -40,8 +40,8 @@ from packer.formats.base import (
 )
 from packer.storage.atomic import atomic_writer, commit, partial_path
 from packer.storage.filestream import StreamHash
-from packer.storage.hashing import digest_of
-from packer.storage.pieces import Piece, pieces_digest, sha256_range
+from packer.storage.hashing import digest_of, sha256_range
+from packer.storage.pieces import Piece, pieces_digest
 
 NAME = "npy"
 IMAGES = "images.npy"

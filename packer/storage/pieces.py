@@ -12,39 +12,18 @@ that differs.
 from __future__ import annotations
 
 import hashlib
-import mmap
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from packer.storage.hashing import sha256_file
+from packer.storage.hashing import sha256_file, sha256_range
 
 Piece = tuple[int, str]  # (bytes, their sha256 in hex)
-WINDOW = 16 << 20  # bytes mapped and hashed at a time
 
 
 def pieces_digest(pieces: Sequence[Piece]) -> str:
     """The file's checksum: sha256 of one `<bytes> <sha256>` line per piece."""
     lines = "".join(f"{size} {digest}\n" for size, digest in pieces)
     return hashlib.sha256(lines.encode("ascii")).hexdigest()
-
-
-def sha256_range(path: Path, start: int, size: int) -> str:
-    """sha256 of `size` bytes of `path` from `start`, one mapped window at a time."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        if os.fstat(handle.fileno()).st_size < start + size:
-            raise OSError(f"{path}: shorter than {start + size} bytes; restore it or "
-                          "reconvert")
-        at, end = start, start + size
-        while at < end:
-            base = at - at % mmap.ALLOCATIONGRANULARITY
-            length = min(WINDOW, end - base)
-            with mmap.mmap(handle.fileno(), length, access=mmap.ACCESS_READ,
-                           offset=base) as mapped:
-                digest.update(memoryview(mapped)[at - base :])
-            at = base + length
-    return digest.hexdigest()
 
 
 def file_problem(path: Path, sha256: str, pieces: Sequence[Piece] = ()) -> str | None:

@@ -44,8 +44,8 @@ from packer.formats._parts import part_name
 from packer.formats._wds_names import continued_stem, shard_stem
 from packer.formats._wids import index_extra
 from packer.storage.atomic import atomic_writer, fsync_path
-from packer.storage.hashing import sha256_file
-from packer.storage.pieces import Piece, sha256_range
+from packer.storage.hashing import sha256_file, sha256_range
+from packer.storage.pieces import Piece
 
 
 @dataclass
