@@ -124,7 +124,7 @@ class _PackedBase:
             return sample
         return with_fields(sample, self.handles().reader, i, self.fields, self.index.fields)
 
-    def _add_fields(self, samples: list[Sample], positions: Sequence[int]) -> Sequence[Sample]:
+    def _add_fields(self, samples: Sequence[Sample], positions: Sequence[int]) -> Sequence[Sample]:
         """A batch's plain samples as dicts with their fields, read in one call (a
         FieldBatch: columns that readers.collate batches at once)."""
         if self.fields is None:

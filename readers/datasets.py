@@ -32,8 +32,10 @@ from typing import Any
 from torch.utils.data import Dataset
 
 from readers._base import Sample, SampleSettings, Transform, _PackedBase
+from readers._handles import Handles
 from readers.augment import Augment
-from readers.batching.collate import gathered_samples
+from readers.batching.collate import gathered_rows, gathered_samples
+from readers.batching.gathered import GatheredRows, batch_labels
 from readers.batching.raw_collate import IndexedSamples
 from readers.decoding.decode import Mode
 from readers.fields import FieldNames, chosen_fields
@@ -45,7 +47,7 @@ from readers.passes.epochs import PassEpochs
 from readers.ram.chunk_cache import DEFAULT_CACHE_BYTES
 from readers.ram.copies import in_memory_copy
 from readers.remote import remote_source
-from readers.sampling.sampler import PaddedIndex
+from readers.sampling.sampler import PAD_LABEL, PaddedIndex
 from readers.subset import Subset
 
 __all__ = ["PackedDataset", "PackedIterableDataset", "Sample"]
@@ -128,16 +130,8 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
         local = self.handles()
         if local.gather is not None and self.pixels_shape is not None and self.augment is None \
                 and self.decode != "pil" and self.size in (None, self.pixels_shape):
-            table = local.table
-            labels = table.labels[positions].tolist()  # one lookup for the batch
-
-            def make(k: int, image: Any) -> Sample:
-                return self._finish(table, positions[k], image,
-                                    isinstance(indices[k], PaddedIndex), labels[k], fields=False)
-
-            return self._add_fields(gathered_samples(local.gather, positions,
-                                                     self.pixels_shape, self.decode == "raw",
-                                                     make, recyclable=recyclable), positions)
+            return self._add_fields(self._gathered(local, indices, positions, recyclable),
+                                    positions)
         records = local.cached.read_many(positions)
         crop = (self.seed, self.epoch)  # read once: the whole batch is of one epoch
         samples = [
@@ -148,6 +142,24 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
         if self.decode == "raw":  # readers.collate keeps the indices in the RawBatch
             samples = IndexedSamples(samples, positions)
         return self._add_fields(samples, positions)
+
+    def _gathered(self, local: Handles, indices: Sequence[int], positions: list[int],
+                  recyclable: bool) -> Sequence[Sample]:
+        """An npy batch in one gather: a GatheredRows (its buffer is the batch), or the
+        samples one by one through the transform."""
+        table, shape, raw = local.table, self.pixels_shape, self.decode == "raw"
+        assert local.gather is not None and shape is not None  # the caller's condition
+        labels = batch_labels(table.labels[positions].tolist(),  # one lookup for the batch
+                              [isinstance(i, PaddedIndex) for i in indices], PAD_LABEL)
+        if self.transform is None:
+            keys = [table.key(i) for i in positions] if self.with_keys else None
+            return GatheredRows(gathered_rows(local.gather, positions, shape, recyclable),
+                                raw, labels, keys)
+
+        def make(k: int, image: Any) -> Sample:
+            return self._finish(table, positions[k], image, False, labels[k], fields=False)
+
+        return gathered_samples(local.gather, positions, shape, raw, make)
 
     def _position(self, i: int) -> int:
         n = len(self)

@@ -25,10 +25,12 @@ bytes) in shared memory the worker recycles (readers.batching._shm_pool), sends 
 by value in the pickle and a column of strings as one buffer (readers.batching._columns).
 
 npy without a copy: `PackedDataset.__getitems__` on a reader that can `gather` copies
-a whole batch from the memory map in one `np.take`, checks every row against its digest
-there, and returns the samples as views of it: images are (3, H, W) views of the
-(H, W, 3) rows, and `decode="raw"` gives each row as a 1-D uint8 numpy array. `collate`
-notices that the samples already are one batch and returns it uncopied. Once `collate`
+a whole batch from the memory map into one buffer, checks every row against its digest
+there, and returns it as a GatheredRows (readers.batching.gathered): a Sequence of the
+samples, images (3, H, W) views of the (H, W, 3) rows, or with `decode="raw"` each row
+a 1-D uint8 numpy array. `collate` takes its buffer as the batch, uncopied (samples
+that are views of one buffer in order, from a transform-free path of another caller,
+are found to be one batch too). Once `collate`
 has run in a worker, that worker gathers its next batches straight into a recycled
 shared buffer, which `collate` sends as it is; before that, with a `transform`, or
 under another collate, it gathers into ordinary memory (`default_collate` copies into
@@ -49,6 +51,7 @@ from readers.batching._pooled import PooledBatch
 from readers.batching._shm_pool import FREE, SlotPool, shared_buffer, worker_pool
 from readers.batching.field_batch import FieldBatch
 from readers.batching.fields_collate import collate_dicts
+from readers.batching.gathered import GatheredRows
 from readers.batching.raw_collate import collate_raw, is_raw
 
 Sample = tuple[Any, ...]
@@ -70,18 +73,26 @@ class Gatherer(Protocol):
 def gathered_samples(reader: Gatherer, positions: Sequence[int], shape: tuple[int, int],
                      raw: bool, make: Callable[[int, Any], Sample],
                      recyclable: bool = False) -> list[Sample]:
-    """One gather for the batch; `make(k, image)` builds sample k around its image view.
+    """One gather for the batch; `make(k, image)` builds sample k around its image view
+    (a dataset with a transform: a GatheredRows otherwise)."""
+    rows = gathered_rows(reader, positions, shape, recyclable)
+    if raw:
+        flat = rows.numpy().reshape(len(positions), -1)
+        return [make(k, flat[k]) for k in range(len(positions))]
+    return [make(k, rows[k].permute(2, 0, 1)) for k in range(len(positions))]
 
-    recyclable: the images reach `collate` as the views made here (no transform), so a
+
+def gathered_rows(reader: Gatherer, positions: Sequence[int], shape: tuple[int, int],
+                  recyclable: bool = False) -> torch.Tensor:
+    """The (B, H, W, 3) rows at `positions`, copied and checked in one gather.
+
+    recyclable: the images reach `collate` as gathered here (no transform), so a
     worker may gather into a recycled shared buffer.
     """
     height, width = shape
     rows = _batch_buffer((len(positions), height, width, 3), recyclable)
     reader.gather(positions, rows.numpy())
-    if raw:
-        flat = rows.numpy().reshape(len(positions), -1)
-        return [make(k, flat[k]) for k in range(len(positions))]
-    return [make(k, rows[k].permute(2, 0, 1)) for k in range(len(positions))]
+    return rows
 
 
 def _batch_buffer(shape: tuple[int, ...], recyclable: bool) -> torch.Tensor:
@@ -104,6 +115,8 @@ def collate(batch: Sequence[Sample]) -> Any:
     """
     if isinstance(batch, FieldBatch) and len(batch):
         return batch.collate_columns(collate)
+    if isinstance(batch, GatheredRows) and len(batch):
+        return _collate_gathered(batch)
     samples: Sequence[Any] = batch
     if samples and all(type(sample) is dict for sample in samples):
         return collate_dicts(cast(Sequence[dict[str, Any]], samples), collate)
@@ -120,7 +133,7 @@ def collate(batch: Sequence[Sample]) -> Any:
         images = list(whole)
     pool = worker_pool()
     if pool is not None and _stackable(images):
-        return _pooled(images, whole, pool, _rest(batch))
+        return _pooled(lambda: images, whole, pool, _rest(batch))
     if whole is None:
         return default_collate(list(batch))
     if not whole.untyped_storage().is_shared():  # it leaves in shared memory: copy it there
@@ -141,14 +154,30 @@ def _rest(batch: Sequence[Sample]) -> list[Any]:
     return rest
 
 
-def _pooled(images: list[torch.Tensor], whole: torch.Tensor | None, pool: SlotPool,
-            rest: list[Any]) -> list[Any]:
-    """The batch in a pool slot: as gathered there (npy), else copied into one."""
+def _collate_gathered(batch: GatheredRows) -> list[Any]:
+    """An npy batch as gathered: its buffer (in a pool slot when a worker gathered it
+    there), the labels and keys batched as default_collate batches them."""
+    whole, rest = batch.whole(), default_collate(batch.rests())
+    if get_worker_info() is None:
+        return [whole, *rest]
+    _WorkerState.collate_seen = True
+    pool = worker_pool()
+    if pool is not None:
+        return _pooled(lambda: list(whole), whole, pool, rest)
+    if not whole.untyped_storage().is_shared():  # it leaves in shared memory: copy it there
+        whole = _stacked(list(whole), shared_buffer)
+    return [whole, *rest]
+
+
+def _pooled(images: Callable[[], list[torch.Tensor]], whole: torch.Tensor | None,
+            pool: SlotPool, rest: list[Any]) -> list[Any]:
+    """The batch in a pool slot: as gathered there (npy), else copied into one (`images`
+    gives the samples' images, asked for only then)."""
     slot = None if whole is None else pool.slot_of(whole)
     if whole is not None and slot is None and whole.untyped_storage().is_shared():
         return [whole, *rest]  # gathered into a fresh shared buffer: the pool was full
     if whole is None or slot is None or pool.state[slot] != FREE:  # not in a slot, or out
-        whole = _stacked(images, pool.take)
+        whole = _stacked(images(), pool.take)
         slot = pool.slot_of(whole)
     if slot is None:  # the pool is full: an unpooled buffer, as default_collate's
         return [whole, *rest]

@@ -28,6 +28,7 @@ import torch
 from readers.batching._number_arrays import NumberArrays
 from readers.batching._pooled import PooledBatch, PooledDict
 from readers.batching.fields_collate import IMAGE, LABEL, LENGTHS_SUFFIX, collate_field
+from readers.batching.gathered import GatheredRows
 from readers.batching.raw_collate import IndexedSamples
 
 Column = list[Any] | NumberArrays
@@ -74,17 +75,25 @@ class FieldBatch(Sequence[dict[str, Any]]):
         """Pickled as the list of dicts it stands for."""
         return (list, (list(self),))
 
-    def collate_columns(self, collate_images: Callable[[list[Any]], Any]) -> dict[str, Any]:
+    def collate_columns(self, collate_images: Callable[[Sequence[Any]], Any]) -> dict[str, Any]:
         """What `collate_dicts(list(self), collate_images)` returns, column by column."""
-        pairs = [(sample[0], sample[1]) for sample in self.samples]
-        indices = getattr(self.samples, "indices", None)  # a raw batch's (IndexedSamples)
-        images = collate_images(pairs if indices is None else IndexedSamples(pairs, indices))
+        images = collate_images(self._plain_samples())
         out: dict[str, Any] = {IMAGE: images[0], LABEL: images[1]}
         for name, column in self.columns.items():
             out.update(_collate_column(name, column))
-        if self.samples and len(self.samples[0]) > 2:
+        if isinstance(self.samples, GatheredRows) and self.samples.keys is not None:
+            out["key"] = list(self.samples.keys)
+        elif self.samples and len(self.samples[0]) > 2:
             out["key"] = [sample[2] for sample in self.samples]
         return out if not isinstance(images, PooledBatch) else PooledDict(out, images)
+
+    def _plain_samples(self) -> Sequence[Sample]:
+        """The (image, label) samples, as the plain dataset would give them to collate."""
+        if isinstance(self.samples, GatheredRows):  # an npy batch: its one buffer
+            return self.samples.without_keys()
+        pairs = [(sample[0], sample[1]) for sample in self.samples]
+        indices = getattr(self.samples, "indices", None)  # a raw batch's (IndexedSamples)
+        return pairs if indices is None else IndexedSamples(pairs, indices)
 
 
 def _value(column: Column, k: int) -> Any:

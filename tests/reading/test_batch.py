@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,9 @@ from torch.utils.data import DataLoader, default_collate
 
 from packer.core.index import open_dataset
 from readers import PackedDataset, PackedIterableDataset, collate
+from readers.batching.gathered import GatheredRows
 from readers.ram.chunk_cache import CachedReader
+from readers.sampling.sampler import PAD_LABEL, PaddedIndex
 from tests.helpers import pack_every_format
 
 NUM = 40
@@ -201,3 +204,25 @@ def test_collate_without_a_pool_copies_npy_batches_into_shared_memory_once(
         assert torch.equal(images, want) and torch.equal(labels, want_labels)
         if decode == "rgb8":
             assert images.is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize("decode", ["rgb8", "raw"])
+def test_an_npy_batch_is_its_samples_as_a_sequence(packed: dict[str, Path], decode: str) -> None:
+    """The one-buffer batch reads, slices and pickles as the samples ds[i] gives; a
+    padding repeat has PAD_LABEL; collate returns its buffer uncopied."""
+    ds = PackedDataset(packed["npy"], decode=decode, with_keys=True)  # type: ignore[arg-type]
+    order: list[int] = [3, PaddedIndex(3), 0, NUM - 1]
+    batch = ds.__getitems__(order)
+    assert isinstance(batch, GatheredRows)
+    singles = [ds[int(i)] for i in order]
+    for got in (list(batch), batch[:], pickle.loads(pickle.dumps(batch))):
+        assert len(got) == len(order)
+        for position, sample, single in zip(order, got, singles, strict=True):
+            assert bytes(np.asarray(sample[0])) == bytes(np.asarray(single[0]))
+            assert sample[2] == single[2]
+            assert sample[1] == (PAD_LABEL if isinstance(position, PaddedIndex) else single[1])
+    images, labels, keys = collate(batch)
+    assert images.data_ptr() == batch.rows.data_ptr()
+    want = default_collate(list(batch))
+    assert torch.equal(images, want[0]) and torch.equal(labels, want[1]) and keys == want[2]
+    assert labels.tolist()[1] == PAD_LABEL

@@ -20,6 +20,7 @@ import sys
 import textwrap
 import threading
 from collections.abc import Sequence
+from functools import partial
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any
@@ -100,10 +101,10 @@ def test_a_given_up_buffer_is_not_reused_when_its_batch_is_sent_again() -> None:
     images = pool.take(SHAPE).fill_(1)  # the worker keeps these samples
     slot = pool.slot_of(images)
     assert slot is not None
-    handed_off = support.received(_pooled(list(images), images, pool, [torch.arange(2)]))
+    handed_off = support.received(_pooled(partial(list, images), images, pool, [torch.arange(2)]))
     ForkingPickler.dumps(handed_off[0])  # another process gets it (here: this own mapping)
     assert pool.state[slot] == GONE
-    again = support.received(_pooled(list(images), images, pool, [torch.arange(2)]))
+    again = support.received(_pooled(partial(list, images), images, pool, [torch.arange(2)]))
     assert torch.equal(again[0], images)
     del again, images  # the main process and the worker drop theirs
     gc.collect()
