@@ -43,6 +43,7 @@ RESERVED = frozenset({"image", "label", "key", "path", "cls"})  # names a sample
 INT64 = (-(1 << 63), (1 << 63) - 1)
 _LENGTH = struct.Struct("<q")
 _MISSING = _LENGTH.pack(-1)
+_PREFIXES = [_LENGTH.pack(size) for size in range(4096)]  # records_match
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,12 +177,19 @@ def records_match(batch: Sequence[Sequence[bytes | None]], digests: Sequence[byt
                   digest: Callable[[bytes], bytes]) -> int:
     """The position of the first sample whose fields record does not hash to its
     digest, or -1: the check of a whole batch, pack_record inlined (the calls cost
-    more than the hashing)."""
-    pack = _LENGTH.pack
+    more than the hashing), the length prefixes of short values looked up, not packed
+    (half the time of a batch of captions and boxes)."""
+    pack, prefixes, short = _LENGTH.pack, _PREFIXES, len(_PREFIXES)
     for k, (values, expected) in enumerate(zip(batch, digests, strict=True)):
-        record = b"".join([_MISSING if value is None else pack(len(value)) + value
-                           for value in values])
-        if digest(record) != expected:
+        parts: list[bytes | memoryview] = []
+        for value in values:
+            if value is None:
+                parts.append(_MISSING)
+                continue
+            size = len(value)
+            parts.append(prefixes[size] if size < short else pack(size))
+            parts.append(value)
+        if digest(b"".join(parts)) != expected:
             return k
     return -1
 

@@ -262,15 +262,20 @@ class LmdbReader(DecodedFields):
         return checked_values(self.index, self.table, indices, batch,
                               lambda i: self.files[self.index.shard_of(i)])
 
-    def _values_part(self, part: int, indices: Sequence[int]) -> list[list[bytes | None]]:
+    def _values_part(self, part: int, indices: Sequence[int]
+                     ) -> list[tuple[bytes | None, ...]]:
         suffixes = [field_key(b"", spec.name) for spec in self.index.fields]
+        if not suffixes:
+            return [() for _ in indices]
         try:
             with self.envs[part].begin() as txn:
-                return [[txn.get(key + suffix) for suffix in suffixes]
-                        for key in self.table.key_bytes_many(indices)]
+                get = txn.get
+                flat = [get(key + suffix) for key in self.table.key_bytes_many(indices)
+                        for suffix in suffixes]
         except lmdb.Error as exc:
             raise CorruptDatasetError(f"{self.files[part]}: damaged ({exc}); restore it or "
                                       "reconvert") from exc
+        return list(zip(*[iter(flat)] * len(suffixes), strict=True))  # a tuple a sample
 
     def close(self) -> None:
         for env in self.envs:
