@@ -116,8 +116,8 @@ def field_columns(chosen: Sequence[tuple[int, FieldSpec]],
         if arrays is not None:
             columns[spec.name] = arrays
         elif spec.type == "str":
-            columns[spec.name] = [None if cell is None else
-                                  bytes(cell).decode("utf-8", "surrogatepass") for cell in cells]
+            columns[spec.name] = [None if cell is None else str(cell, "utf-8", "surrogatepass")
+                                  for cell in cells]  # str(): a view decodes without a copy
         else:
             columns[spec.name] = [None if cell is None else natural(decode_value(spec.type, cell))
                                   for cell in cells]

@@ -143,15 +143,13 @@ def stored_arrays(cells: Sequence[bytes | None]) -> NumberArrays | None:
     sample; None when one is missing or not of the field's one dtype (the per-sample
     path then gives the values, or the error). An array without numbers ((0, 4), (1,
     0)) pads as none of its rows, as collate_field pads it (field_batch._padded)."""
-    if not cells or any(cell is None for cell in cells):
+    if not cells or None in cells:
         return None
     present = cast(Sequence[bytes], cells)
-    layouts, pieces = [], []
     try:
-        for cell in present:
-            start = 10 + (cell[8] | cell[9] << 8)
-            layouts.append(_layout(bytes(cell[10:start])))
-            pieces.append(cell[start:])
+        starts = [10 + (cell[8] | cell[9] << 8) for cell in present]
+        heads = [cell[10:start] for cell, start in zip(present, starts, strict=True)]
+        layouts = [_LAYOUTS.get(head) or _layout(head) for head in heads]
     except (IndexError, ValueError):
         return None
     dtypes = {layout[0] for layout in layouts}
@@ -159,18 +157,26 @@ def stored_arrays(cells: Sequence[bytes | None]) -> NumberArrays | None:
         return None
     dtype = dtypes.pop()
     counts = np.array([layout[2] for layout in layouts], dtype=np.int64)
-    joined = b"".join(pieces)
+    joined = b"".join([cell[start:] for cell, start in zip(present, starts, strict=True)])
     if len(joined) != int(counts.sum()) * dtype.itemsize:
         return None
-    starts = np.zeros(len(counts) + 1, np.int64)
-    np.cumsum(counts, out=starts[1:])
-    floats = dtype.kind == "f"
-    return NumberArrays(np.frombuffer(joined, dtype), starts,
-                        tuple(layout[1] for layout in layouts), (floats,) * len(present))
+    offsets = np.zeros(len(counts) + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return NumberArrays(np.frombuffer(joined, dtype), offsets,
+                        tuple([layout[1] for layout in layouts]),
+                        (dtype.kind == "f",) * len(present))
 
 
-@functools.lru_cache(maxsize=4096)
-def _layout(header: bytes) -> tuple[np.dtype[np.generic], tuple[int, ...], int]:
-    """(dtype, shape, number count) of an array value's header text."""
+Layout = tuple[np.dtype[np.generic], tuple[int, ...], int]
+_LAYOUTS: dict[bytes, Layout] = {}  # header text -> layout: a dict lookup a value
+_LAYOUTS_KEPT = 4096
+
+
+def _layout(header: bytes) -> Layout:
+    """(dtype, shape, number count) of an array value's header text (ValueError for one
+    this library does not write), remembered for the next values of the same shape."""
     dtype, shape = parsed_header(header)
-    return dtype, shape, int(np.prod(shape))
+    layout = (dtype, shape, int(np.prod(shape)))
+    if len(_LAYOUTS) < _LAYOUTS_KEPT:
+        _LAYOUTS[header] = layout
+    return layout

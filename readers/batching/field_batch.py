@@ -19,6 +19,7 @@ the number arrays padded from the buffer by one masked assignment.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, overload
 
@@ -115,21 +116,22 @@ def _padded(name: str, arrays: NumberArrays) -> dict[str, Any] | None:
     """collate_field's result for these arrays (stacked, or zero-padded with lengths),
     or None where it would keep them as a list (trailing shapes that differ)."""
     shapes, count = arrays.shapes, len(arrays)
-    dtypes = {np.float32 if floats else np.int64 for floats in set(arrays.floats)}
-    if len(set(shapes)) == 1 and len(dtypes) == 1:
-        return {name: torch.from_numpy(arrays.flat.reshape(count, *shapes[0])
-                                       .astype(dtypes.pop())),
-                name + LENGTHS_SUFFIX: torch.full((count,), shapes[0][0], dtype=torch.int64)}
+    kinds, distinct = set(arrays.floats), set(shapes)
+    if len(distinct) == 1 and len(kinds) == 1:
+        dtype = np.float32 if kinds.pop() else np.int64
+        shape = distinct.pop()
+        return {name: torch.from_numpy(arrays.flat.reshape(count, *shape).astype(dtype)),
+                name + LENGTHS_SUFFIX: torch.full((count,), shape[0], dtype=torch.int64)}
     # as collate_field: an array without numbers ((0, 4), or (1, 0)) is 0 rows long and
-    # the others give the trailing shape
-    numbers = np.diff(arrays.starts).tolist()
-    trailing = {shape[1:] for shape, n in zip(shapes, numbers, strict=True) if n}
+    # the others give the trailing shape; worked out once per distinct shape, of which a
+    # batch has a few (a boxes field: one per box count)
+    rows = {shape: shape[0] if math.prod(shape) else 0 for shape in distinct}
+    trailing = {shape[1:] for shape in distinct if rows[shape]}
     if len(trailing) != 1:
         return None
     rest = trailing.pop()
-    lengths = np.array([shape[0] if n else 0 for shape, n in zip(shapes, numbers, strict=True)],
-                       dtype=np.int64)
-    dtype = np.float32 if np.float32 in dtypes else np.int64
-    padded = np.zeros((count, int(lengths.max()), *rest), dtype=dtype)
-    padded[np.arange(padded.shape[1]) < lengths[:, None]] = arrays.flat.reshape(-1, *rest)
+    lengths = np.array([rows[shape] for shape in shapes], dtype=np.int64)
+    longest = max(rows.values())
+    padded = np.zeros((count, longest, *rest), dtype=np.float32 if True in kinds else np.int64)
+    padded[np.arange(longest) < lengths[:, None]] = arrays.flat.reshape(-1, *rest)
     return {name: torch.from_numpy(padded), name + LENGTHS_SUFFIX: torch.from_numpy(lengths)}
