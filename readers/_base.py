@@ -17,12 +17,21 @@ from PIL import Image
 
 from packer import formats
 from packer.core.index import SampleTable, open_dataset
+from packer.formats.base import RecordReader
 from readers._handles import Handles, identity, release
 from readers.augment import Augment
 from readers.decoding.crop_decode import as_numpy, decode_augmented
 from readers.decoding.decode import Mode
 from readers.decoding.decode import decode as decode_record
-from readers.fields import with_fields, with_fields_many
+from readers.fields import (
+    FieldNames,
+    FieldSource,
+    ReadFields,
+    chosen_fields,
+    with_fields,
+    with_fields_many,
+)
+from readers.held_fields import HeldFields
 from readers.remote import RemoteSource
 from readers.sampling.sampler import PAD_LABEL
 
@@ -59,6 +68,7 @@ class _PackedBase:
     """Opening, per-process handles and sample building, shared by both datasets."""
 
     fields: tuple[str, ...] | None = None  # the field names samples carry (readers.fields)
+    _held: HeldFields | None = None  # those fields in memory (readers.held_fields)
 
     def __init__(self, path: str | Path, *, sample: SampleSettings, chunk_size: int,
                  cache_bytes: int = 0, remote: RemoteSource | None = None) -> None:
@@ -122,15 +132,31 @@ class _PackedBase:
         sample = (image, label, table.key(i)) if self.with_keys else (image, label)
         if self.fields is None or not fields:
             return sample
-        return with_fields(sample, self.handles().reader, i, self.fields, self.index.fields)
+        return with_fields(sample, self.field_source(self.handles().reader), i, self.fields)
 
     def _add_fields(self, samples: Sequence[Sample], positions: Sequence[int]) -> Sequence[Sample]:
-        """A batch's plain samples as dicts with their fields, read in one call (a
+        """A batch's plain samples as dicts with their fields, taken in one call (a
         FieldBatch: columns that readers.collate batches at once)."""
         if self.fields is None:
             return samples
-        return with_fields_many(samples, self.handles().reader, positions, self.fields,
-                                self.index.fields)
+        return with_fields_many(samples, self.field_source(self.handles().reader), positions,
+                                self.fields)
+
+    def _choose_fields(self, fields: FieldNames, in_memory: bool) -> None:
+        """The fields samples carry (readers.fields), read once into memory with
+        `in_memory` (readers.held_fields)."""
+        self.fields = chosen_fields(self.index, fields, self.path)
+        if not in_memory:
+            return
+        if self.fields is None:
+            raise ValueError("fields_in_memory=True holds the fields that fields= names: "
+                             "pass fields=(...) or fields='all', or leave it False")
+        self._held = HeldFields.read(self.handles().reader, self.index.fields, self.fields,
+                                     self.index.num_samples)
+
+    def field_source(self, reader: RecordReader) -> FieldSource:
+        """Where a batch's fields come from: the held columns, else this process's reader."""
+        return self._held if self._held is not None else ReadFields(reader, self.index.fields)
 
     def close(self) -> None:
         """Release this process's handles of the folder, for every dataset on it.

@@ -38,7 +38,7 @@ from readers.batching.collate import gathered_rows, gathered_samples
 from readers.batching.gathered import GatheredRows, batch_labels
 from readers.batching.raw_collate import IndexedSamples
 from readers.decoding.decode import Mode
-from readers.fields import FieldNames, chosen_fields
+from readers.fields import FieldNames
 from readers.iterable import PackedIterableDataset
 from readers.options import DEFAULT_CHUNK_SIZE, RemoteOptions
 from readers.options.legacy import REMOTE_MOVES, accepts_legacy
@@ -78,6 +78,12 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
 
     `subset="val"` reads one split that `pack split` wrote into the dataset folder:
     `ds[i]` is the split's i-th sample (readers.subset).
+
+    `fields_in_memory=True` reads the `fields=` of every sample once, here, checked
+    against their digests, into a few buffers per field that batches gather from
+    (readers.held_fields): the same samples, without reading and checking each
+    sample's fields again every epoch; it costs one pass over the fields now and their
+    size in RAM, shared by forked workers.
     """
 
     @accepts_legacy(("decode", "size", "transform", "with_keys", "cache_bytes"),
@@ -89,7 +95,8 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
                  max_cache_bytes: int = DEFAULT_CACHE_BYTES,
                  chunk_size: int = DEFAULT_CHUNK_SIZE,
                  remote: RemoteOptions | None = None, in_memory: bool = False,
-                 fields: FieldNames = None, subset: str | None = None) -> None:
+                 fields: FieldNames = None, fields_in_memory: bool = False,
+                 subset: str | None = None) -> None:
         check_budget("max_cache_bytes", max_cache_bytes, "off")
         if seed < 0:
             raise ValueError(f"seed must be a non-negative integer, not {seed}")
@@ -101,7 +108,7 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
                          remote=source)
         self.seed = seed
         self._epochs = PassEpochs()  # only its named epoch: map-style has no passes
-        self.fields = chosen_fields(self.index, fields, self.path)
+        self._choose_fields(fields, fields_in_memory)
         self.subset = Subset.open(path, self.index, subset)  # ds[i]: the subset's i-th sample
 
     @property

@@ -4,13 +4,13 @@ With fields a sample is a dict, `{"image", "label", <fields>}` (+ "key" with
 `with_keys=True`), that `default_collate` and `readers.collate` batch (the latter pads
 ragged arrays, readers.batching.fields_collate); without, it stays `(image, label[, key])`.
 
-Values come from the format's record reader, a batch at a time (`field_values_many`:
-every sample's values in byte form, checked against its digest), in the process that
-reads, and are decoded column by column into a FieldBatch (readers.batching.field_batch)
-that `readers.collate` batches at once; nothing is held between batches: the metadata
-of the whole dataset stays in the reader's numpy tables and files. A reader without
-`field_values_many` is read through `fields_many` (values decoded by packer). Numeric
-values become arrays on the way out, the same on either path:
+Values come from a FieldSource a batch at a time: by default the format's record
+reader (ReadFields: `field_values_many`, every sample's values in byte form checked
+against its digest, in the process that reads), decoded column by column into a
+FieldBatch (readers.batching.field_batch) that `readers.collate` batches at once, with
+nothing held between batches; with `fields_in_memory=True`, columns read and checked
+once and held (readers.held_fields), which give the same values. Numeric values become
+arrays on the way out, the same on every path:
 
     JSON list of numbers (nested, rectangular)   tensor: float32 if any number is a
                                                  float (boxes (n, 4)), float64 if one
@@ -29,8 +29,9 @@ fields.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import torch
@@ -44,8 +45,8 @@ from readers.batching.field_batch import Column, FieldBatch
 
 FieldNames = Sequence[str] | Literal["all"] | None
 
-__all__ = ["FieldNames", "chosen_fields", "fields_ahead", "natural", "with_fields",
-           "with_fields_many"]
+__all__ = ["FieldNames", "FieldSource", "ReadFields", "chosen_fields", "fields_ahead", "natural",
+           "with_fields", "with_fields_many"]
 
 
 def dataset_fields(index: Index) -> tuple[str, ...]:
@@ -69,59 +70,75 @@ def chosen_fields(index: Index, fields: FieldNames, where: Path) -> tuple[str, .
     return names
 
 
-def with_fields(sample: tuple[Any, ...], reader: RecordReader, i: int,
-                names: tuple[str, ...], specs: tuple[FieldSpec, ...]) -> dict[str, Any]:
-    """(image, label[, key]) of sample i as a dict with its fields (`specs`: the
-    dataset's, in the index's order)."""
-    return with_fields_many([sample], reader, [i], names, specs)[0]
+class FieldSource(Protocol):
+    """Where a batch's field columns come from: the format's reader (ReadFields), or the
+    columns held in memory (readers.held_fields)."""
+
+    def columns(self, positions: Sequence[int], names: tuple[str, ...]) -> dict[str, Column]:
+        """The columns of fields `names` of the samples at `positions`, every value
+        checked against its sample's digest (when read, or when held)."""
+        ...
 
 
-def with_fields_many(samples: Sequence[tuple[Any, ...]], reader: RecordReader,
-                     positions: Sequence[int], names: tuple[str, ...],
-                     specs: tuple[FieldSpec, ...]) -> Sequence[dict[str, Any]]:
-    """A batch of samples (at `positions`) as dicts, their fields read in one call: a
-    FieldBatch of columns (readers.batching.field_batch) of the reader's checked byte
-    values; plain dicts when no field is asked for."""
+@dataclass(frozen=True)
+class ReadFields:
+    """A batch's fields read from the format's record reader in one call
+    (`field_values_many`, every sample checked against its digest), then decoded a
+    column at a time. `specs`: the dataset's fields, in the index's order."""
+
+    reader: RecordReader
+    specs: tuple[FieldSpec, ...]
+
+    def columns(self, positions: Sequence[int], names: tuple[str, ...]) -> dict[str, Column]:
+        return field_columns(numbered(self.specs, names),
+                             self.reader.field_values_many(positions))
+
+
+def with_fields(sample: tuple[Any, ...], source: FieldSource, i: int,
+                names: tuple[str, ...]) -> dict[str, Any]:
+    """(image, label[, key]) of sample i as a dict with its fields."""
+    return with_fields_many([sample], source, [i], names)[0]
+
+
+def with_fields_many(samples: Sequence[tuple[Any, ...]], source: FieldSource,
+                     positions: Sequence[int], names: tuple[str, ...]
+                     ) -> Sequence[dict[str, Any]]:
+    """A batch of samples (at `positions`) as dicts, their fields taken in one call: a
+    FieldBatch of columns (readers.batching.field_batch); plain dicts when no field is
+    asked for."""
     if names:
-        return FieldBatch(samples, _columns(reader, positions, names, specs))
+        return FieldBatch(samples, source.columns(positions, names))
     return [_as_dict(sample, {}, names) for sample in samples]
 
 
-def fields_ahead(reader: RecordReader, positions: Sequence[int], names: tuple[str, ...],
-                 specs: tuple[FieldSpec, ...]) -> Callable[[int, tuple[Any, ...]], dict[str, Any]]:
-    """Read the fields of samples at `positions` now, in one call; the function returned
+def fields_ahead(source: FieldSource, positions: Sequence[int], names: tuple[str, ...]
+                 ) -> Callable[[int, tuple[Any, ...]], dict[str, Any]]:
+    """Take the fields of samples at `positions` now, in one call; the function returned
     makes the k-th one's dict around its plain sample when it is built (the streaming
     dataset reads a group's fields at once, but decodes images one at a time)."""
     if names:
-        return FieldBatch((), _columns(reader, positions, names, specs)).dict_of
+        return FieldBatch((), source.columns(positions, names)).dict_of
     return lambda k, sample: _as_dict(sample, {}, names)
-
-
-def _columns(reader: RecordReader, positions: Sequence[int], names: tuple[str, ...],
-             specs: tuple[FieldSpec, ...]) -> dict[str, Column]:
-    values = reader.field_values_many(positions)
-    return field_columns(numbered(specs, names), values)
 
 
 def field_columns(chosen: Sequence[tuple[int, FieldSpec]],
                   values: Sequence[Sequence[bytes | None]]) -> dict[str, Column]:
-    """The columns of the chosen fields ((position in the record, spec)) of a batch: an
-    array field's numbers joined at once, a json field of plain number lists parsed at
-    once, the others value by value."""
-    columns: dict[str, Column] = {}
-    for number, spec in chosen:
-        cells = [sample[number] for sample in values]
-        arrays = parse_arrays(cells) if spec.type == "json" and cells else \
-            stored_arrays(cells) if spec.type in ("floats", "ints") else None
-        if arrays is not None:
-            columns[spec.name] = arrays
-        elif spec.type == "str":
-            columns[spec.name] = [None if cell is None else str(cell, "utf-8", "surrogatepass")
-                                  for cell in cells]  # str(): a view decodes without a copy
-        else:
-            columns[spec.name] = [None if cell is None else natural(decode_value(spec.type, cell))
-                                  for cell in cells]
-    return columns
+    """The columns of the chosen fields ((position in the record, spec)) of a batch."""
+    return {spec.name: field_column(spec, [sample[number] for sample in values])
+            for number, spec in chosen}
+
+
+def field_column(spec: FieldSpec, cells: Sequence[bytes | None]) -> Column:
+    """One field of a batch from its values in byte form (None: no value): an array
+    field's numbers joined at once, a json field of plain number lists parsed at once,
+    the others value by value."""
+    arrays = parse_arrays(cells) if spec.type == "json" and cells else \
+        stored_arrays(cells) if spec.type in ("floats", "ints") else None
+    if arrays is not None:
+        return arrays
+    if spec.type == "str":  # str(): a view decodes without a copy
+        return [None if cell is None else str(cell, "utf-8", "surrogatepass") for cell in cells]
+    return [None if cell is None else natural(decode_value(spec.type, cell)) for cell in cells]
 
 
 def _as_dict(sample: tuple[Any, ...], values: dict[str, object],

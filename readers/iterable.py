@@ -12,7 +12,7 @@ from torch.utils.data import IterableDataset
 from readers._base import Sample, SampleSettings, Transform, _PackedBase
 from readers.augment import Augment
 from readers.decoding.decode import Mode
-from readers.fields import FieldNames, chosen_fields, fields_ahead
+from readers.fields import FieldNames, fields_ahead
 from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_SPLIT, RemoteOptions, SplitOptions
 from readers.options.legacy import REMOTE_MOVES, SPLIT_MOVES, accepts_legacy
 from readers.passes.base import SplitPasses
@@ -50,6 +50,9 @@ class PackedIterableDataset(SplitPasses, _PackedBase, IterableDataset[Sample]):
 
     `subset="val"` streams one split that `pack split` wrote into the dataset folder,
     split exactly once across ranks and workers like a whole dataset (readers.subset).
+
+    `fields_in_memory=True` reads the `fields=` of every sample once, here, into
+    columns the stream takes them from (readers.held_fields), as PackedDataset does.
     """
 
     @accepts_legacy(("shuffle", "seed", "decode", "size", "transform", "with_keys",
@@ -62,7 +65,8 @@ class PackedIterableDataset(SplitPasses, _PackedBase, IterableDataset[Sample]):
                  split: SplitOptions = DEFAULT_SPLIT,
                  remote: RemoteOptions | None = None, in_memory: bool = False,
                  class_weights: ClassWeights | None = None,
-                 fields: FieldNames = None, subset: str | None = None) -> None:
+                 fields: FieldNames = None, fields_in_memory: bool = False,
+                 subset: str | None = None) -> None:
         sample = SampleSettings(decode, size, augment, transform, with_keys)
         self._ram = in_memory_copy(path, remote) if in_memory else None  # readers.ram.copies
         source = None if self._ram else remote_source(path, remote)
@@ -73,7 +77,7 @@ class PackedIterableDataset(SplitPasses, _PackedBase, IterableDataset[Sample]):
         self.subset = Subset.open(path, self.index, subset)  # plans count its positions
         self._weights = weighted_split(self, class_weights, None, self.chunk_size)
         self._check_plan()
-        self.fields = chosen_fields(self.index, fields, self.path)
+        self._choose_fields(fields, fields_in_memory)
 
     def _plan_for(self, world_size: int) -> ShardPlan:
         shuffle, drop_last, seed = self._split
@@ -98,8 +102,8 @@ class PackedIterableDataset(SplitPasses, _PackedBase, IterableDataset[Sample]):
                 yield sample
             return
         for group in _groups(records, FIELD_GROUP):  # the fields of a group in one read
-            dict_of = fields_ahead(local.reader, [i for i, _, _ in group], self.fields,
-                                   self.index.fields)
+            dict_of = fields_ahead(self.field_source(local.reader), [i for i, _, _ in group],
+                                   self.fields)
             for k, (i, padded, data) in enumerate(group):
                 sample = dict_of(k, self.make_sample(local.table, i, data, padded, crop,
                                                  fields=False))

@@ -49,7 +49,8 @@ def field_cases(case: Callable[..., Any], packed: dict[str, Path],
                 size: tuple[int, int], decodes: tuple[str, ...] = ("rgb8", "raw"),
                 formats: tuple[str, ...] = FIELD_FORMATS,
                 target: float | None = None) -> list[Any]:
-    """`case` builds a read.Case; both samples through PackedDataset + readers.collate.
+    """`case` builds a read.Case; the plain samples, those with fields read per batch and
+    with them held in memory (readers.held_fields), through PackedDataset + readers.collate.
     `target` replaces the per-decode TARGETS (fields rate / plain rate, at least)."""
     from readers import PackedDataset, collate
 
@@ -67,6 +68,12 @@ def field_cases(case: Callable[..., Any], packed: dict[str, Path],
                               collate=collate))
             cases.append(case(f"{fmt}-fields-{decode}", "dict + caption + boxes", fmt, shown,
                               lambda o=options, p=path: PackedDataset(p, fields=FIELDS, **o),
+                              shuffle=True, collate=collate,
+                              targets=((plain, target or TARGETS[decode]),)))
+            cases.append(case(f"{fmt}-held-{decode}", "dict + caption + boxes, fields in memory",
+                              fmt, shown,
+                              lambda o=options, p=path: PackedDataset(p, fields=FIELDS,
+                                                                      fields_in_memory=True, **o),
                               shuffle=True, collate=collate,
                               targets=((plain, target or TARGETS[decode]),)))
     return cases

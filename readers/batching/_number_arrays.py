@@ -45,6 +45,10 @@ class NumberArrays:
     starts: npt.NDArray[np.int64]  # (B + 1,): sample b's numbers are flat[starts[b]:starts[b+1]]
     shapes: tuple[tuple[int, ...], ...]
     floats: tuple[bool, ...]  # float32 (True) or int64 per sample
+    # Known ahead (held fields, readers.held_fields): each sample's padded length (its
+    # rows, 0 without numbers) and the trailing shape all samples with numbers share.
+    rows: npt.NDArray[np.int64] | None = None
+    rest: tuple[int, ...] | None = None
 
     def __len__(self) -> int:
         return len(self.shapes)

@@ -115,6 +115,8 @@ def _collate_column(name: str, column: Column) -> dict[str, Any]:
 def _padded(name: str, arrays: NumberArrays) -> dict[str, Any] | None:
     """collate_field's result for these arrays (stacked, or zero-padded with lengths),
     or None where it would keep them as a list (trailing shapes that differ)."""
+    if arrays.rows is not None and arrays.rest is not None and arrays.rows.any():
+        return _padded_ahead(name, arrays.flat, arrays.rows, arrays.rest, any(arrays.floats))
     shapes, count = arrays.shapes, len(arrays)
     kinds, distinct = set(arrays.floats), set(shapes)
     if len(distinct) == 1 and len(kinds) == 1:
@@ -131,7 +133,15 @@ def _padded(name: str, arrays: NumberArrays) -> dict[str, Any] | None:
         return None
     rest = trailing.pop()
     lengths = np.array([rows[shape] for shape in shapes], dtype=np.int64)
-    longest = max(rows.values())
-    padded = np.zeros((count, longest, *rest), dtype=np.float32 if True in kinds else np.int64)
-    padded[np.arange(longest) < lengths[:, None]] = arrays.flat.reshape(-1, *rest)
+    return _padded_ahead(name, arrays.flat, lengths, rest, True in kinds)
+
+
+def _padded_ahead(name: str, flat: np.ndarray, lengths: np.ndarray, rest: tuple[int, ...],
+                  floats: bool) -> dict[str, Any]:
+    """Samples of `lengths` rows of shape `rest` (numbers back to back in `flat`),
+    zero-padded to the longest, and their lengths. With every sample the same shape
+    this is also the stacked batch: the same numbers, no padding."""
+    longest = int(lengths.max())
+    padded = np.zeros((len(lengths), longest, *rest), dtype=np.float32 if floats else np.int64)
+    padded[np.arange(longest) < lengths[:, None]] = flat.reshape(-1, *rest)
     return {name: torch.from_numpy(padded), name + LENGTHS_SUFFIX: torch.from_numpy(lengths)}
