@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import sys
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,11 +62,9 @@ class HeldBytes:
     present: npt.NDArray[np.bool_]
 
     def column(self, wanted: npt.NDArray[np.intp]) -> Column:
-        data, offsets = self.data, self.offsets
-        cells = [data[start:stop] if present else None for start, stop, present in
-                 zip(offsets[wanted].tolist(), offsets[wanted + 1].tolist(),
-                     self.present[wanted].tolist(), strict=True)]
-        return field_column(self.spec, cells)
+        data = self.data
+        return field_column(self.spec, [data[start:stop] if present else None for start, stop,
+                                        present in _spans(self.offsets, self.present, wanted)])
 
 
 @dataclass(frozen=True)
@@ -80,10 +78,16 @@ class HeldText:
     present: npt.NDArray[np.bool_]
 
     def column(self, wanted: npt.NDArray[np.intp]) -> Column:
-        text, offsets = self.text, self.offsets
+        text = self.text
         return [text[start:stop] if present else None for start, stop, present in
-                zip(offsets[wanted].tolist(), offsets[wanted + 1].tolist(),
-                    self.present[wanted].tolist(), strict=True)]
+                _spans(self.offsets, self.present, wanted)]
+
+
+def _spans(offsets: npt.NDArray[np.int64], present: npt.NDArray[np.bool_],
+           wanted: npt.NDArray[np.intp]) -> Iterator[tuple[int, int, bool]]:
+    """(start, stop, present) of the samples `wanted`, looked up at once."""
+    return zip(offsets[wanted].tolist(), offsets[wanted + 1].tolist(),
+               present[wanted].tolist(), strict=True)
 
 
 @dataclass(frozen=True)
@@ -132,9 +136,8 @@ class HeldFields:
              count: int) -> HeldFields:
         """Fields `names` of samples 0..count-1, read from `reader` a block at a time,
         each sample checked against its digest (field_values_many)."""
-        builders = {name: _Builder(spec) for name, (_, spec) in
-                    zip(names, numbered(specs, names), strict=True)}
         chosen = numbered(specs, names)
+        builders = {spec.name: _Builder(spec) for _, spec in chosen}
         for start in range(0, count, BLOCK):
             values = reader.field_values_many(list(range(start, min(start + BLOCK, count))))
             for number, spec in chosen:

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from readers.batching._columns import packed, unpacked
+from readers.batching._columns import packed, tensor_of, tensor_parts, unpacked
 from readers.batching._shm_pool import Rebuild, SlotPool, _arrived
 
 __all__ = ["PooledBatch", "PooledDict"]
@@ -48,7 +48,7 @@ class PooledBatch(list[Any]):
         by_value = bool(tail) and isinstance(tail[0], torch.Tensor) \
             and not tail[0].untyped_storage().is_shared()
         if by_value:  # labels: 8 bytes a sample, in the pickle rather than shared memory
-            tail[0] = tail[0].numpy()
+            tail[0] = tensor_parts(tail[0])
         state = None if self.pool.state_sent else self.pool.state_tensor
         self.pool.state_sent = True
         images = self.pool.outgoing(self.slot, self.images)
@@ -79,7 +79,7 @@ class PooledDict(dict[str, Any]):
         names = list(self)
         if not names or names[0] != "image" or self["image"] is not self.batch.head:
             return dict, (dict(self),)
-        rest = {name: value.numpy() if _by_value(value) else packed(value)
+        rest = {name: tensor_parts(value) if _by_value(value) else packed(value)
                 for name, value in list(self.items())[1:]}
         moved = [name for name, value in self.items() if _by_value(value)]
         self.batch[1:] = [rest, moved]
@@ -97,5 +97,5 @@ def _arrived_dict(images: torch.Tensor, tail: list[Any], *args: Any) -> dict[str
     head, rest, moved = _arrived(images, tail, *args)
     rest = {name: unpacked(value) for name, value in rest.items()}
     for name in moved:
-        rest[name] = torch.from_numpy(rest[name])
+        rest[name] = tensor_of(*rest[name])
     return {"image": head, **rest}

@@ -51,7 +51,7 @@ import numpy.typing as npt
 import torch
 import torch.multiprocessing
 
-from readers.batching._columns import unpacked
+from readers.batching._columns import tensor_of, unpacked
 
 POOL_BYTES = 96 << 20  # per worker: enough for the DataLoader's prefetched batches
 MIN_SLOTS = 2
@@ -244,7 +244,7 @@ def _arrived(images: torch.Tensor | SlotImages, tail: list[Any], by_value: bool,
     """In the main process: the plain batch, its slot freed once `images`' storage dies."""
     tail = [unpacked(value) for value in tail]
     if by_value:
-        tail[0] = torch.from_numpy(tail[0])
+        tail[0] = tensor_of(*tail[0])
     _watch_hand_offs()
     known = _known_state(token, state)
     if isinstance(images, SlotImages):

@@ -24,7 +24,7 @@ from readers import PackedDataset, collate
 from readers.batching._number_arrays import parse_arrays
 from readers.batching.field_batch import FieldBatch
 from readers.batching.fields_collate import collate_dicts
-from readers.fields import field_columns, fields_ahead, natural, with_fields_many
+from readers.fields import ReadFields, field_columns, fields_ahead, natural, with_fields_many
 from tests.field_support import same_bits
 from tests.helpers import FIELD_NAMES, FORMATS, pack_with_fields
 
@@ -115,12 +115,13 @@ def test_columns_give_the_dicts_of_the_readers_own_decoding(packed: dict[str, Pa
     order = [4, 1, 1, 0]
     plain = [(torch.zeros(1), k) for k in range(len(order))]
     names = tuple(FIELD_NAMES)
-    columns = with_fields_many(plain, reader, order, names, ds.index.fields)
+    source = ReadFields(reader, ds.index.fields)
+    columns = with_fields_many(plain, source, order, names)
     decoded = [{"image": image, "label": label,
                 **{name: natural(value) for name, value in values.items()}}
                for (image, label), values in zip(plain, reader.fields_many(order, names),
                                                  strict=True)]
     assert isinstance(columns, FieldBatch)
     assert same_bits(list(columns), decoded)
-    ahead = fields_ahead(reader, order, names, ds.index.fields)
+    ahead = fields_ahead(source, order, names)
     assert same_bits([ahead(k, sample) for k, sample in enumerate(plain)], decoded)
