@@ -4,8 +4,10 @@ The chosen fields of every sample are read once, when the dataset is built, thro
 format's reader (every sample checked against its field digest there), and kept as a
 few buffers per field:
 
-    str, bytes, json, int, float   the values' byte form back to back (one bytes object),
-                                   offsets (int64, N + 1), present (bool, N)
+    str                            the text, decoded once (one str), offsets in characters
+                                   (int64, N + 1), present (bool, N)
+    bytes, json, int, float        the values' byte form back to back (one bytes object),
+                                   offsets (int64, N + 1), present
     floats, ints (array fields)    the numbers back to back (float32 / int64), starts
                                    (int64, N + 1), each sample's shape, present
 
@@ -52,35 +54,22 @@ __all__ = ["HeldFields"]
 
 
 @dataclass(frozen=True)
-class HeldBytes:
-    """A field as its values' byte form back to back: value i is data[offsets[i]:
-    offsets[i + 1]] where present[i]."""
+class HeldSpans:
+    """A field as its values back to back in one buffer: value i is buffer[offsets[i]:
+    offsets[i + 1]] where present[i]. A str field's buffer is its text, decoded once
+    (offsets in characters: a slice a sample, no decode); any other field's is the
+    values' byte form, decoded by field_column as values read from the format are."""
 
     spec: FieldSpec
-    data: bytes
+    buffer: str | bytes
     offsets: npt.NDArray[np.int64]
     present: npt.NDArray[np.bool_]
 
     def column(self, wanted: npt.NDArray[np.intp]) -> Column:
-        data = self.data
-        return field_column(self.spec, [data[start:stop] if present else None for start, stop,
-                                        present in _spans(self.offsets, self.present, wanted)])
-
-
-@dataclass(frozen=True)
-class HeldText:
-    """A str field decoded once into one str: value i is text[offsets[i]:offsets[i + 1]]
-    (offsets in characters) where present[i]; a slice a sample, no decode."""
-
-    spec: FieldSpec
-    text: str
-    offsets: npt.NDArray[np.int64]
-    present: npt.NDArray[np.bool_]
-
-    def column(self, wanted: npt.NDArray[np.intp]) -> Column:
-        text = self.text
-        return [text[start:stop] if present else None for start, stop, present in
-                _spans(self.offsets, self.present, wanted)]
+        buffer = self.buffer
+        cells: list[Any] = [buffer[start:stop] if present else None for start, stop, present
+                            in _spans(self.offsets, self.present, wanted)]
+        return cells if isinstance(buffer, str) else field_column(self.spec, cells)
 
 
 def _spans(offsets: npt.NDArray[np.int64], present: npt.NDArray[np.bool_],
@@ -121,7 +110,7 @@ class HeldArrays:
                             self.rows[wanted], self.rest)
 
 
-Held = HeldBytes | HeldText | HeldArrays
+Held = HeldSpans | HeldArrays
 
 
 class HeldFields:
@@ -155,10 +144,8 @@ class HeldFields:
 
 
 def _size(held: Held) -> int:
-    if isinstance(held, HeldBytes):
-        return len(held.data) + held.offsets.nbytes + held.present.nbytes
-    if isinstance(held, HeldText):
-        return sys.getsizeof(held.text) + held.offsets.nbytes + held.present.nbytes
+    if isinstance(held, HeldSpans):
+        return sys.getsizeof(held.buffer) + held.offsets.nbytes + held.present.nbytes
     return held.numbers.nbytes + held.starts.nbytes + held.present.nbytes
 
 
@@ -222,8 +209,8 @@ class _Builder:
             return HeldArrays(self.spec, _joined(self.numbers, self.dtype), _bounds(self.counts),
                               shapes, present, rows, trailing.pop() if len(trailing) == 1 else None)
         if self.texts is not None:
-            return HeldText(self.spec, "".join(self.texts), _bounds(self.characters), present)
-        return HeldBytes(self.spec, b"".join(self.pieces), _bounds(self.lengths), present)
+            return HeldSpans(self.spec, "".join(self.texts), _bounds(self.characters), present)
+        return HeldSpans(self.spec, b"".join(self.pieces), _bounds(self.lengths), present)
 
 
 def _decoded(cells: Sequence[bytes | None]) -> list[str] | None:
