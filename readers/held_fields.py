@@ -28,7 +28,6 @@ them) and spawned ones receive them pickled with the dataset.
 
 from __future__ import annotations
 
-import math
 import sys
 from array import array
 from collections.abc import Iterator, Sequence
@@ -42,7 +41,7 @@ import torch
 from packer.core.field_arrays import ArrayValueError, decode_array
 from packer.core.fields import FieldSpec, numbered
 from packer.formats.base import RecordReader
-from readers.batching._number_arrays import NumberArrays, stored_arrays
+from readers.batching._number_arrays import NumberArrays, pad_layout, stored_arrays
 from readers.batching.field_batch import Column
 from readers.fields import field_column
 
@@ -93,12 +92,12 @@ class HeldArrays:
     rest: tuple[int, ...] | None  # the trailing shape of every array with numbers, if one
 
     def column(self, wanted: npt.NDArray[np.intp]) -> Column:
-        first, after = self.starts[wanted], self.starts[wanted + 1]
-        if not self.present[wanted].all():  # as field_column: a tensor each, None for none
+        first, after, present = self.starts[wanted], self.starts[wanted + 1], self.present[wanted]
+        if not present.all():  # as field_column: a tensor each, None for none
             return [torch.from_numpy(self.numbers[start:stop].reshape(self.shapes[i]).copy())
-                    if present else None for i, start, stop, present in
-                    zip(wanted.tolist(), first.tolist(), after.tolist(),
-                        self.present[wanted].tolist(), strict=True)]
+                    if there else None for i, start, stop, there in
+                    zip(wanted.tolist(), first.tolist(), after.tolist(), present.tolist(),
+                        strict=True)]
         counts = after - first
         starts = np.zeros(len(wanted) + 1, np.int64)
         np.cumsum(counts, out=starts[1:])
@@ -204,10 +203,10 @@ class _Builder:
         present = np.frombuffer(bytes(self.present), np.bool_).copy()
         if self.dtype is not None:
             shapes = tuple(self.shapes)
-            rows = np.array([shape[0] if math.prod(shape) else 0 for shape in shapes], np.int64)
-            trailing = {shape[1:] for shape in set(shapes) if math.prod(shape)}
+            rows, rest = pad_layout(shapes)
             return HeldArrays(self.spec, _joined(self.numbers, self.dtype), _bounds(self.counts),
-                              shapes, present, rows, trailing.pop() if len(trailing) == 1 else None)
+                              shapes, present,
+                              np.array([rows[shape] for shape in shapes], np.int64), rest)
         if self.texts is not None:
             return HeldSpans(self.spec, "".join(self.texts), _bounds(self.characters), present)
         return HeldSpans(self.spec, b"".join(self.pieces), _bounds(self.lengths), present)

@@ -21,8 +21,9 @@ caller then takes the per-sample path, so the values never depend on which path 
 from __future__ import annotations
 
 import functools
+import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -169,6 +170,16 @@ def stored_arrays(cells: Sequence[bytes | None]) -> NumberArrays | None:
     return NumberArrays(np.frombuffer(joined, dtype), offsets,
                         tuple([layout[1] for layout in layouts]),
                         (dtype.kind == "f",) * len(present))
+
+
+def pad_layout(shapes: Iterable[tuple[int, ...]]
+               ) -> tuple[dict[tuple[int, ...], int], tuple[int, ...] | None]:
+    """How collate pads arrays of these shapes: the rows each shape pads as (its first
+    dimension; 0 for an array without numbers, (0, 4) or (1, 0)), and the one trailing
+    shape of those with numbers (None where they differ, or none has numbers)."""
+    rows = {shape: shape[0] if math.prod(shape) else 0 for shape in set(shapes)}
+    trailing = {shape[1:] for shape, count in rows.items() if count}
+    return rows, trailing.pop() if len(trailing) == 1 else None
 
 
 Layout = tuple[np.dtype[np.generic], tuple[int, ...], int]

@@ -19,14 +19,13 @@ the number arrays padded from the buffer by one masked assignment.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, overload
 
 import numpy as np
 import torch
 
-from readers.batching._number_arrays import NumberArrays
+from readers.batching._number_arrays import NumberArrays, pad_layout
 from readers.batching._pooled import PooledBatch, PooledDict
 from readers.batching.fields_collate import IMAGE, LABEL, LENGTHS_SUFFIX, collate_field
 from readers.batching.gathered import GatheredRows
@@ -124,14 +123,11 @@ def _padded(name: str, arrays: NumberArrays) -> dict[str, Any] | None:
         shape = distinct.pop()
         return {name: torch.from_numpy(arrays.flat.reshape(count, *shape).astype(dtype)),
                 name + LENGTHS_SUFFIX: torch.full((count,), shape[0], dtype=torch.int64)}
-    # as collate_field: an array without numbers ((0, 4), or (1, 0)) is 0 rows long and
-    # the others give the trailing shape; worked out once per distinct shape, of which a
-    # batch has a few (a boxes field: one per box count)
-    rows = {shape: shape[0] if math.prod(shape) else 0 for shape in distinct}
-    trailing = {shape[1:] for shape in distinct if rows[shape]}
-    if len(trailing) != 1:
+    # as collate_field, worked out once per distinct shape, of which a batch has a few
+    # (a boxes field: one per box count)
+    rows, rest = pad_layout(distinct)
+    if rest is None:
         return None
-    rest = trailing.pop()
     lengths = np.array([rows[shape] for shape in shapes], dtype=np.int64)
     return _padded_ahead(name, arrays.flat, lengths, rest, True in kinds)
 
