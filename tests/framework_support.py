@@ -58,3 +58,14 @@ def write_seen(out: Path, rank: int, epochs: list[dict[str, list[str]]]) -> None
     """OUT/rank{r}-epoch{e}.json: {setup: the keys it trained on, in order}."""
     for epoch, seen in enumerate(epochs):
         (out / f"rank{rank}-epoch{epoch}.json").write_text(json.dumps(seen))
+
+
+def leave_process_group() -> None:
+    """Ends the default process group while the interpreter is whole.
+
+    The Trainer never ends it; gloo threads that still hold work when the interpreter
+    finalizes can abort the process ("terminate called without an active exception",
+    SIGABRT), which once failed a CI run of trainer_resume_child.
+    """
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()

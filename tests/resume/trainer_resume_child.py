@@ -37,7 +37,7 @@ from transformers import (
 )
 
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset
-from tests.framework_support import SIZE, KeyIds
+from tests.framework_support import SIZE, KeyIds, leave_process_group
 
 BATCH, SAVE_EVERY, STOP_AFTER = 4, 3, 5
 SETUPS = ("map", "iterable", "iterable_shards")
@@ -145,6 +145,7 @@ def main() -> None:
         folder = out / setup
         folder.mkdir(exist_ok=True)
         train(path, folder, setup, str(folder / sys.argv[4]) if mode == "resume" else None)
+    leave_process_group()
 
 
 if __name__ == "__main__":
