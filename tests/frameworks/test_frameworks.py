@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from packer.core.index import open_dataset
-from tests.helpers import pack_wds
+from tests.helpers import free_port, pack_wds
 
 NUM = 200
 RANKS = 2
@@ -28,12 +27,6 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return pack_wds(tmp_path_factory.mktemp("frameworks"), NUM, 40, min_side=10, max_side=16)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def run(command: list[str], out: Path) -> None:
     # the children import tests.framework_support: the clone's root on PYTHONPATH
     path = os.pathsep.join(filter(None, [str(HERE.parents[1]), os.environ.get("PYTHONPATH")]))
@@ -42,7 +35,7 @@ def run(command: list[str], out: Path) -> None:
     done = subprocess.run(command, cwd=HERE.parents[1], env=env, capture_output=True, text=True,
                           timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert sorted(p.name for p in out.iterdir()) == [
+    assert sorted(p.name for p in out.glob("rank*.json")) == [
         f"rank{r}-epoch{e}.json" for r in range(RANKS) for e in (0, 1)], done.stderr[-3000:]
 
 

@@ -16,7 +16,6 @@ Each rank writes OUT/rank{r}-epoch{e}.json: {setup: keys, in order}.
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +62,10 @@ def as_inputs(collate: KeyIds) -> Any:
     return collate_fn
 
 
-def train(dataset: Any, collate: KeyIds,
+def train(dataset: Any, collate: KeyIds, out: Path,
           accelerator_config: dict[str, Any] | None = None) -> list[list[str]]:
     args = TrainingArguments(
-        output_dir=tempfile.mkdtemp(prefix="trainer-"), per_device_train_batch_size=BATCH,
+        output_dir=str(out / "trainer"), per_device_train_batch_size=BATCH,
         num_train_epochs=2, use_cpu=True, report_to=[], save_strategy="no",
         logging_strategy="no", dataloader_num_workers=2, disable_tqdm=True,
         accelerator_config=accelerator_config or {})
@@ -85,10 +84,11 @@ def main() -> None:
         return PackedIterableDataset(path, size=SIZE, with_keys=True, **options)
 
     runs = {
-        "map": train(PackedDataset(path, size=SIZE, with_keys=True), collate),
-        "iterable": train(iterable(batch_size=BATCH), collate),
-        "iterable_shards": train(iterable(batch_size=BATCH), collate, {"dispatch_batches": False}),
-        "iterable_unbatched": train(iterable(), collate),
+        "map": train(PackedDataset(path, size=SIZE, with_keys=True), collate, out),
+        "iterable": train(iterable(batch_size=BATCH), collate, out),
+        "iterable_shards": train(iterable(batch_size=BATCH), collate, out,
+                                 {"dispatch_batches": False}),
+        "iterable_unbatched": train(iterable(), collate, out),
     }
     seen = [{name: epochs[e] for name, epochs in runs.items()} for e in range(2)]
     write_seen(out, torch.distributed.get_rank(), seen)
