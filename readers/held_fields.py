@@ -28,11 +28,12 @@ them) and spawned ones receive them pickled with the dataset.
 
 from __future__ import annotations
 
+import math
 import sys
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -102,11 +103,34 @@ class HeldArrays:
         starts = np.zeros(len(wanted) + 1, np.int64)
         np.cumsum(counts, out=starts[1:])
         taken = np.repeat(first - starts[:-1], counts) + np.arange(starts[-1])
-        shapes = self.shapes
-        return NumberArrays(self.numbers[taken], starts,
-                            tuple([shapes[i] for i in wanted.tolist()]),
-                            (self.numbers.dtype.kind == "f",) * len(wanted),
-                            self.rows[wanted], self.rest)
+        # With one trailing shape, a sample's rows are its count of numbers over that
+        # shape's size: no lookup of the rows or shapes of random samples (a cache miss
+        # each), which a batch's padding needs no more of.
+        rows = self.rows[wanted] if self.rest is None else counts // math.prod(self.rest)
+        return NumberArrays(self.numbers[taken], starts, _Shapes(self.shapes, wanted),
+                            (self.numbers.dtype.kind == "f",) * len(wanted), rows, self.rest)
+
+
+class _Shapes(Sequence[tuple[int, ...]]):
+    """The shapes of a batch's samples, looked up in the field's when asked for (a
+    sample's dict, or padding without one trailing shape)."""
+
+    def __init__(self, every: tuple[tuple[int, ...], ...], wanted: npt.NDArray[np.intp]) -> None:
+        self.every, self.wanted = every, wanted
+
+    def __len__(self) -> int:
+        return len(self.wanted)
+
+    @overload
+    def __getitem__(self, b: int) -> tuple[int, ...]: ...
+
+    @overload
+    def __getitem__(self, b: slice) -> Sequence[tuple[int, ...]]: ...
+
+    def __getitem__(self, b: int | slice) -> tuple[int, ...] | Sequence[tuple[int, ...]]:
+        if isinstance(b, slice):
+            return [self.every[i] for i in self.wanted[b].tolist()]
+        return self.every[int(self.wanted[b])]
 
 
 Held = HeldSpans | HeldArrays

@@ -106,13 +106,19 @@ def written(peer: str, src: Path, dst: Path) -> Path:
 
 
 class _Decode:
-    """A picklable sample map: raw keeps the bytes, rgb8 decodes + resizes with PIL."""
+    """A picklable sample map: raw keeps the bytes, rgb8 decodes + resizes with PIL.
+
+    litdata (0.2.7x) gives a bytes column as a memoryview over its chunk, which neither
+    pickles across the worker queue nor collates: raw makes it bytes, as a user must.
+    """
 
     def __init__(self, size: Size | None) -> None:
         self.size = size
 
     def __call__(self, sample: dict[str, Any]) -> tuple[Any, int]:
         image = sample["image"]
+        if isinstance(image, memoryview):
+            image = image.tobytes()
         if self.size is not None:
             image = pil_bytes_to_tensor(image, self.size)
         return image, int(sample["label"])

@@ -44,7 +44,7 @@ class NumberArrays:
 
     flat: npt.NDArray[np.generic]
     starts: npt.NDArray[np.int64]  # (B + 1,): sample b's numbers are flat[starts[b]:starts[b+1]]
-    shapes: tuple[tuple[int, ...], ...]
+    shapes: Sequence[tuple[int, ...]]  # a tuple, or a view that looks them up (held fields)
     floats: tuple[bool, ...]  # float32 (True) or int64 per sample
     # Known ahead (held fields, readers.held_fields): each sample's padded length (its
     # rows, 0 without numbers) and the trailing shape all samples with numbers share.

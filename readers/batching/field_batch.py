@@ -91,6 +91,8 @@ class FieldBatch(Sequence[dict[str, Any]]):
         """The (image, label) samples, as the plain dataset would give them to collate."""
         if isinstance(self.samples, GatheredRows):  # an npy batch: its one buffer
             return self.samples.without_keys()
+        if all(len(sample) == 2 for sample in self.samples):  # no keys: as they are
+            return self.samples
         pairs = [(sample[0], sample[1]) for sample in self.samples]
         indices = getattr(self.samples, "indices", None)  # a raw batch's (IndexedSamples)
         return pairs if indices is None else IndexedSamples(pairs, indices)
