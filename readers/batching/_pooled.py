@@ -8,10 +8,13 @@ from typing import Any
 
 import torch
 
-from readers.batching._columns import packed, tensor_of, tensor_parts, unpacked
+from readers.batching._columns import tensor_of, unpacked
+from readers.batching._prepared import Prepared, prepared_all
 from readers.batching._shm_pool import Rebuild, SlotPool, _arrived
 
 __all__ = ["PooledBatch", "PooledDict"]
+
+_NOTHING = Prepared(None)  # nothing prepared: each value packed as it is
 
 
 class PooledBatch(list[Any]):
@@ -29,6 +32,7 @@ class PooledBatch(list[Any]):
         super().__init__(items)
         self.images, self.pool, self.slot, self.rebuild = images, pool, slot, rebuild
         self.head = items[0] if items else None
+        self.prepared = prepared_all(items[1:])  # readers.batching._prepared
         pool.sending(slot)
 
     def __copy__(self) -> list[Any]:
@@ -44,16 +48,21 @@ class PooledBatch(list[Any]):
         items = list(self)
         if not items or items[0] is not self.head:  # changed in the worker: untracked
             return list, (items,)
-        tail = [packed(value) for value in items[1:]]
-        by_value = bool(tail) and isinstance(tail[0], torch.Tensor) \
-            and not tail[0].untyped_storage().is_shared()
-        if by_value:  # labels: 8 bytes a sample, in the pickle rather than shared memory
-            tail[0] = tensor_parts(tail[0])
+        tail = [self._ready(k).packed(value) for k, value in enumerate(items[1:])]
+        # labels: 8 bytes a sample, in the pickle rather than shared memory
+        labels = self._ready(0).tensor(items[1]) if tail else None
+        by_value = labels is not None
+        if labels is not None:
+            tail[0] = labels
         state = None if self.pool.state_sent else self.pool.state_tensor
         self.pool.state_sent = True
         images = self.pool.outgoing(self.slot, self.images)
         return _arrived, (images, tail, by_value, self.pool.token, state, self.slot,
                           self.rebuild)
+
+    def _ready(self, k: int) -> Prepared:
+        """The prepared form of value k + 1, or an empty one for a value added since."""
+        return self.prepared[k] if k < len(self.prepared) else _NOTHING
 
 
 class PooledDict(dict[str, Any]):
@@ -66,6 +75,9 @@ class PooledDict(dict[str, Any]):
     def __init__(self, items: dict[str, Any], batch: PooledBatch) -> None:
         super().__init__(items)
         self.batch = batch
+        known = {id(ready.value): ready for ready in batch.prepared}
+        self.prepared = {name: known.get(id(value)) or Prepared(value)
+                         for name, value in list(items.items())[1:]}
 
     def __copy__(self) -> dict[str, Any]:
         return dict(self)
@@ -79,17 +91,17 @@ class PooledDict(dict[str, Any]):
         names = list(self)
         if not names or names[0] != "image" or self["image"] is not self.batch.head:
             return dict, (dict(self),)
-        rest = {name: tensor_parts(value) if _by_value(value) else packed(value)
-                for name, value in list(self.items())[1:]}
-        moved = [name for name, value in self.items() if _by_value(value)]
+        rest: dict[str, Any] = {}
+        moved = []
+        for name, value in list(self.items())[1:]:
+            ready = self.prepared.get(name, _NOTHING)
+            parts = ready.tensor(value)
+            if parts is not None:
+                moved.append(name)
+            rest[name] = parts if parts is not None else ready.packed(value)
         self.batch[1:] = [rest, moved]
         _, args = self.batch.__reduce__()
         return _arrived_dict, args
-
-
-def _by_value(value: Any) -> bool:
-    return isinstance(value, torch.Tensor) and not value.untyped_storage().is_shared() \
-        and value.device.type == "cpu" and not value.requires_grad
 
 
 def _arrived_dict(images: torch.Tensor, tail: list[Any], *args: Any) -> dict[str, Any]:
