@@ -89,7 +89,6 @@ class HeldArrays:
     starts: npt.NDArray[np.int64]
     shapes: tuple[tuple[int, ...], ...]
     present: npt.NDArray[np.bool_]
-    rows: npt.NDArray[np.int64]  # as collate pads: shape[0], 0 for an array without numbers
     rest: tuple[int, ...] | None  # the trailing shape of every array with numbers, if one
 
     def column(self, wanted: npt.NDArray[np.intp]) -> Column:
@@ -103,10 +102,11 @@ class HeldArrays:
         starts = np.zeros(len(wanted) + 1, np.int64)
         np.cumsum(counts, out=starts[1:])
         taken = np.repeat(first - starts[:-1], counts) + np.arange(starts[-1])
-        # With one trailing shape, a sample's rows are its count of numbers over that
-        # shape's size: no lookup of the rows or shapes of random samples (a cache miss
-        # each), which a batch's padding needs no more of.
-        rows = self.rows[wanted] if self.rest is None else counts // math.prod(self.rest)
+        # With one trailing shape, a sample's rows (as collate pads it: 0 without
+        # numbers) are its count of numbers over that shape's size: no lookup of the
+        # shapes of random samples (a cache miss each), which padding then needs no more
+        # of. Without one, collate pads from the shapes, and no rows are needed.
+        rows = None if self.rest is None else counts // math.prod(self.rest)
         return NumberArrays(self.numbers[taken], starts, _Shapes(self.shapes, wanted),
                             (self.numbers.dtype.kind == "f",) * len(wanted), rows, self.rest)
 
@@ -227,10 +227,8 @@ class _Builder:
         present = np.frombuffer(bytes(self.present), np.bool_).copy()
         if self.dtype is not None:
             shapes = tuple(self.shapes)
-            rows, rest = pad_layout(shapes)
             return HeldArrays(self.spec, _joined(self.numbers, self.dtype), _bounds(self.counts),
-                              shapes, present,
-                              np.array([rows[shape] for shape in shapes], np.int64), rest)
+                              shapes, present, pad_layout(shapes)[1])
         if self.texts is not None:
             return HeldSpans(self.spec, "".join(self.texts), _bounds(self.characters), present)
         return HeldSpans(self.spec, b"".join(self.pieces), _bounds(self.lengths), present)

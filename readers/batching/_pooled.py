@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from readers.batching._columns import tensor_of, unpacked
-from readers.batching._prepared import Prepared, prepared_all
+from readers.batching._prepared import Prepared
 from readers.batching._shm_pool import Rebuild, SlotPool, _arrived
 
 __all__ = ["PooledBatch", "PooledDict"]
@@ -32,7 +32,7 @@ class PooledBatch(list[Any]):
         super().__init__(items)
         self.images, self.pool, self.slot, self.rebuild = images, pool, slot, rebuild
         self.head = items[0] if items else None
-        self.prepared = prepared_all(items[1:])  # readers.batching._prepared
+        self.prepared = [Prepared(value) for value in items[1:]]  # readers.batching._prepared
         pool.sending(slot)
 
     def __copy__(self) -> list[Any]:

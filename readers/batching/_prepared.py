@@ -22,7 +22,7 @@ import torch
 
 from readers.batching._columns import PackedColumn, packed, tensor_parts
 
-__all__ = ["Prepared", "by_value", "prepared_all"]
+__all__ = ["Prepared", "by_value"]
 
 
 def by_value(value: Any) -> bool:
@@ -78,8 +78,3 @@ def _numpy_dtype(dtype: torch.dtype) -> str:
     if dtype not in _DTYPES:
         _DTYPES[dtype] = torch.empty(0, dtype=dtype).numpy().dtype.str
     return _DTYPES[dtype]
-
-
-def prepared_all(values: list[Any]) -> list[Prepared]:
-    """A Prepared for each value."""
-    return [Prepared(value) for value in values]
