@@ -18,16 +18,19 @@ from packer.dataset.remote import is_url, parse_storage_options
 from packer.encode import EncodeOptions
 from packer.errors import ctrl_c_watched, install_line
 from packer.formats import FORMATS
-from packer.formats.base import ShardOptions
+from packer.formats.base import MIN_SHARDS, ShardOptions
 
 
 @click.command("convert")
-@click.argument("src", type=click.Path(path_type=Path))
+@click.argument("src")
 @click.argument("dst")
 @click.option("--to", "fmt", type=click.Choice(list(FORMATS)), required=True,
               help="Output format.")
-@click.option("--shard-size", default="256MB", show_default=True,
-              help="wds: roll to a new shard at this many bytes (256MB, 1GiB, ...).")
+@click.option("--shard-size", default=None,
+              help="wds: roll to a new shard at this many bytes (256MB, 1GiB, ...). Default: "
+                   f"256MB, and at least {MIN_SHARDS} shards (a shard also ends every N/"
+                   f"{MIN_SHARDS} of N inputs) so that a small set still gives each loader "
+                   "worker a shard; either option given, that limit alone.")
 @click.option("--shard-samples", type=int, default=None,
               help="wds: also start a shard every N inputs (a shard holds the accepted "
                    "samples of N consecutive inputs); with --executor ray, the Ray tasks "
@@ -78,23 +81,33 @@ from packer.formats.base import ShardOptions
               help="A COCO-style JSON (instances_train.json): SRC is its image folder; each "
                    "image's boxes, category_ids, annotation_ids, iscrowd and segmentation "
                    "become fields, the categories go in the index.")
+@click.option("--label", "label", default=None, metavar="cls|json:KEY|none",
+              help="webdataset shards: the label from each sample's .cls member (the default "
+                   "where the shards have one), from KEY of its .json, or none (one class); "
+                   "Parquet: the label column (the default) or none.")
 @click.option("--drop-duplicates", is_flag=True,
               help="Keep the first (by key) of samples whose stored bytes are equal; list "
                    "the others in rejects.jsonl, naming the key kept.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def convert_command(src: Path, dst: str, fmt: str, shard_size: str, shard_samples: int | None,
-                    resize: int | None, size: str | None, fit: str, codec: str | None,
-                    quality: int, upscale: bool, check: str, on_error: str, workers: int | None,
+def convert_command(src: str, dst: str, fmt: str, shard_size: str | None,
+                    shard_samples: int | None, resize: int | None, size: str | None,
+                    fit: str, codec: str | None, quality: int, upscale: bool, check: str,
+                    on_error: str, workers: int | None,
                     executor: str, ray_address: str | None, resume: bool, overwrite: bool,
                     storage_options: tuple[str, ...], staging: Path | None,
                     field_types: tuple[str, ...], keep_fields: str | None, no_fields: bool,
-                    annotations: Path | None, drop_duplicates: bool, quiet: bool) -> None:
+                    annotations: Path | None, label: str | None, drop_duplicates: bool,
+                    quiet: bool) -> None:
     """Convert SRC (an image folder, a .csv/.jsonl manifest, a COCO .json, a .tar/.zip
-    archive or a packed dataset) into DST.
+    archive, webdataset shards, Parquet with image bytes or a packed dataset) into DST.
 
     \b
     pack convert photos/ out.wds --to wds --shard-size 128MB
     pack convert train.tar out.wds --to wds
+    pack convert 'shards/train-{000000..000099}.tar' out.lmdb --to lmdb
+    pack convert 's3://bucket/train-{000000..000099}.tar' out.lmdb --to lmdb
+    pack convert img2dataset-out/ out.lmdb --to lmdb --label none
+    pack convert hub-dataset/data/ out.wds --to wds
     pack convert photos/ out.lmdb --to lmdb --resize 256 --encode jpeg --quality 90
     pack convert list.csv out.h5 --to hdf5 --check header --on-error fail
     pack convert photos/ out.npy --to npy --size 224x224 --fit crop
@@ -109,16 +122,18 @@ def convert_command(src: Path, dst: str, fmt: str, shard_size: str, shard_sample
     with converting(), user_errors(), ctrl_c_watched():
         options = EncodeOptions(check=check, resize=resize, size=parse_size(size),  # type: ignore[arg-type]
                                 fit=fit, codec=codec, quality=quality, upscale=upscale)  # type: ignore[arg-type]
-        run = ConvertOptions(ShardOptions(parse_bytes(shard_size), shard_samples), workers,
+        run = ConvertOptions(shard_options(shard_size, shard_samples), workers,
                              on_error, resume, overwrite,  # type: ignore[arg-type]
                              executor=executor, ray_address=ray_address,  # type: ignore[arg-type]
                              fields=parse_fields(field_types, keep_fields, no_fields,
-                                                 annotations),
+                                                 annotations, label),
                              drop_duplicates=drop_duplicates)
         remote = is_url(dst)
-        if not remote and (storage_options or staging is not None):
+        if (staging is not None and not remote) or \
+                (storage_options and not remote and not is_url(src)):
             raise click.BadParameter("--storage-option and --staging apply to a URL DST "
-                                     "(s3://bucket/prefix, file:///path)")
+                                     "(s3://bucket/prefix, file:///path); --storage-option "
+                                     "also to a URL SRC of webdataset shards")
         where = dst.rstrip("/") if remote else str(Path(dst))
         parsed = parse_storage_options(storage_options)
         finished = resume and holds_complete(dst, parsed)  # then convert only checks it
@@ -143,3 +158,11 @@ def stored_as(fmt: str, index: Index) -> str:
         return fmt
     count = len(index.shards)
     return f"wds, {count} shard{'s' * (count != 1)}"
+
+
+def shard_options(size: str | None, samples: int | None) -> ShardOptions:
+    """The given limits (256MB unless --shard-size says), or with neither option the
+    default spread over at least MIN_SHARDS shards."""
+    if size is None and samples is None:
+        return ShardOptions.spread()
+    return ShardOptions(parse_bytes(size or "256MB"), samples)

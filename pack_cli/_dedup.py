@@ -26,7 +26,8 @@ SHOWN = 20  # groups the text report lists
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (every group).")
 @click.option("--near", is_flag=True,
               help="Samples that look alike instead: a 64-bit dHash (9x8 grayscale) of "
-                   "each sample, computed now (one decode pass), groups within --distance.")
+                   "each sample, computed now (one decode pass), groups within --distance; "
+                   "flat samples (too little detail for a dHash) by colour, among themselves.")
 @click.option("--distance", type=click.IntRange(0, 16), default=4, show_default=True,
               help="--near: the most bits of 64 in which two hashes may differ.")
 @click.option("--workers", type=click.IntRange(1), default=None,
@@ -61,8 +62,12 @@ def render(report: DuplicateReport) -> str:
              + (f"; {crossing} group(s) span splits" if crossing else "")]
     if report.splits_note:
         lines.append(f"note: splits not shown: {report.splits_note}")
+    if report.num_flat:
+        lines.append(f"{report.num_flat} flat sample(s) (too little detail for a dHash) "
+                     "compared by colour, only with each other")
     for number, group in enumerate(report.groups[:SHOWN]):
-        flag = "  (spans splits)" if group.across_splits else ""
+        flag = ("  (flat: by colour)" if group.flat else "") + \
+            ("  (spans splits)" if group.across_splits else "")
         lines.append(f"group {number + 1}{flag}:")
         for k, key in enumerate(group.keys):
             where = f" [{group.splits[k]}]" if group.splits is not None else ""

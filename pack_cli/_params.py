@@ -12,6 +12,7 @@ import click
 
 from packer.core.fields import parse_spec
 from packer.source.fields import FieldChoice
+from packer.source.wds_labels import LabelChoice
 
 F = TypeVar("F", bound=Callable[..., Any])
 UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20,
@@ -28,15 +29,17 @@ def parse_bytes(text: str) -> int:
 
 
 def parse_fields(types: tuple[str, ...], keep: str | None, none: bool,
-                 annotations: Path | None = None) -> FieldChoice:
-    """--field NAME:TYPE (repeatable), --fields a,b, --no-fields and --annotations as a
-    FieldChoice."""
+                 annotations: Path | None = None, label: str | None = None) -> FieldChoice:
+    """--field NAME:TYPE (repeatable), --fields a,b, --no-fields, --annotations and
+    --label as a FieldChoice."""
     try:
         names = tuple(n.strip() for n in keep.split(",") if n.strip()) if keep is not None \
             else None
+        LabelChoice.parse(label)  # refused here, before anything is scanned
         return FieldChoice(keep=names, enabled=not none,
                            types=tuple(parse_spec(text) for text in types),
-                           annotations=None if annotations is None else str(annotations))
+                           annotations=None if annotations is None else str(annotations),
+                           label=label)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
 

@@ -40,6 +40,7 @@ from packer.errors import (
     RemoteError,
     ResumeRefused,
     SourceError,
+    UnsupportedImageError,
 )
 
 if TYPE_CHECKING:
@@ -103,6 +104,7 @@ __all__ = [
     "ShardOptions",
     "SourceError",
     "SplitReport",
+    "UnsupportedImageError",
     "append",
     "convert",
     "describe",

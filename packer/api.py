@@ -25,6 +25,7 @@ from packer.dataset.verify import Report, check_dataset
 from packer.encode import EncodeOptions
 from packer.errors import PackError
 from packer.source.compare import check_against_source
+from packer.source.wds_remote import fetch_shards
 
 __all__ = ["AppendResult", "ConvertOptions", "Report", "append", "convert", "describe",
            "holds_complete", "verify", "verify_remote"]
@@ -40,16 +41,21 @@ def convert(src: str | Path, dst: str | Path, fmt: str, options: EncodeOptions |
 
     `dst` is a folder, or a URL (s3://bucket/prefix, file:///path) written through a
     staging folder (`staging`, default a temporary one) with fsspec `storage_options`.
+    A URL `src` names webdataset shards (a brace list or their folder), downloaded once
+    into the shard cache (packer.source.wds_remote) with the same `storage_options`.
     `progress` gets a count of inputs done, `on_total` the number of inputs.
     """
+    remote_src = is_url(src)
+    if remote_src:  # webdataset shards at a URL: read from the local shard cache
+        src = fetch_shards(str(src), storage_options)
     if is_url(dst):
         from packer.conversion.upload import convert_remote  # fsspec is an optional extra
 
         return convert_remote(src, str(dst), fmt, options, run, storage_options=storage_options,
                               staging=staging, progress=progress, on_total=on_total)
-    if storage_options or staging is not None:
+    if staging is not None or (storage_options and not remote_src):
         raise ValueError(f"{dst}: storage_options and staging apply to a URL DST "
-                         "(s3://bucket/prefix, file:///path)")
+                         "(s3://bucket/prefix, file:///path) or a URL SRC of shards")
     return convert_local(src, Path(dst), fmt, options, run, progress=progress,
                          on_total=on_total)
 

@@ -22,14 +22,14 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from packer.core.record import Record, Reject, SourceItem
-from packer.errors import RejectReason, interrupted
+from packer.errors import RejectReason, UnsupportedImageError, interrupted
 from packer.imaging.jpeg import decodes as jpeg_decodes
 from packer.imaging.jpeg import load_rgb_fast
 from packer.imaging.pillow import (
     Fit,
     check_decodes,
     fit_image,
-    load_rgb,
+    load_rgb_sized,
     open_image,
     resize_shorter,
 )
@@ -125,6 +125,8 @@ def encode_batch(items: Iterable[SourceItem], options: EncodeOptions) -> list[Re
 
 def describe_failure(exc: BaseException) -> str:
     """A reason for rejects.jsonl from whatever the decoder raised."""
+    if isinstance(exc, UnsupportedImageError):
+        return f"unsupported: {exc}"
     if isinstance(exc, UnidentifiedImageError):
         return "not an image: no decoder recognizes the bytes"
     if isinstance(exc, (Image.DecompressionBombError, Image.DecompressionBombWarning)):
@@ -143,9 +145,10 @@ def _encode_bytes(data: bytes, path: str | None, options: EncodeOptions) -> tupl
         assert options.size is not None  # guaranteed by EncodeOptions validation
         return rgb_pixels(data, options.size, options.fit), PIXELS_EXT
     if options.transforms:
-        image = load_rgb(data, size=options.size, fit=options.fit, shorter=options.resize,
-                         upscale=options.upscale)
-        return _save(_resized(image, options), options.codec or "jpeg", options.quality)
+        image, source = load_rgb_sized(data, size=options.size, fit=options.fit,
+                                       shorter=options.resize, upscale=options.upscale)
+        return _save(_resized(image, options, source), options.codec or "jpeg",
+                     options.quality)
     return data, _checked_ext(data, path, options.check)
 
 
@@ -170,8 +173,8 @@ def rgb_pixels(data: bytes, size: tuple[int, int], fit: Fit) -> bytes:
     if fast is not None:
         pixels, source = fast
         return fit_pixels(pixels, size, fit, source)
-    image = load_rgb(data, size=size, fit=fit)  # Pillow: any format, EXIF orientation
-    return fit_pixels(np.array(image), size, fit)  # a writable copy for torch
+    image, source = load_rgb_sized(data, size=size, fit=fit)  # Pillow: any format, EXIF
+    return fit_pixels(np.array(image), size, fit, source)  # a writable copy for torch
 
 
 def _checked_ext(data: bytes, path: str | None, check: Check) -> str:
@@ -197,11 +200,12 @@ def sniff_ext(data: bytes) -> str:
     return "bin"
 
 
-def _resized(image: Image.Image, options: EncodeOptions) -> Image.Image:
+def _resized(image: Image.Image, options: EncodeOptions,
+             source: tuple[int, int] | None = None) -> Image.Image:
     if options.size is not None:
-        return fit_image(image, options.size, options.fit)
+        return fit_image(image, options.size, options.fit, source)
     if options.resize is not None:
-        return resize_shorter(image, options.resize, options.upscale)
+        return resize_shorter(image, options.resize, options.upscale, source)
     return image
 
 

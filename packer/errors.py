@@ -95,6 +95,10 @@ class DecodeError(PackError, ValueError):
     """Stored bytes are not a decodable image (or not the pixels they claim to be)."""
 
 
+class UnsupportedImageError(PackError, OSError):
+    """A valid image no decoder here reads (a 12- or 16-bit JPEG): not a damaged file."""
+
+
 class ExtensionMissingError(PackError, RuntimeError):
     """PACKER_REQUIRE_EXTENSION=1, and the compiled cropped decode cannot be used."""
 

@@ -65,7 +65,7 @@ class FormatContract:
 
     fmt: ClassVar[str]
     passthrough: ClassVar[bool] = True
-    shards: ClassVar[ShardOptions] = ShardOptions()
+    shards: ClassVar[ShardOptions] = ShardOptions.spread()  # the CLI's default
     cli_args: ClassVar[tuple[str, ...]] = ()
     keeps_parts: ClassVar[bool] = False  # resume keeps finished parts instead of redoing
 

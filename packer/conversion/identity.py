@@ -26,7 +26,9 @@ JOB_KEY = "job"  # in index.json's `extra`
 OPTION_NAMES = {"format": "--to", "encode.check": "--check", "encode.resize": "--resize",
                 "encode.size": "--size", "encode.fit": "--fit", "encode.codec": "--encode",
                 "encode.quality": "--quality", "encode.upscale": "--upscale",
-                "shards.max_bytes": "--shard-size", "shards.max_samples": "--shard-samples"}
+                "shards.max_bytes": "--shard-size", "shards.max_samples": "--shard-samples",
+                "shards.min_shards": "--shard-size/--shard-samples (left out: the least "
+                                     "number of shards)"}
 
 
 @dataclass(frozen=True)
@@ -124,10 +126,11 @@ def differences(recorded: dict[str, Any], job: JobIdentity) -> list[str]:
         changes.append(f"the source: {counts}")
     settings = recorded.get("settings")
     before = _flat(settings) if isinstance(settings, dict) else {}
-    for name, now in _flat(job.settings).items():
-        if name in OPTION_NAMES and before.get(name) != now:
+    after = _flat(job.settings)
+    for name in [*after, *(name for name in before if name not in after)]:
+        if name in OPTION_NAMES and before.get(name) != after.get(name):
             changes.append(f"{OPTION_NAMES[name]} was {_word(before.get(name))}, "
-                           f"now {_word(now)}")
+                           f"now {_word(after.get(name))}")
     return changes
 
 

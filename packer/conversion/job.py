@@ -53,7 +53,8 @@ T = TypeVar("T")
 class ConvertOptions:
     """How a conversion runs (as opposed to what it stores: EncodeOptions)."""
 
-    shards: ShardOptions = field(default_factory=ShardOptions)
+    # Given limits, or the default: 256MB and at least MIN_SHARDS shards (ShardOptions)
+    shards: ShardOptions = field(default_factory=ShardOptions.spread)
     workers: int | None = None
     on_error: OnError = "skip"
     resume: bool = False
@@ -136,7 +137,8 @@ def convert_local(src: str | Path, dst: str | Path, fmt: str,
         done = resume_point(journal, job_id.fingerprint, run.resume, module.FILES, folder)
         stem = continued_stem(done.shards, shard_stem(name_of(folder) if run.name is None
                                                       else run.name))
-        plan = WriterPlan(folder, len(source.items), options.size, run.shards, done.num_samples,
+        limits = run.shards.for_inputs(len(source.items))  # a function of the inputs alone
+        plan = WriterPlan(folder, len(source.items), options.size, limits, done.num_samples,
                           done.shards, stem, source.fields)
         parallel = use_parallel_writers(fmt, run.executor, run.shards.max_samples) and \
             on_part is None and not source.fields and not run.drop_duplicates
@@ -149,7 +151,7 @@ def convert_local(src: str | Path, dst: str | Path, fmt: str,
         if progress is not None:
             progress(done.src_stop)
         job = WriterLoop(writer, journal, done, run.on_error, progress, on_part,
-                         group=run.shards.max_samples if module.GROUPS_INPUTS else None,
+                         group=limits.max_samples if module.GROUPS_INPUTS else None,
                          path_of=lambda position: source.items[position].path,
                          drop_duplicates=run.drop_duplicates)
         with aborted_on_failure(writer), source_open(source):
@@ -158,10 +160,10 @@ def convert_local(src: str | Path, dst: str | Path, fmt: str,
             # thread pool down wherever the collection ran, once inside a new thread's
             # start, which deadlocked on threading's own lock.
             if isinstance(writer, CommittedShards):  # parallel: Ray tasks write the shards
-                assert run.shards.max_samples is not None  # use_parallel_writers checked it
+                assert limits.max_samples is not None  # use_parallel_writers checked it
                 with closed_after(written_groups(
-                        folder, source.items, done.src_stop, run.shards.max_samples, options,
-                        run.shards.max_bytes, run.workers, run.ray_address,
+                        folder, source.items, done.src_stop, limits.max_samples, options,
+                        limits.max_bytes, run.workers, run.ray_address,
                         stop_at_reject=run.on_error == "fail")) as groups:
                     job.commit_groups(groups, writer.commit)
             else:
@@ -182,16 +184,19 @@ def plan_job(src: str | Path, fmt: str, asked: EncodeOptions, run: ConvertOption
     """
     source = scan(src, run.fields)
     if source.archive is not None and run.executor == "ray":
-        raise SourceError(f"{src}: an archive SRC is read by the local executor only; "
-                          "drop --executor ray, or extract the archive on a shared mount")
+        raise SourceError(f"{src}: an archive, webdataset or Parquet SRC is read by the "
+                          "local executor only; drop --executor ray, or convert it to a "
+                          "folder on a shared mount first")
     pixels_in = None if source.origin is None else source.origin.pixel_size
     options = effective_options(fmt, asked, pixels_in)  # npy keeps an npy source's size
     settings: dict[str, Any] = {"format": fmt, "encode": options.to_json(),
-                                "shards": dataclasses.asdict(run.shards)}
+                                "shards": run.shards.to_json()}
     if source.fields:  # absent without fields: the fingerprint of such a job is as before
         settings["fields"] = [spec.to_json() for spec in source.fields]
     if run.drop_duplicates:  # absent otherwise: other jobs' fingerprints are as before
         settings["drop_duplicates"] = True
+    if run.fields is not None and run.fields.label is not None:  # a webdataset's --label
+        settings["label"] = run.fields.label
     if source.extra:  # a COCO file's sha256: resume refuses an edited annotations file
         settings["source_extra"] = source.extra
     return source, options, identify(source, settings)

@@ -32,6 +32,7 @@ class DuplicateGroup:
     keys: tuple[str, ...]
     indices: tuple[int, ...]
     splits: tuple[str, ...] | None  # None: the dataset has no (current) splits
+    flat: bool = False  # near: samples too flat for a dHash, grouped by colour
 
     @property
     def across_splits(self) -> bool:
@@ -47,6 +48,7 @@ class DuplicateReport:
     num_samples: int
     groups: tuple[DuplicateGroup, ...]
     splits_note: str | None = None  # why splits are not shown, when DST/splits exists
+    num_flat: int | None = None  # near: samples too flat for a dHash, compared by colour
 
     @property
     def num_duplicates(self) -> int:
@@ -54,13 +56,15 @@ class DuplicateReport:
         return sum(len(group.keys) - 1 for group in self.groups)
 
     def to_json(self) -> dict[str, object]:
+        flat = {} if self.num_flat is None else {"num_flat": self.num_flat}
         return {"path": self.path, "kind": self.kind, "num_samples": self.num_samples,
                 "num_groups": len(self.groups), "num_duplicates": self.num_duplicates,
                 "num_across_splits": sum(g.across_splits for g in self.groups),
-                "splits_note": self.splits_note,
+                "splits_note": self.splits_note, **flat,
                 "groups": [{"keys": list(g.keys), "indices": list(g.indices),
                             "splits": None if g.splits is None else list(g.splits),
-                            "across_splits": g.across_splits} for g in self.groups]}
+                            "across_splits": g.across_splits,
+                            **({"flat": True} if g.flat else {})} for g in self.groups]}
 
 
 def exact_duplicates(path: str | Path) -> DuplicateReport:
@@ -88,10 +92,10 @@ def groups_of(values: npt.NDArray[np.void] | npt.NDArray[np.uint64]
 
 
 def make_group(table: SampleTable, members: npt.NDArray[np.int64],
-           split_of: npt.NDArray[np.int8] | None) -> DuplicateGroup:
+               split_of: npt.NDArray[np.int8] | None, *, flat: bool = False) -> DuplicateGroup:
     indices = tuple(members.tolist())
     splits = None if split_of is None else tuple(SPLIT_NAMES[split_of[i]] for i in indices)
-    return DuplicateGroup(tuple(table.key(i) for i in indices), indices, splits)
+    return DuplicateGroup(tuple(table.key(i) for i in indices), indices, splits, flat)
 
 
 def split_numbers(folder: Path, index: Index) -> tuple[npt.NDArray[np.int8] | None, str | None]:

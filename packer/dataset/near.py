@@ -17,6 +17,9 @@ Pairs are found without comparing all of them (multi-index hashing): the 64 bits
 into distance + 1 bands, and two hashes within `distance` bits agree exactly on at least
 one band, so only samples that share a band value are compared. Groups are the connected
 sets of near pairs (so a group's ends may differ by more than `distance`).
+A flat image (one colour, a smooth sky: too little detail for its hash to mean anything)
+is compared by colour instead, only with other flat images (packer.dataset.flat); each
+sample's detail, and a flat one's colour thumbnail, are kept beside its hash.
 """
 
 from __future__ import annotations
@@ -29,32 +32,39 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
-import simplejpeg
 from PIL import Image
 
 from packer.core.index import DIGEST_BYTES, open_dataset
 from packer.core.layout import NEAR_NAME
 from packer.dataset.duplicates import DuplicateReport, make_group, split_numbers
+from packer.dataset.flat import COLOUR_VALUES, FLAT_STEP, MIN_DETAIL, colour_links, colour_thumbnail
 from packer.dataset.open import Opened, identity, opened
 from packer.errors import CorruptDatasetError
-from packer.imaging.jpeg import fast_size
+from packer.imaging.jpeg import decode_gray, fast_size
 from packer.imaging.pillow import load_rgb
 from packer.storage.atomic import write_atomic
 
 __all__ = ["dhash", "near_duplicates", "near_pairs"]
 
 CHUNK = 256
-# near-hashes.npy; the hash column is named after the hash: another hash, another name
-KEPT_DTYPE = np.dtype([("digest", np.uint8, (DIGEST_BYTES,)), ("dhash_9x8", "<u8")])
+# near-hashes.npy; a column is named after what it holds: another hash (or another
+# FLAT_STEP, MIN_DETAIL, COLOUR_SIZE), another name, and a file of other columns is
+# computed again. rgb_2x2: a flat sample's colour thumbnail, zeros for the others.
+KEPT_DTYPE = np.dtype([("digest", np.uint8, (DIGEST_BYTES,)), ("dhash_9x8", "<u8"),
+                       ("detail_9x8", np.uint8), ("rgb_2x2", np.uint8, (COLOUR_VALUES,))])
 HASH_SIZE = (9, 8)  # (width, height) of the grayscale image a dHash compares
 MAX_DISTANCE = 16
 
 
-def dhash(gray: Image.Image) -> int:
-    """The 64-bit difference hash of a grayscale image (module docstring)."""
+def dhash(gray: Image.Image) -> tuple[int, int]:
+    """The 64-bit difference hash of a grayscale image (module docstring) and its detail
+    (packer.dataset.flat): of its 64 comparisons, those brighter by more than FLAT_STEP
+    gray levels or those darker by as much, whichever are fewer."""
     small = np.asarray(gray.resize(HASH_SIZE, Image.Resampling.BILINEAR), dtype=np.int16)
-    bits = (small[:, 1:] > small[:, :-1]).ravel()
-    return int.from_bytes(np.packbits(bits).tobytes(), "big")
+    steps = small[:, 1:] - small[:, :-1]
+    bits = (steps > 0).ravel()
+    detail = min(np.count_nonzero(steps > FLAT_STEP), np.count_nonzero(steps < -FLAT_STEP))
+    return int.from_bytes(np.packbits(bits).tobytes(), "big"), int(detail)
 
 
 def _gray(data: bytes, shape: tuple[int, int] | None, i: int, entry: Opened) -> Image.Image:
@@ -62,12 +72,9 @@ def _gray(data: bytes, shape: tuple[int, int] | None, i: int, entry: Opened) -> 
     if shape is not None:  # npy: stored RGB pixels
         return Image.fromarray(np.frombuffer(data, np.uint8).reshape(*shape, 3)).convert("L")
     if fast_size(data) is not None:
-        try:
-            pixels = simplejpeg.decode_jpeg(data, colorspace="GRAY", min_height=HASH_SIZE[1],
-                                            min_width=HASH_SIZE[0])  # the coarsest scale
-            return Image.fromarray(pixels[:, :, 0])
-        except Exception:  # any libjpeg refusal: Pillow judges
-            pass
+        pixels = decode_gray(data, (HASH_SIZE[1], HASH_SIZE[0]))  # the coarsest scale
+        if pixels is not None:  # else any libjpeg refusal: Pillow judges
+            return Image.fromarray(pixels)
     try:
         return load_rgb(bytes(data)).convert("L")
     except Exception as exc:
@@ -75,57 +82,58 @@ def _gray(data: bytes, shape: tuple[int, int] | None, i: int, entry: Opened) -> 
                                   f"not decode ({exc}); reconvert the dataset") from exc
 
 
-def hashes_of(folder: Path, workers: int | None = None) -> npt.NDArray[np.uint64]:
-    """Every sample's dHash, those not kept in near-hashes.npy computed on `workers`
-    threads (default: one per CPU), then kept."""
+def hashes_of(folder: Path, workers: int | None = None) -> npt.NDArray[np.void]:
+    """Every sample's row of KEPT_DTYPE (digest, dHash, detail, a flat one's colour),
+    those not kept in near-hashes.npy computed on `workers` threads (default: one per
+    CPU), then kept."""
     entry = opened(identity(folder))
     n = entry.index.num_samples
     shape = entry.index.image_size if entry.index.encode.get("mode") == "pixels" else None
-    digests = np.asarray(entry.table.digests).reshape(n, -1)
-    out, todo = _kept(folder, digests)
+    out, todo = _kept(folder, np.asarray(entry.table.digests).reshape(n, -1))
 
     def chunk(start: int) -> None:
         stop = min(start + CHUNK, n)
         reader = entry.reader()
         for i, data in zip(range(start, stop), reader.read_range(start, stop), strict=True):
             if todo[i]:
-                out[i] = dhash(_gray(data, shape, i, entry))
+                gray = _gray(data, shape, i, entry)
+                out["dhash_9x8"][i], out["detail_9x8"][i] = dhash(gray)
+                if out["detail_9x8"][i] < MIN_DETAIL:
+                    out["rgb_2x2"][i] = colour_thumbnail(data, shape, gray)
 
     starts = [start for start in range(0, n, CHUNK) if todo[start : start + CHUNK].any()]
     threads = max(1, workers if workers is not None else os.cpu_count() or 1)
     with ThreadPoolExecutor(threads, thread_name_prefix="pack-dhash") as pool:
         list(pool.map(chunk, starts))
     if starts:
-        _keep(folder, digests, out)
+        _keep(folder, out)
     return out
 
 
 def _kept(folder: Path, digests: npt.NDArray[np.uint8]
-          ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.bool_]]:
-    """(the hashes near-hashes.npy holds for samples of the same digest, which samples
-    still need one)."""
-    out = np.zeros(len(digests), np.uint64)
+          ) -> tuple[npt.NDArray[np.void], npt.NDArray[np.bool_]]:
+    """(the rows near-hashes.npy holds for samples of the same digest, the others zeros
+    but for their digest; which samples still need theirs computed)."""
+    out = np.zeros(len(digests), KEPT_DTYPE)
+    out["digest"] = digests
     todo = np.ones(len(digests), bool)
     try:
         kept = np.load(folder / NEAR_NAME, allow_pickle=False)
         if kept.dtype != KEPT_DTYPE or kept["digest"].shape[1:] != digests.shape[1:]:
-            return out, todo
+            return out, todo  # another hash, or an older file's columns: computed again
     except (OSError, ValueError, EOFError):  # none yet, or damaged: computed again
         return out, todo
     m = min(len(kept), len(digests))
-    same = np.all(kept["digest"][:m] == digests[:m], axis=1)
-    out[:m][same] = kept["dhash_9x8"][:m][same]
-    todo[:m][same] = False
+    same = np.flatnonzero(np.all(kept["digest"][:m] == digests[:m], axis=1))
+    out[same] = kept[same]
+    todo[same] = False
     return out, todo
 
 
-def _keep(folder: Path, digests: npt.NDArray[np.uint8], hashes: npt.NDArray[np.uint64]) -> None:
+def _keep(folder: Path, rows: npt.NDArray[np.void]) -> None:
     """Write near-hashes.npy atomically; a folder we may not write keeps none."""
-    kept = np.zeros(len(hashes), KEPT_DTYPE)
-    kept["digest"] = digests
-    kept["dhash_9x8"] = hashes
     buffer = io.BytesIO()
-    np.save(buffer, kept, allow_pickle=False)
+    np.save(buffer, rows, allow_pickle=False)
     with contextlib.suppress(OSError):
         write_atomic(folder / NEAR_NAME, buffer.getvalue())
 
@@ -181,12 +189,17 @@ def components(pairs: npt.NDArray[np.int64], n: int) -> list[npt.NDArray[np.int6
 
 def near_duplicates(path: str | Path, distance: int = 4,
                     workers: int | None = None) -> DuplicateReport:
-    """Groups of samples of the dataset at `path` whose dHashes are within `distance`."""
+    """Groups of samples of the dataset at `path` whose dHashes are within `distance`,
+    flat samples grouped by colour among themselves (packer.dataset.flat)."""
     folder = Path(path)
     index, table = open_dataset(folder)
-    pairs = near_pairs(hashes_of(folder, workers), distance)
+    rows = hashes_of(folder, workers)
+    is_flat = rows["detail_9x8"] < MIN_DETAIL
+    flat, detailed = np.flatnonzero(is_flat), np.flatnonzero(~is_flat)
+    pairs = np.concatenate([detailed[near_pairs(rows["dhash_9x8"][detailed], distance)],
+                            flat[colour_links(rows["rgb_2x2"][flat])]])
     split_of, note = split_numbers(folder, index)
+    groups = tuple(make_group(table, members, split_of, flat=bool(is_flat[members[0]]))
+                   for members in components(pairs, index.num_samples))
     return DuplicateReport(str(folder), f"near (dHash within {distance} bits)",
-                           index.num_samples,
-                           tuple(make_group(table, m, split_of)
-                                 for m in components(pairs, index.num_samples)), note)
+                           index.num_samples, groups, note, num_flat=len(flat))

@@ -29,19 +29,51 @@ from packer.core.record import Record
 from packer.errors import CorruptDatasetError
 from packer.storage.hashing import digest_of
 
+MIN_SHARDS = 8  # shards a conversion makes by default, inputs allowing: a loader's workers
+
 
 @dataclass(frozen=True)
 class ShardOptions:
-    """When a writer ends a shard: at `max_bytes` or `max_samples`, whichever comes first."""
+    """When a writer ends a shard: at `max_bytes` or `max_samples`, whichever comes first.
+
+    `min_shards` (the default of a conversion, `spread`): also every num_inputs //
+    min_shards inputs, at least 1, so that a set of at least min_shards inputs makes at
+    least min_shards shards, however small its images: stock webdataset gives each
+    DataLoader worker whole shards, and refuses a worker that gets none. Which shard an
+    input lands in is still a function of the inputs alone (resume relies on it).
+    """
 
     max_bytes: int = 256_000_000  # the CLI default, 256MB
     max_samples: int | None = None
+    min_shards: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_bytes < 1:
             raise ValueError(f"shard size must be positive, not {self.max_bytes}")
         if self.max_samples is not None and self.max_samples < 1:
             raise ValueError(f"shard samples must be positive, not {self.max_samples}")
+        if self.min_shards is not None and self.min_shards < 1:
+            raise ValueError(f"minimum shards must be positive, not {self.min_shards}")
+
+    @classmethod
+    def spread(cls) -> ShardOptions:
+        """The default: 256MB shards, and at least MIN_SHARDS of them."""
+        return cls(min_shards=MIN_SHARDS)
+
+    def for_inputs(self, num_inputs: int) -> ShardOptions:
+        """The limits a conversion of `num_inputs` inputs writes with: min_shards made a
+        max_samples of num_inputs // min_shards (at least 1), or the given one if smaller."""
+        if self.min_shards is None:
+            return self
+        spread = max(1, num_inputs // self.min_shards)
+        return ShardOptions(self.max_bytes, spread if self.max_samples is None
+                            else min(self.max_samples, spread))
+
+    def to_json(self) -> dict[str, int | None]:
+        """The options as a job records them; min_shards only when set, so that a job of
+        given limits has the fingerprint it always had."""
+        limits = {"max_bytes": self.max_bytes, "max_samples": self.max_samples}
+        return limits if self.min_shards is None else {**limits, "min_shards": self.min_shards}
 
 
 @dataclass(frozen=True)

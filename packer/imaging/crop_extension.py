@@ -6,8 +6,10 @@ edge lies inside an iMCU row, at every DCT scale, must equal the full decode cut
 box (libjpeg-turbo's jpeg_skip_scanlines returned stale rows for skips off a row-group
 boundary before its 2026-09 fix; the extension never skips from there, and the self-test
 proves the pair of extension and library on this machine). Otherwise decode_box takes the
-full decode cut to the box: the same pixels, slower. `status()` says which in one line
-(`pack info --env`, `pack profile`).
+full decode cut to the box: the same pixels, slower. The decode handed out checks each
+stream's frame header first (packer.imaging.jpeg_frame) and refuses, as libjpeg's own
+errors are refused, any stream the native path is not known to handle. `status()` says
+which decode runs in one line (`pack info --env`, `pack profile`).
 
 Configuration, not a switch: `PACKER_CROP_DECODE=full` in the environment turns the
 extension off for this process and its DataLoader workers (fork or spawn alike);
@@ -32,6 +34,7 @@ import simplejpeg
 from packer.errors import (
     ExtensionMissingError as ExtensionMissingError,  # defined with every error class
 )
+from packer.imaging.jpeg_frame import native, native_refusal
 
 CropDecode = Callable[[bytes | bytearray | memoryview, int, int, int, int, int], bytearray]
 OFF_SWITCH = "PACKER_CROP_DECODE"
@@ -78,6 +81,18 @@ def self_test(decode: CropDecode) -> str | None:
     return None
 
 
+def _guarded(decode: CropDecode) -> CropDecode:
+    """`decode` for the streams the native path may see; any other raises ValueError, as a
+    libjpeg error does, so the caller falls back to Pillow."""
+    def checked(data: bytes | bytearray | memoryview, top: int, left: int, height: int,
+                width: int, denom: int) -> bytearray:
+        if not native(data):
+            raise ValueError("the compiled decode does not take this stream: "
+                             f"{native_refusal(data)}")
+        return decode(data, top, left, height, width, denom)
+    return checked
+
+
 @cache
 def _load() -> CropExtension:
     try:
@@ -85,7 +100,7 @@ def _load() -> CropExtension:
     except ImportError as exc:
         return CropExtension(None, f"full decode cut to the box: the extension is not "
                                    f"built ({exc}); see docs/guides/reading.md")
-    decode: CropDecode = module.decode_crop
+    decode = _guarded(module.decode_crop)
     version = _version_text(int(getattr(module, "libjpeg_turbo_version", 0)))
     try:
         failure = self_test(decode)

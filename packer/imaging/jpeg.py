@@ -7,8 +7,12 @@ while it does, and hands back a buffer that Pillow or torch wrap without a copy.
 it declines (not a JPEG, CMYK/YCCK or RGB colour, an EXIF or XMP orientation other than
 upright, too many pixels, any libjpeg warning), the caller falls back to
 Pillow, which gives the verdict and the worded reason; so on unusual files the behaviour
-is exactly Pillow's. `fast_size` is the one decision; how far to scale is the caller's
-(pack: `load_rgb_fast`; readers.decoding.decode: powers of two kept OVERSAMPLE x the target).
+is exactly Pillow's. Before libjpeg sees a stream at all, every native call here checks its
+frame header (packer.imaging.jpeg_frame: baseline, extended or progressive Huffman-coded,
+8-bit, ordinary sampling), so lossless, arithmetic-coded, 12/16-bit and hierarchical
+streams, or a header that does not parse, go to Pillow without touching the fast path.
+`fast_size` is the one decision; how far to scale is the caller's (pack: `load_rgb_fast`;
+readers.decoding.decode: powers of two kept OVERSAMPLE x the target).
 
 `decode_box` decodes only a crop (readers.decoding.crop_decode) through the optional compiled
 extension `_cropjpeg` (libjpeg-turbo's jpeg_skip_scanlines / jpeg_crop_scanline, built by
@@ -32,10 +36,10 @@ from PIL import Image
 
 from packer.imaging.crop_extension import extension
 from packer.imaging.exif import UNKNOWN, exif_orientation
-from packer.imaging.pillow import Fit, open_image, target_scale
+from packer.imaging.jpeg_frame import native
+from packer.imaging.pillow import OVERSAMPLE, Fit, open_image, target_scale
 
 Buffer = bytes | bytearray | memoryview
-SOI = b"\xff\xd8"
 EOI = b"\xff\xd9"
 FAST_COLORSPACES = frozenset({"YCbCr", "Gray"})
 ORIENTATION = 0x0112
@@ -52,8 +56,9 @@ class Header(NamedTuple):
 
 
 def header(data: Buffer) -> Header | None:
-    """A JPEG's size and colour from its header, if small enough to decode, else None."""
-    if bytes(data[:2]) != SOI:
+    """A JPEG's size and colour from its header, if the fast path may decode it and it is
+    small enough, else None."""
+    if not native(data):
         return None
     try:
         height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
@@ -101,6 +106,8 @@ def decode_rgb(data: Buffer, least: tuple[int, int], min_factor: float,
     """(H, W, 3) uint8 pixels scaled down by at least `min_factor` in the DCT domain while
     staying at least `least` (H, W); None if simplejpeg declines, which it does at any
     libjpeg warning too (strict): Pillow, which tolerates some, is the judge of those."""
+    if not native(data):
+        return None
     try:
         pixels: np.ndarray = simplejpeg.decode_jpeg(
             data, colorspace=colorspace, min_height=least[0], min_width=least[1],
@@ -161,7 +168,21 @@ def load_rgb_fast(data: bytes, size: tuple[int, int],
     if full is None:
         return None
     height, width = full
-    need_w, need_h = decoded_size(width, height,
-                                  target_scale((width, height), size, fit, None, False))
+    scale = target_scale((width, height), size, fit, None, False)
+    need_w, need_h = decoded_size(width, height, min(1.0, OVERSAMPLE * scale))
     pixels = decode_rgb(data, (need_h, need_w), MIN_DCT_FACTOR)
     return None if pixels is None else (pixels, (width, height))
+
+
+def decode_gray(data: Buffer, least: tuple[int, int]) -> np.ndarray | None:
+    """(H, W) uint8 luminance at the coarsest DCT scale that stays at least `least`
+    (H, W); None if the fast path may not decode it or libjpeg refuses (lenient: warnings
+    pass, as a hash of a thumbnail tolerates them)."""
+    if not native(data):
+        return None
+    try:
+        pixels: np.ndarray = simplejpeg.decode_jpeg(data, colorspace="GRAY",
+                                                    min_height=least[0], min_width=least[1])
+    except Exception:  # any libjpeg refusal: Pillow judges
+        return None
+    return pixels[:, :, 0]

@@ -38,8 +38,8 @@ def fit_pixels(hwc: np.ndarray, size: tuple[int, int], fit: Fit,
         return _resize(hwc, size).tobytes()
     if fit == "crop":
         scale = max(out_w / source_w, out_h / source_h)
-        box_w = min(width, max(1, round(width * out_w / scale / source_w)))
-        box_h = min(height, max(1, round(height * out_h / scale / source_h)))
+        box_w = _centred(width, width * out_w / scale / source_w)
+        box_h = _centred(height, height * out_h / scale / source_h)
         left, top = (width - box_w) // 2, (height - box_h) // 2
         return _resize(hwc[top:top + box_h, left:left + box_w], size).tobytes()
     scale = min(out_w / source_w, out_h / source_h)
@@ -49,6 +49,17 @@ def fit_pixels(hwc: np.ndarray, size: tuple[int, int], fit: Fit,
     top, left = (out_h - new_h) // 2, (out_w - new_w) // 2
     canvas[top:top + new_h, left:left + new_w] = _resize(hwc, (new_h, new_w))
     return canvas.tobytes()
+
+
+def _centred(side: int, exact: float) -> int:
+    """The whole-pixel crop nearest `exact` that lies centred on `side` (the same parity),
+    so the crop's centre is the image's, as the fractional box of Pillow's resize is."""
+    near = min(side, max(1, round(exact)))
+    if (side - near) % 2 == 0:
+        return near
+    below, above = near - 1, near + 1
+    options = [n for n in (below, above) if 1 <= n <= side]
+    return min(options, key=lambda n: abs(n - exact)) if options else near
 
 
 def load_torch() -> None:

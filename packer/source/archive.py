@@ -28,14 +28,19 @@ import os
 import tarfile
 import zlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
+from packer.core.fields import FieldSpec
 from packer.core.record import Reject
 from packer.errors import SourceError
+from packer.source.archive_sidecars import Sidecars
+from packer.source.empty import other_members
+from packer.source.fields import FieldChoice
 from packer.source.items import ItemsBuilder, SourceItems, Strings, Suffixes
 from packer.source.members import (
     ArchiveSource,
@@ -45,7 +50,7 @@ from packer.source.members import (
     MemberTable,
 )
 from packer.source.names import image_name
-from packer.source.tarheaders import Unusual, tar_entries
+from packer.source.tarheaders import Unusual, inner_tar_folder, tar_entries
 from packer.source.zipdirectory import zip_entries
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -65,13 +70,25 @@ def archive_kind(path: Path) -> str | None:
     return "zip" if name.endswith(".zip") else None
 
 
-def scan_archive(path: Path) -> tuple[SourceItems, tuple[str, ...], list[Reject], int,
-                                      ArchiveSource]:
-    """Items, class names, rejects, ignored count and the reader of an archive."""
+def scan_archive(path: Path, choice: FieldChoice) -> ArchiveScan:
+    """Items, class names, rejects, ignored count, reader and sidecar fields of an
+    archive."""
     kind = checked_kind(path)
     before = stat_archive(path)
-    return list_members(path, kind, before, lambda: _Listing(f"{path}:")).build(path, kind,
-                                                                               before)
+    listing = list_members(path, kind, before, lambda: _Listing(f"{path}:"))
+    return listing.build(path, kind, before, choice)
+
+
+@dataclass(frozen=True)
+class ArchiveScan:
+    """What the scan of a class-folder archive found."""
+
+    items: SourceItems
+    class_names: tuple[str, ...]
+    rejects: list[Reject]
+    num_ignored: int
+    reader: ArchiveSource
+    fields: tuple[FieldSpec, ...]
 
 
 def checked_kind(path: Path) -> str:
@@ -159,8 +176,7 @@ def _tar_entries(path: Path, end: int | None, mode: str) -> Iterator[Entry]:
                 _forget_headers(tar)
                 if end is not None and member.isfile() and member.offset_data + member.size > end:
                     raise tarfile.ReadError(f"member {member.name!r} ends past the end")
-                if member.isfile() and "/" not in member.name.strip("/") \
-                        and member.name.lower().endswith(".tar"):
+                if member.isfile() and inner_tar_folder(member.name) is not None:
                     yield from _inner_tar(path, tar, member, mode[:2])
                 else:
                     yield _tar_entry(member, 0, member.name)
@@ -173,7 +189,7 @@ def _tar_entries(path: Path, end: int | None, mode: str) -> Iterator[Entry]:
 def _inner_tar(path: Path, tar: tarfile.TarFile, member: tarfile.TarInfo,
                mode: str) -> Iterator[Entry]:
     """A top-level `NAME.tar` is the folder NAME: its members, offsets in the outer file."""
-    folder = member.name.strip("/")[: -len(".tar")]
+    folder = str(inner_tar_folder(member.name))
     yield Entry(folder, "dir")
     handle = tar.extractfile(member)
     if handle is None:
@@ -216,6 +232,7 @@ class _Listing:
         self.ignored: set[str] = set()  # top-level non-folders, hidden folders, other files
         self.rejects: list[Reject] = []
         self.columns = Columns()
+        self.sidecars = Sidecars()
 
     def add(self, entry: Entry) -> None:
         name = clean_name(entry.name)
@@ -238,7 +255,8 @@ class _Listing:
 
     def _add_file(self, name: str, entry: Entry, label: int) -> None:
         if not image_name(name.rsplit("/", 1)[-1]):
-            self.ignored.add(name)
+            if not self.sidecars.offer(name, entry):
+                self.ignored.add(name)
             return
         if entry.kind != "file":
             self.rejects.append(Reject(-1, self.prefix + name, f"skipped: {entry.kind}"))
@@ -253,23 +271,36 @@ class _Listing:
             return
         self.columns.append(entry)
 
-    def build(self, path: Path, kind: str, before: ArchiveStat
-              ) -> tuple[SourceItems, tuple[str, ...], list[Reject], int, ArchiveSource]:
-        """Sort the items, give labels in class-name order, identify the archive."""
+    def build(self, path: Path, kind: str, before: ArchiveStat, choice: FieldChoice
+              ) -> ArchiveScan:
+        """Sort the items, give labels in class-name order, identify the archive, read
+        the sidecar fields."""
         names = tuple(sorted(self.classes))
         if not names:
-            raise SourceError(f"{path}: no top-level class folders in the archive; lay it "
-                              "out as <class>/<image> (or <class>.tar files in a tar)")
+            raise SourceError(f"{path}: no top-level class folders in the archive "
+                              f"({other_members(self.ignored)}); lay it out as <class>/<image> (or "
+                              "<class>.tar files in a tar), or as webdataset samples "
+                              "(KEY.jpg beside KEY.cls)")
         built = self.found.build(self.rejects)
+        if not len(built) and not self.rejects:  # an empty dataset would block the retry
+            raise SourceError(f"{path}: no images found in {len(names)} top-level folder"
+                              f"{'s' * (len(names) != 1)} ({other_members(self.ignored)}); lay "
+                              "images out as <class>/<image> with an image extension")
         remap = np.zeros(max(len(self.classes), 1), np.int32)
         for label, name in enumerate(names):
             remap[self.classes[name]] = label
         labels = remap[built.labels]
         origin = member_origin(path, kind, before, built, labels,
                                self.columns.table(self.found.order))
-        items = SourceItems(built.prefix, built.keys, built.tails, labels, origin)
+        used = self.sidecars.used(built)
+        fields = self.sidecars.fields(used, choice, str(path))
+        records = self.sidecars.records(origin, built, used, fields, self.rejects) \
+            if fields else None
+        items = SourceItems(built.prefix, built.keys, built.tails, labels, origin,
+                            fields=records)
         self.rejects.sort(key=lambda reject: reject.path)
-        return items, names, self.rejects, len(self.ignored), origin
+        ignored = len(self.ignored) + len(self.sidecars.entries) - len(used)
+        return ArchiveScan(items, names, self.rejects, ignored, origin, fields)
 
 
 def member_origin(path: Path, kind: str, before: ArchiveStat, built: SourceItems,

@@ -17,7 +17,9 @@ from packer.errors import PackError, RejectReason
 from packer.source.fields import FieldChoice
 from packer.source.members import ArchiveSource
 from packer.source.packed import stores_original
+from packer.source.parquet_read import ParquetSource
 from packer.source.scan import Source, scan
+from packer.source.shardset import ShardSet
 from packer.storage.files import read_input
 from packer.storage.hashing import digest_of
 
@@ -33,7 +35,7 @@ def check_against_source(folder: Path, index: Index, table: SampleTable, src: Pa
     names = tuple(spec.name for spec in index.fields)  # the source's fields, as packed
     source = scan(src, FieldChoice(keep=names, enabled=bool(names), types=index.fields,
                                    annotations=None if annotations is None
-                                   else str(annotations)))
+                                   else str(annotations), label=_label_option(index)))
     if source.class_names != index.class_names and not _appended_order(index, source):
         raise PackError(f"{folder}: class names differ from the source {src} "
                         f"({len(index.class_names)} vs {len(source.class_names)} classes); "
@@ -62,6 +64,14 @@ def check_against_source(folder: Path, index: Index, table: SampleTable, src: Pa
     if positions:
         raise PackError(f"{folder}: {len(positions)} samples are not in the source {src} "
                         f"(first: {min(positions, key=positions.__getitem__)!r})")
+
+
+def _label_option(index: Index) -> str | None:
+    """The --label a webdataset source was converted with (the job's settings keep it)."""
+    job = index.extra.get("job")
+    settings = job.get("settings") if isinstance(job, dict) else None
+    label = settings.get("label") if isinstance(settings, dict) else None
+    return label if isinstance(label, str) else None
 
 
 def _appended_order(index: Index, source: Source) -> bool:
@@ -103,7 +113,8 @@ def _source_digest(index: Index, source: Source) -> Callable[[SourceItem], bytes
     return None
 
 
-def _read_member(archive: ArchiveSource, item: SourceItem) -> bytes:
+def _read_member(archive: ArchiveSource | ShardSet | ParquetSource,
+                 item: SourceItem) -> bytes:
     try:
         return archive.read(item)
     except RejectReason as exc:

@@ -1,4 +1,5 @@
-"""The error for an image folder that holds no image: what was found, and the layout.
+"""The error for an image folder (or archive) that holds no image: what was found, and
+the layout.
 
 A conversion of such a folder would write an empty dataset that then blocks the retry
 (`already holds a complete dataset`), so the scan refuses it before DST is touched.
@@ -40,3 +41,15 @@ def _found(root: Path, classes: tuple[str, ...]) -> str:
     folders = "class folder" if len(classes) == 1 else "class folders"
     listed = ", ".join(classes[:SHOWN]) + (", ..." if len(classes) > SHOWN else "")
     return f"{what} in {len(classes)} {folders}: {listed}"
+
+
+def other_members(names: set[str]) -> str:
+    """`3 other members (.txt x2, .mp)`, or `no other members`."""
+    counts = Counter("." + name.rpartition(".")[2].lower() if "." in name.rsplit("/", 1)[-1]
+                     else "(no suffix)" for name in names)
+    shown = ", ".join(suffix if count == 1 else f"{suffix} x{count}"
+                      for suffix, count in counts.most_common(4))
+    more = f", +{len(counts) - 4} more" if len(counts) > 4 else ""
+    count = f"{len(names)} other member{'s' * (len(names) != 1)}"
+    return f"{count}: {shown}{more}" if names else "no other members"
+

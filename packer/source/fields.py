@@ -47,6 +47,9 @@ class FieldChoice:
     # A COCO-style annotations file whose boxes, categories, ... become the fields of
     # an image folder's images (packer.source.coco; the CLI's --annotations)
     annotations: str | None = None
+    # Where a WebDataset sample's label comes from: cls, json:KEY or none (the CLI's
+    # --label; packer.source.wds_labels); None: `.cls` when the shards have it
+    label: str | None = None
 
     def __post_init__(self) -> None:
         if not self.enabled and self.keep:
@@ -180,10 +183,16 @@ def sidecar_record(image_path: str, present: set[str]) -> bytes:
         path = stem + suffix
         try:
             with open(path, "rb") as handle:
-                raw = handle.read()
-            text = raw.decode("utf-8")
-            values.append(parse_text(spec.type, text) if spec.type == "json"
-                          else encode_value("str", text))
-        except (OSError, UnicodeDecodeError, FieldValueError) as exc:
+                values.append(sidecar_value(spec, handle.read()))
+        except (OSError, FieldValueError) as exc:
             raise FieldValueError(f"sidecar {path}: {exc}") from exc
     return pack_record(values)
+
+
+def sidecar_value(spec: FieldSpec, raw: bytes) -> bytes:
+    """A sidecar's bytes as its field's value: UTF-8 text, or JSON text parsed."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FieldValueError(f"not UTF-8 text ({exc})") from exc
+    return parse_text(spec.type, text) if spec.type == "json" else encode_value("str", text)

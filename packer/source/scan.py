@@ -35,6 +35,12 @@ from packer.source.manifest import read_manifest
 from packer.source.members import ArchiveSource
 from packer.source.names import image_name
 from packer.source.packed import PackedSource, is_packed, read_rejects
+from packer.source.parquet import is_parquet_source, scan_parquet
+from packer.source.parquet_read import ParquetSource
+from packer.source.shardset import ShardSet
+from packer.source.wds_labels import LabelChoice
+from packer.source.wds_paths import brace_shards, folder_shards, has_braces, looks_like_wds
+from packer.source.wds_scan import scan_shards
 
 MANIFEST_SUFFIXES = (".csv", ".jsonl")
 NO_SIDECARS = sidecar_record("", set())  # the fields record of an image without sidecars
@@ -58,7 +64,8 @@ class Source:
     num_ignored: int
     origin: PackedSource | None = None
     inherited: list[Reject] = field(default_factory=list)
-    archive: ArchiveSource | None = None  # SRC is an archive: reads its members by offset
+    # SRC is an archive (or webdataset shards, or Parquet files): reads its items in place
+    archive: ArchiveSource | ShardSet | ParquetSource | None = None
     fields: tuple[FieldSpec, ...] = ()  # per-sample fields (packer.source.fields)
     extra: dict[str, Any] = field(default_factory=dict)  # for index.json's extra (COCO)
 
@@ -75,10 +82,21 @@ def scan(src: str | Path, fields: FieldChoice | None = None) -> Source:
                 raise SourceError(f"{path}: a COCO .json SRC is its own annotations; drop "
                                   "--annotations, or pass the image folder as SRC")
             return scan_coco(path, choice)
+        shards = wds_shards(src)
+        if shards is not None:
+            return scan_wds(shards, choice)
+        if is_parquet_source(path):  # Parquet with image bytes (packer.source.parquet)
+            tabled = scan_parquet(path, choice)
+            return Source(path, tabled.items, tabled.class_names, tabled.rejects, 0,
+                          archive=tabled.origin, fields=tabled.fields)
+        if choice.label is not None:
+            raise SourceError(f"{path}: --label applies to webdataset shards (a .tar of "
+                              "KEY.jpg + KEY.cls members) and Parquet; drop it")
         if path.is_file() and archive_kind(path) is not None:
-            choice.chosen((), str(path))  # --fields names nothing an archive has
-            items, class_names, rejects, ignored, archive = scan_archive(path)
-            return Source(path, items, class_names, rejects, ignored, archive=archive)
+            archived = scan_archive(path, choice)
+            return Source(path, archived.items, archived.class_names, archived.rejects,
+                          archived.num_ignored, archive=archived.reader,
+                          fields=archived.fields)
         if path.is_file() and path.suffix.lower() in MANIFEST_SUFFIXES:
             return scan_manifest(path, choice)
         if path.is_file() and path.suffix.lower() == ".json":
@@ -91,8 +109,35 @@ def scan(src: str | Path, fields: FieldChoice | None = None) -> Source:
         raise SourceError(str(exc)) from exc
     if path.exists():
         raise SourceError(f"{path}: not a folder, .csv or .jsonl manifest, COCO .json, .tar "
-                          "or .zip archive; pass one of those")
+                          "or .zip archive, webdataset shards or Parquet file; pass one of "
+                          "those")
     raise SourceError(f"{path}: no such file or folder; check the source path")
+
+
+def wds_shards(src: str | Path) -> list[Path] | None:
+    """The shards SRC names when it is webdataset shards (packer.source.wds_paths): a
+    brace list, a .tar/.tgz of samples, a folder of shards that is not a packed dataset."""
+    path = Path(src)
+    if has_braces(str(src)):
+        return brace_shards(str(src))
+    if path.is_file() and archive_kind(path) is not None:
+        return [path] if looks_like_wds(path) else None
+    if path.is_dir() and not is_packed(path):
+        return folder_shards(path)
+    return None
+
+
+def scan_wds(shards: list[Path], choice: FieldChoice) -> Source:
+    """WebDataset shards: samples grouped by key, labels and fields from their members
+    (packer.source.wds_scan)."""
+    try:
+        label = LabelChoice.parse(choice.label)
+    except ValueError as exc:
+        raise SourceError(str(exc)) from exc
+    found = scan_shards(shards, choice, label)
+    root = shards[0] if len(shards) == 1 else shards[0].parent
+    return Source(root, found.items, found.class_names, found.rejects, found.num_ignored,
+                  archive=found.reader, fields=found.fields)
 
 
 def scan_coco(root: Path, choice: FieldChoice) -> Source:

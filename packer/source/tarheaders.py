@@ -74,9 +74,7 @@ def _entries(fd: int, where: str, base: int, end: int, folder: str) -> Iterator[
         regular = kind in REGULAR
         if regular and data + size > end:
             raise truncated(where, last, f"member {name!r} ends past the end")
-        if not folder and regular and "/" not in name.strip("/") \
-                and name.lower().endswith(".tar"):
-            inner = name.strip("/")[: -len(".tar")]
+        if not folder and regular and (inner := inner_tar_folder(name)) is not None:
             yield Entry(inner, "dir")  # a top-level NAME.tar is the folder NAME
             yield from _entries(fd, f"{where}:{name}", data, data + size, inner + "/")
         else:
@@ -85,6 +83,17 @@ def _entries(fd: int, where: str, base: int, end: int, folder: str) -> Iterator[
         offset = data + _padded(size) if regular or kind not in KNOWN else data
     if offset < end and os.pread(fd, end - offset, offset).strip(b"\0"):
         raise truncated(where, last, "a header is cut short")
+
+
+def inner_tar_folder(name: str) -> str | None:
+    """The folder a top-level `NAME.tar` member stands for (`./NAME.tar` too, as
+    `tar cf X.tar -C dir .` writes it), or None for any other member."""
+    bare = name.strip("/")
+    while bare.startswith("./"):
+        bare = bare[2:].lstrip("/")
+    if "/" in bare or not bare.lower().endswith(".tar") or bare.startswith("."):
+        return None
+    return bare[: -len(".tar")]
 
 
 def truncated(where: str, last: str, detail: str) -> SourceError:

@@ -17,7 +17,8 @@ detail that a bilinear resize keeps; at 2 the result stays within 1.03x Pillow b
 distance to a Lanczos reference on photos at 64-224 (devtools/bench/quality.py).
 
 Other codecs, and JPEGs the fast path declines (packer.imaging.jpeg.fast_size: EXIF or
-XMP rotation, CMYK), decode in full through Pillow and take the box from the upright
+XMP rotation, CMYK, a frame header the native decoders are not known to handle, such as
+lossless or 12-bit), decode in full through Pillow and take the box from the upright
 image; npy crops its stored pixels.
 """
 

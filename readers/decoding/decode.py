@@ -9,8 +9,10 @@ to Pillow's BILINEAR result (same filter; tests bound the difference).
 
 Slower paths, chosen per image by the same rule as at pack time
 (packer.imaging.jpeg.fast_size): Pillow for every other codec, for JPEGs that carry an
-EXIF or XMP orientation (simplejpeg ignores it), CMYK/YCCK or RGB colour, and for JPEGs
-that simplejpeg rejects. Any mode (L, LA, P, RGBA, CMYK, I;16) ends up RGB.
+EXIF or XMP orientation (simplejpeg ignores it), CMYK/YCCK or RGB colour, for JPEG kinds
+the native decoders are not known to handle (lossless, arithmetic-coded, 12-bit, odd
+sampling: packer.imaging.jpeg_frame reads the frame header first), and for JPEGs that
+simplejpeg rejects. Any mode (L, LA, P, RGBA, CMYK, I;16) ends up RGB.
 
 Layout: "rgb8" returns a (3, H, W) tensor. After a resize its memory is planar
 (torch's uint8 kernel writes it so, at no extra cost); without one it is a view of
@@ -33,16 +35,16 @@ from PIL import Image
 
 from packer.errors import DecodeError as DecodeError  # defined with every error class
 from packer.imaging.jpeg import DCT_FACTORS, decode_scaled, fast_size
-from packer.imaging.pillow import load_rgb
+from packer.imaging.pillow import OVERSAMPLE, load_rgb
 
 Mode = Literal["rgb8", "pil", "raw"]
 Buffer = bytes | bytearray | memoryview
 MODES: tuple[Mode, ...] = ("rgb8", "pil", "raw")
-# The DCT-scaled image stays at least this many times the target: scaling right down to
-# it loses the detail a bilinear resize keeps. At 2 the result stays as close to a
-# Lanczos resize as Pillow's bilinear is (tests/reading/test_decode_quality.py checks the bound;
-# devtools/bench/quality.py prints the distances).
-OVERSAMPLE = 2
+# OVERSAMPLE (packer.imaging.pillow): the DCT-scaled image stays at least that many times
+# the target, since scaling right down to it loses the detail a bilinear resize keeps. At
+# 2 the result stays as close to a Lanczos resize as Pillow's bilinear is
+# (tests/reading/test_decode_quality.py checks the bound; devtools/bench/quality.py prints
+# the distances); pack time scales by the same rule.
 
 
 def decode(

@@ -151,7 +151,7 @@ def test_ray_executor_is_refused_for_an_archive(src: Path, tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(job, "check_executor", lambda *args: None)  # no cluster needed
     archive = make_tar(src, tmp_path / "train.tar")
-    with pytest.raises(SourceError, match="archive SRC is read by the local executor only"):
+    with pytest.raises(SourceError, match="SRC is read by the local executor only"):
         convert(archive, tmp_path / "out", "wds", run=ConvertOptions(executor="ray"))
 
 

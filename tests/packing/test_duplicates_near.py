@@ -70,7 +70,7 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
     real = near.dhash
 
-    def counted(gray: Image.Image) -> int:
+    def counted(gray: Image.Image) -> tuple[int, int]:
         calls.append(1)
         return real(gray)
 

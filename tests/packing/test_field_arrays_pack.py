@@ -127,7 +127,8 @@ def move_one_box(folder: Path, fmt: str, key: str) -> None:
     """Box 1 of `key` one pixel to the right, edited inside the packed dataset."""
     at = 64 + 16  # past the header and box 0
     if fmt == "wds":
-        shard = next(folder.glob("*.tar"))
+        index = open_dataset(folder)[0]
+        shard = folder / index.shards[index.shard_of(position(folder, key))].name
         with tarfile.open(shard) as tar:
             start = tar.getmember(f"{key}.boxes.npy").offset_data
         shard.write_bytes(bump_first_number(shard.read_bytes(), start + at))

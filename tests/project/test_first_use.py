@@ -63,7 +63,8 @@ def test_info_shows_only_the_encode_options_that_applied(src: Path, tmp_path: Pa
 def test_the_summary_says_shards_for_wds_only(src: Path, tmp_path: Path) -> None:
     one = run_pack("convert", src, tmp_path / "a.h5", "--to", "hdf5", "-q")
     assert one.stdout.strip() == f"packed 24 samples into {tmp_path / 'a.h5'} (hdf5)"
-    wds = run_pack("convert", src, tmp_path / "a.wds", "--to", "wds", "-q")
+    wds = run_pack("convert", src, tmp_path / "a.wds", "--to", "wds", "--shard-size", "256MB",
+                   "-q")
     assert wds.stdout.strip() == f"packed 24 samples into {tmp_path / 'a.wds'} (wds, 1 shard)"
     many = run_pack("convert", src, tmp_path / "b.wds", "--to", "wds", "--shard-samples", "10",
                     "-q")

@@ -1,0 +1,196 @@
+"""WebDataset shards as the source: whoever wrote them (webdataset's TarWriter,
+img2dataset, `tar` by hand), read in place, each image's bytes as they are.
+
+Samples are grouped by webdataset's own rule: a member's key is its path up to the
+first dot of its file name, its extension the rest (`a/b.seg.png` -> key `a/b`,
+extension `seg.png`), and consecutive members with one key are one sample. A sample's
+image is its first member with an image extension (jpg, jpeg, png, webp, ...: IMAGE_ORDER);
+the label comes from `.cls` (an integer, or a class name) or as `--label` chooses
+(LabelChoice); every other member is a field named after its extension: `txt`, `text`
+and `caption` are str, `json` is json, anything else bytes (its bytes as they are).
+
+A sample with no image, a second sample with a key already seen, a member whose path
+escapes the shard, a label that cannot be read: each is a reject naming
+`SHARD:MEMBER` and why. The small members (labels, fields) are read during the scan,
+one shard at a time (a .tgz in one forward pass); images are read at encode time by
+packer.source.shardset, by offset.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packer.core.fields import FieldSpec, FieldValueError, encode_value, parse_text
+from packer.core.record import Reject
+from packer.errors import SourceError
+from packer.source.archive import checked_kind, clean_name, list_members, stat_archive
+from packer.source.fields import FieldChoice
+from packer.source.items import SourceItems
+from packer.source.members import Entry
+from packer.source.shardset import ShardAdder, ShardSet, read_small_members
+from packer.source.wds_labels import LabelChoice, Labels
+from packer.source.wds_records import FieldNames, final_specs
+
+KEY_RULE = re.compile(r"^((?:.*/|)[^./][^/]*?)\.([^/]*)$")  # webdataset's base_plus_ext
+IMAGE_ORDER = ("jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff", "ppm", "pgm", "pbm")
+TEXT_EXTENSIONS = frozenset({"txt", "text", "caption"})
+
+
+@dataclass
+class Sample:
+    """One sample's members while its shard is scanned (transient)."""
+
+    key: str
+    members: dict[str, Entry] = field(default_factory=dict)
+
+
+@dataclass
+class WdsScan:
+    """What the scan of every shard found, before the items are built."""
+
+    shards: list[Path]
+    labels: Labels
+    names: FieldNames = field(default_factory=FieldNames)
+    rejects: list[Reject] = field(default_factory=list)
+    ignored: int = 0
+
+
+@dataclass(frozen=True)
+class Shards:
+    """What the scan of a shards source gives the conversion."""
+
+    items: SourceItems
+    reader: ShardSet
+    class_names: tuple[str, ...]
+    rejects: list[Reject]
+    num_ignored: int
+    fields: tuple[FieldSpec, ...]
+
+
+def scan_shards(shards: list[Path], choice: FieldChoice, label: LabelChoice) -> Shards:
+    """The items of these shards (in key order), their reader, classes, rejects, the
+    count of ignored members and the fields."""
+    found = WdsScan(shards, Labels(label))
+    where = str(shards[0] if len(shards) == 1 else shards[0].parent)
+    builder = ShardSet.builder("")
+    for number, shard in enumerate(shards):
+        kind = checked_kind(shard)
+        before = stat_archive(shard)
+        entries = list_members(shard, kind, before, _Entries).entries
+        named = str(shard)
+        samples = list(_grouped(entries, named, found))
+        if number == 0:
+            found.labels.settle(any("cls" in sample.members for sample in samples))
+        _add_samples(shard, kind, named, samples, found, builder.shard(shard, kind, before),
+                     choice.enabled)
+    specs = final_specs(found.names, choice, where)
+    class_names, remap = found.labels.classes(where)
+    items, reader = builder.build(found.rejects, remap, found.names.remapper(specs))
+    if not len(items):
+        raise _nothing_packable(where, len(shards), found.rejects)
+    found.rejects.sort(key=lambda reject: reject.path)
+    return Shards(items, reader, class_names, found.rejects, found.ignored, specs)
+
+
+def _nothing_packable(where: str, count: int, rejects: list[Reject]) -> SourceError:
+    """The error for shards none of whose samples can be packed: an empty dataset would
+    block the retry, so the scan refuses it, with the first reason where there is one."""
+    shards = f"{count} shard{'s' * (count != 1)}"
+    if rejects:
+        first = min(rejects, key=lambda reject: reject.path)
+        return SourceError(f"{where}: none of the {len(rejects)} samples in {shards} can be "
+                           f"packed (first: {first.path}: {first.reason})")
+    return SourceError(f"{where}: no sample with an image member (jpg, png, webp, ...) in "
+                       f"{shards}; is it a webdataset of images?")
+
+
+class _Entries:
+    """Every member of one shard, in archive order (a shard's worth: bounded)."""
+
+    def __init__(self) -> None:
+        self.entries: list[Entry] = []
+
+    def add(self, entry: Entry) -> None:
+        self.entries.append(entry)
+
+
+def _grouped(entries: list[Entry], where: str, found: WdsScan) -> Iterator[Sample]:
+    """Consecutive members sharing a key, as samples (webdataset's group_by_keys)."""
+    current: Sample | None = None
+    for entry in entries:
+        if entry.kind == "dir":
+            continue
+        name = clean_name(entry.name)
+        if name is None:
+            found.rejects.append(Reject(-1, f"{where}:{entry.name}",
+                                        "path escapes the shard (`..` or absolute); skipped"))
+            continue
+        match = KEY_RULE.match(name)
+        if match is None or entry.kind != "file":
+            found.ignored += 1  # no extension, a hidden name, a link: not a sample member
+            continue
+        key, ext = match.group(1), match.group(2).lower()
+        if current is None or key != current.key:
+            if current is not None:
+                yield current
+            current = Sample(key)
+        if ext in current.members:
+            found.rejects.append(Reject(-1, f"{where}:{name}", "a second member with this "
+                                        "key and extension; the first is kept"))
+            continue
+        current.members[ext] = entry
+    if current is not None:
+        yield current
+
+
+def _add_samples(shard: Path, kind: str, where: str, samples: list[Sample], found: WdsScan,
+                 adder: ShardAdder, with_fields: bool) -> None:
+    """Read the shard's small members, then add each sample with an image."""
+    labels = found.labels
+    small = [(sample, ext) for sample in samples for ext in sample.members
+             if _image_ext(sample) != ext and (labels.needs(ext) or
+                                               (with_fields and not labels.consumes(ext)))]
+    data = read_small_members(shard, kind, [s.members[e] for s, e in small])
+    values: dict[int, dict[str, bytes]] = {}
+    for (sample, ext), raw in zip(small, data, strict=True):
+        values.setdefault(id(sample), {})[ext] = raw
+    for sample in samples:
+        image = _image_ext(sample)
+        path = f"{where}:{sample.key}"
+        if image is None:
+            found.rejects.append(Reject(-1, path, "no image member (jpg, png, webp, ...) in "
+                                        f"this sample (it has .{', .'.join(sample.members)})"))
+            continue
+        members = values.get(id(sample), {})
+        try:
+            token = labels.token(members)
+            record = found.names.record({ext: raw for ext, raw in members.items()
+                                         if not labels.consumes(ext)}, _field_value) \
+                if with_fields else b""
+        except FieldValueError as exc:
+            found.rejects.append(Reject(-1, f"{path}.{image}", str(exc)))
+            continue
+        adder.add(sample.key, f"{path}.{image}", token, sample.members[image], record)
+
+
+def _image_ext(sample: Sample) -> str | None:
+    return next((ext for ext in IMAGE_ORDER if ext in sample.members), None)
+
+
+def _field_value(ext: str, raw: bytes) -> tuple[str, bytes]:
+    """A field's type and byte form, from its member's extension and bytes."""
+    if ext in TEXT_EXTENSIONS:
+        try:
+            return "str", encode_value("str", raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise FieldValueError(f"the .{ext} member is not UTF-8 text ({exc})") from exc
+    if ext == "json":
+        try:
+            return "json", parse_text("json", raw.decode("utf-8"))
+        except (UnicodeDecodeError, FieldValueError) as exc:
+            raise FieldValueError(f"the .json member is not JSON ({exc})") from exc
+    return "bytes", raw
+
