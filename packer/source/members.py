@@ -52,6 +52,9 @@ class Entry:
     size: int = 0
     method: int = STORED
     crc: int = 0
+    # A small member's bytes when the listing read them anyway (they lay in the window of
+    # its header: a label or caption member), else b""
+    head: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -144,7 +147,10 @@ class ArchiveSource:
 
     def read(self, item: SourceItem) -> bytes:
         """The bytes of member `item.position`; damage raises RejectReason."""
-        i = item.position
+        return self.read_member(item.position)
+
+    def read_member(self, i: int) -> bytes:
+        """The bytes of member `i` of the table; damage raises RejectReason."""
         offset, size = int(self.table.offsets[i]), int(self.table.sizes[i])
         try:
             if self.kind == "tgz":

@@ -14,7 +14,6 @@ laid out over the final fields when the scan ends (packer.source.wds_records).
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import os
 from array import array
@@ -69,8 +68,7 @@ class ShardSet:
     def read(self, item: SourceItem) -> bytes:
         """The image bytes of item `item.position`; damage raises RejectReason."""
         i = item.position
-        shard = self.shards[int(self.shard_of[i])]
-        return shard.read(dataclasses.replace(item, position=int(self.local_of[i])))
+        return self.shards[int(self.shard_of[i])].read_member(int(self.local_of[i]))
 
     def __getstate__(self) -> dict[str, Any]:
         return {"shards": self.shards, "shard_of": self.shard_of, "local_of": self.local_of,
@@ -147,27 +145,35 @@ class ShardSetBuilder:
 
 def read_small_members(path: Path, kind: str, entries: list[Entry]) -> list[bytes]:
     """The bytes of these members of one shard (labels, fields), read during the scan."""
-    if not entries:
-        return []
+    if all(len(entry.head) == entry.size for entry in entries):
+        return [entry.head for entry in entries]  # the listing read them (tarheaders)
+    if kind != "tgz":
+        return _pread_members(path, entries)
     offsets = np.array([entry.offset for entry in entries], np.int64)
     sizes = np.array([entry.size for entry in entries], np.int64)
-    try:
-        if kind == "tgz":
-            cursor = GzipCursor(path, offsets, sizes)
-            try:
-                order = np.argsort(offsets, kind="stable").tolist()
-                found = {i: cursor.read(i) for i in order}
-            finally:
-                cursor.close()
-            return [found[i] for i in range(len(entries))]
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:  # a .tgz: one forward pass
+        cursor = GzipCursor(path, offsets, sizes)
         try:
-            return [os.pread(fd, int(size), int(offset))
-                    for offset, size in zip(offsets.tolist(), sizes.tolist(), strict=True)]
+            found = {i: cursor.read(i) for i in np.argsort(offsets, kind="stable").tolist()}
         finally:
-            os.close(fd)
+            cursor.close()
+        return [found[i] for i in range(len(entries))]
     except (OSError, RejectReason) as exc:
         raise SourceError(f"{path}: cannot read the shard ({exc}); re-download it") from exc
+
+
+def _pread_members(path: Path, entries: list[Entry]) -> list[bytes]:
+    """Members of a plain tar: those the listing handed out, the others read by offset."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return [entry.head if len(entry.head) == entry.size else
+                    os.pread(fd, entry.size, entry.offset) for entry in entries]
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read the shard ({exc.strerror or exc}); "
+                          "re-download it") from exc
 
 
 def member_reader(path: Path, kind: str, before: ArchiveStat, table: MemberTable

@@ -11,6 +11,8 @@ and words its errors. Names decode as tarfile decodes them (UTF-8, surrogateesca
 from __future__ import annotations
 
 import os
+import re
+import zlib
 from collections.abc import Iterator
 
 from packer.errors import SourceError
@@ -18,12 +20,16 @@ from packer.source.members import Entry
 
 BLOCK = 512
 WINDOW = 16 << 10  # tiny members: many headers a read; photos: little read in vain
+ADLER = 65521  # the modulus of adler32's sums
+SMALL = 4096  # members up to this size are handed out with their header when in the window
 ZERO = bytes(BLOCK)
 REGULAR = (b"0", b"\0", b"7")  # tarfile's REGULAR_TYPES, less sparse
 KNOWN = (*REGULAR, b"1", b"2", b"3", b"4", b"5", b"6")
 LINKS = (b"1", b"2")
 POSIX, GNU = b"ustar\x0000", b"ustar  \x00"
 NAME = ("utf-8", "surrogateescape")
+# pax records this reader acts on (path, size) or leaves to tarfile (sparse, charset)
+PAX_READ = re.compile(rb" (?:path|size|GNU\.sparse|hdrcharset)")
 
 
 class Unusual(Exception):
@@ -44,10 +50,24 @@ class _Window:
         self.data = b""
 
     def block(self, offset: int) -> bytes:
+        return self.read(offset, BLOCK)
+
+    def cached(self, offset: int, size: int) -> bytes:
+        """A small member's bytes when the window already holds them, else b""."""
         at = offset - self.start
-        if at < 0 or at + BLOCK > len(self.data):
+        if size > SMALL or at < 0 or at + size > len(self.data):
+            return b""
+        return self.data[at : at + size]
+
+    def read(self, offset: int, size: int) -> bytes:
+        """`size` bytes at `offset`, from the window when they lie in it (an extended
+        header's records follow its header block: no system call of their own)."""
+        at = offset - self.start
+        if at < 0 or at + size > len(self.data):
+            if size > WINDOW:
+                return os.pread(self.fd, size, offset)
             self.start, self.data, at = offset, os.pread(self.fd, WINDOW, offset), 0
-        return self.data[at : at + BLOCK]
+        return self.data[at : at + size]
 
 
 def _entries(fd: int, where: str, base: int, end: int, folder: str) -> Iterator[Entry]:
@@ -61,9 +81,11 @@ def _entries(fd: int, where: str, base: int, end: int, folder: str) -> Iterator[
         name, kind, size = _header(block)
         data = offset + BLOCK
         if kind in (b"L", b"K", b"x"):
-            payload = _read(fd, data, size, end, where, last)
-            if kind != b"K":  # K: a long link target, not needed
-                extended.update(_pax(payload) if kind == b"x" else {"path": _text(payload)})
+            payload = _read(window, data, size, end, where, last)
+            if kind == b"L":
+                extended["path"] = _text(payload)
+            elif kind == b"x" and PAX_READ.search(payload):  # else mtime and such: unread
+                extended.update(_pax(payload))
             offset = data + _padded(size)
             continue
         name = str(extended.pop("path", name))
@@ -78,7 +100,7 @@ def _entries(fd: int, where: str, base: int, end: int, folder: str) -> Iterator[
             yield Entry(inner, "dir")  # a top-level NAME.tar is the folder NAME
             yield from _entries(fd, f"{where}:{name}", data, data + size, inner + "/")
         else:
-            yield _entry(folder + name, kind, data, size)
+            yield _entry(folder + name, kind, data, size, window.cached(data, size))
         last = name.rstrip("/")  # as tarfile names folders
         offset = data + _padded(size) if regular or kind not in KNOWN else data
     if offset < end and os.pread(fd, end - offset, offset).strip(b"\0"):
@@ -88,6 +110,8 @@ def _entries(fd: int, where: str, base: int, end: int, folder: str) -> Iterator[
 def inner_tar_folder(name: str) -> str | None:
     """The folder a top-level `NAME.tar` member stands for (`./NAME.tar` too, as
     `tar cf X.tar -C dir .` writes it), or None for any other member."""
+    if name.rstrip("/")[-4:].lower() != ".tar":
+        return None
     bare = name.strip("/")
     while bare.startswith("./"):
         bare = bare[2:].lstrip("/")
@@ -101,27 +125,41 @@ def truncated(where: str, last: str, detail: str) -> SourceError:
                        "re-download or re-create the archive")
 
 
-def _entry(name: str, kind: bytes, data: int, size: int) -> Entry:
+def _entry(name: str, kind: bytes, data: int, size: int, head: bytes = b"") -> Entry:
     if kind == b"5":
         return Entry(name, "dir")
     if kind in LINKS:
         return Entry(name, "a link member: links are not followed in archives")
     if kind not in REGULAR:
         return Entry(name, "not a regular file")
-    return Entry(name, "file", data, size)
+    return Entry(name, "file", data, size, head=head)
 
 
 def _header(block: bytes) -> tuple[str, bytes, int]:
     """Name, type and size of a header block; Unusual for what tarfile should read."""
-    stored = block[148:156].split(b"\0", 1)[0].strip()
-    if not stored or int(stored, 8) != sum(block) - sum(block[148:156]) + 256:
+    try:
+        return _parsed(block)
+    except ValueError as exc:  # a number field that is not octal: damaged
+        raise Unusual("number field") from exc
+
+
+def _parsed(block: bytes) -> tuple[str, bytes, int]:
+    field = block[148:156]
+    stored = field.split(b"\0", 1)[0].strip()
+    # The checksum is the sum of the block's bytes, its own field counted as spaces.
+    # adler32's low half is 1 + that sum modulo 65521, in C: the sum checked modulo 65521
+    # (a damaged block that passes must be off by a multiple of it, and still parse).
+    if not stored or (int(stored, 8) - (zlib.adler32(block) & 0xFFFF) + 1 + sum(field)
+                      - 256) % ADLER != 0:
         raise Unusual("checksum")  # damaged, or signed: let tarfile decide
     if block[124] & 0x80:
         raise Unusual("base-256 size")
     kind = block[156:157]
     size = int(block[124:136].split(b"\0", 1)[0].strip() or b"0", 8)
+    if kind == b"x":  # a pax header: its records matter, not its own name
+        return "", kind, size
     name = _text(block[0:100])
-    prefix = _text(block[345:500]) if block[257:265] in (POSIX, GNU) else ""
+    prefix = _text(block[345:500]) if block[345] and block[257:265] in (POSIX, GNU) else ""
     if prefix and (block[257:265] == GNU or kind in (b"L", b"K", b"S")):
         raise Unusual("GNU prefix field")
     if kind not in KNOWN and kind not in (b"L", b"K", b"x"):
@@ -154,10 +192,10 @@ def _pax(payload: bytes) -> dict[str, str | int]:
     return out
 
 
-def _read(fd: int, data: int, size: int, end: int, where: str, last: str) -> bytes:
+def _read(window: _Window, data: int, size: int, end: int, where: str, last: str) -> bytes:
     if data + size > end:
         raise truncated(where, last, "an extended header ends past the end")
-    return os.pread(fd, size, data)
+    return window.read(data, size)
 
 
 def _padded(size: int) -> int:

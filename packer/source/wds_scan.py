@@ -150,15 +150,16 @@ def _add_samples(shard: Path, kind: str, where: str, samples: list[Sample], foun
                  adder: ShardAdder, with_fields: bool) -> None:
     """Read the shard's small members, then add each sample with an image."""
     labels = found.labels
-    small = [(sample, ext) for sample in samples for ext in sample.members
-             if _image_ext(sample) != ext and (labels.needs(ext) or
-                                               (with_fields and not labels.consumes(ext)))]
+    images = [_image_ext(sample) for sample in samples]
+    small = [(sample, ext) for sample, image in zip(samples, images, strict=True)
+             for ext in sample.members
+             if image != ext and (labels.needs(ext) or
+                                  (with_fields and not labels.consumes(ext)))]
     data = read_small_members(shard, kind, [s.members[e] for s, e in small])
     values: dict[int, dict[str, bytes]] = {}
     for (sample, ext), raw in zip(small, data, strict=True):
         values.setdefault(id(sample), {})[ext] = raw
-    for sample in samples:
-        image = _image_ext(sample)
+    for sample, image in zip(samples, images, strict=True):
         path = f"{where}:{sample.key}"
         if image is None:
             found.rejects.append(Reject(-1, path, "no image member (jpg, png, webp, ...) in "

@@ -3,7 +3,9 @@ one error naming the last good member, compressions we cannot stream are refused
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import tarfile
 import zipfile
 from pathlib import Path
@@ -140,3 +142,28 @@ def test_gzip_cursor_serves_any_order(src: Path, tmp_path: Path) -> None:
     assert origin is not None
     order = [5, 3, 4, 6, 0, 1, 2, 9, 7, 8, *range(10, len(items)), 2, 1, len(items) - 1]
     assert all(origin.read(items[i]) == expected[i] for i in order)
+
+
+def test_every_flipped_header_byte_leaves_the_fast_listing(tmp_path: Path) -> None:
+    """The header checksum (checked modulo 65521, in C) catches any one changed byte of a
+    header block, so a damaged header goes to tarfile, which words the error."""
+    from packer.source import tarheaders
+
+    archive = tmp_path / "one.tar"
+    with tarfile.open(archive, "w", format=tarfile.USTAR_FORMAT) as tar:
+        info = tarfile.TarInfo("cat/a.jpg")
+        info.size = 3
+        tar.addfile(info, io.BytesIO(b"abc"))
+    good = archive.read_bytes()
+    assert good[154:156] == b"\0 "  # the checksum field's terminator: read by no one
+    for at in [at for at in range(tarheaders.BLOCK) if at != 155]:
+        for delta in (1, 0x80):
+            damaged = bytearray(good)
+            damaged[at] ^= delta
+            archive.write_bytes(bytes(damaged))
+            fd = os.open(archive, os.O_RDONLY)
+            try:
+                with pytest.raises(tarheaders.Unusual):
+                    list(tarheaders.tar_entries(fd, str(archive), len(damaged)))
+            finally:
+                os.close(fd)
