@@ -14,7 +14,9 @@ the next command to try there.
 from __future__ import annotations
 
 import argparse
+import shlex
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -106,11 +108,35 @@ def run(work: Path, count: int, workers: int) -> list[Row]:
 
 
 def where(work: Path, count: int) -> str:
-    """The demo's last lines: what it wrote where, and the next command to try there."""
+    """The demo's last lines: what it wrote where, and the next command to try there,
+    runnable as printed from the folder the demo ran in, with the venv not activated."""
     packed = ", ".join(PACKED.values())
-    return (f"wrote {work}/: {PHOTOS}/ ({count} images in {CLASSES} class folders) and "
+    activate = shlex.quote(_shown(Path(sys.executable).parent / "activate"))
+    return ("these rates: small generated images on this machine, one run (they vary run "
+            "to run); the README's figures are the 10,000-photo run in docs/performance.md, "
+            "\"Current figures\"\n"
+            f"wrote {work}/: {PHOTOS}/ ({count} images in {CLASSES} class folders) and "
             f"{packed} packed from it\n"
-            f"next: cd {work} && pack info photos.wds   (then README.md's quick start)")
+            f"next: {pack_command()} info {shlex.quote(str(work / PACKED['wds']))}   "
+            f"(or `source {activate}` first, then `pack ...`; then README.md's quick start)")
+
+
+def pack_command() -> str:
+    """`.venv/bin/pack`: the `pack` script beside this Python, a path from the current
+    folder when it lies below it; `python -m pack_cli` where no script is installed."""
+    script = Path(sys.executable).parent / "pack"
+    if script.is_file():
+        return shlex.quote(_shown(script))
+    return f"{shlex.quote(sys.executable)} -c 'import pack_cli; pack_cli.main()'"
+
+
+def _shown(path: Path) -> str:
+    """`path` relative to the current folder when below it, else absolute."""
+    absolute = path.absolute()
+    try:
+        return str(absolute.relative_to(Path.cwd()))
+    except ValueError:
+        return str(absolute)
 
 
 def table(rows: list[Row]) -> str:

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import click
 
+from pack_cli._convert_checks import Reused, format_of, refuse_unused
+from pack_cli._convert_checks import summary as packed_line
 from pack_cli._errors import converting, user_errors
 from pack_cli._params import parse_bytes, parse_fields, parse_size
 from pack_cli._progress import progress_bar
 from packer.api import convert, holds_complete
 from packer.conversion.executors import EXECUTORS
 from packer.conversion.job import ConvertOptions
-from packer.core.index import Index
 from packer.dataset.describe import wds_notes
 from packer.dataset.remote import is_url, parse_storage_options
 from packer.encode import EncodeOptions
@@ -24,8 +26,9 @@ from packer.formats.base import MIN_SHARDS, ShardOptions
 @click.command("convert")
 @click.argument("src")
 @click.argument("dst")
-@click.option("--to", "fmt", type=click.Choice(list(FORMATS)), required=True,
-              help="Output format.")
+@click.option("--to", "fmt", type=click.Choice(list(FORMATS)), default=None,
+              help="Output format (default: from DST's suffix: .wds, .lmdb, .h5/.hdf5, "
+                   ".npy).")
 @click.option("--shard-size", default=None,
               help="wds: roll to a new shard at this many bytes (256MB, 1GiB, ...). Default: "
                    f"256MB, and at least {MIN_SHARDS} shards (a shard also ends every N/"
@@ -84,12 +87,14 @@ from packer.formats.base import MIN_SHARDS, ShardOptions
 @click.option("--label", "label", default=None, metavar="cls|json:KEY|none",
               help="webdataset shards: the label from each sample's .cls member (the default "
                    "where the shards have one), from KEY of its .json, or none (one class); "
-                   "Parquet: the label column (the default) or none.")
+                   "Parquet: the label column (the default) or none; an image folder: none "
+                   "packs every image below it, top level included, as one class "
+                   "(unlabelled).")
 @click.option("--drop-duplicates", is_flag=True,
               help="Keep the first (by key) of samples whose stored bytes are equal; list "
                    "the others in rejects.jsonl, naming the key kept.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def convert_command(src: str, dst: str, fmt: str, shard_size: str | None,
+def convert_command(src: str, dst: str, fmt: str | None, shard_size: str | None,
                     shard_samples: int | None, resize: int | None, size: str | None,
                     fit: str, codec: str | None, quality: int, upscale: bool, check: str,
                     on_error: str, workers: int | None,
@@ -102,7 +107,8 @@ def convert_command(src: str, dst: str, fmt: str, shard_size: str | None,
     archive, webdataset shards, Parquet with image bytes or a packed dataset) into DST.
 
     \b
-    pack convert photos/ out.wds --to wds --shard-size 128MB
+    pack convert photos/ out.wds --shard-size 128MB
+    pack convert flat-images/ out.wds --label none
     pack convert train.tar out.wds --to wds
     pack convert 'shards/train-{000000..000099}.tar' out.lmdb --to lmdb
     pack convert 's3://bucket/train-{000000..000099}.tar' out.lmdb --to lmdb
@@ -120,6 +126,8 @@ def convert_command(src: str, dst: str, fmt: str, shard_size: str | None,
     pack convert /shared/photos /shared/out.wds --to wds --executor ray --ray-address auto
     """
     with converting(), user_errors(), ctrl_c_watched():
+        fmt = format_of(dst, fmt)
+        refuse_unused(fmt, resize, size, codec, upscale)
         options = EncodeOptions(check=check, resize=resize, size=parse_size(size),  # type: ignore[arg-type]
                                 fit=fit, codec=codec, quality=quality, upscale=upscale)  # type: ignore[arg-type]
         run = ConvertOptions(shard_options(shard_size, shard_samples), workers,
@@ -137,27 +145,24 @@ def convert_command(src: str, dst: str, fmt: str, shard_size: str | None,
         where = dst.rstrip("/") if remote else str(Path(dst))
         parsed = parse_storage_options(storage_options)
         finished = resume and holds_complete(dst, parsed)  # then convert only checks it
+        started = time.monotonic()
         with progress_bar(f"pack {fmt}", quiet) as (advance, on_total):
+            reused = Reused(advance, on_total)
             index = convert(src, dst, fmt, options, run, storage_options=parsed,
-                            staging=staging, progress=advance, on_total=on_total)
+                            staging=staging, progress=reused.advance,
+                            on_total=reused.on_total)
         if finished:
             click.echo(f"nothing to resume: {where} is complete ({index.num_samples} samples)")
             return
-        summary = f"packed {index.num_samples} samples into {where} ({stored_as(fmt, index)})"
+        if resume:
+            click.echo(reused.line())
+        summary = packed_line(fmt, where, index, time.monotonic() - started)
         if index.num_rejected:
             rejects = f"{where}/rejects.jsonl" if remote else str(Path(dst) / "rejects.jsonl")
             summary += f"; {index.num_rejected} rejected inputs listed in {rejects}"
         click.echo(summary)
         for note in wds_notes(index):
             click.echo(f"note: {note}", err=True)
-
-
-def stored_as(fmt: str, index: Index) -> str:
-    """`wds, 3 shards` for the sharded format; the one-file formats are just named."""
-    if fmt != "wds":
-        return fmt
-    count = len(index.shards)
-    return f"wds, {count} shard{'s' * (count != 1)}"
 
 
 def shard_options(size: str | None, samples: int | None) -> ShardOptions:

@@ -12,8 +12,10 @@ import click
 from pack_cli._env import environment
 from pack_cli._errors import user_errors
 from packer.api import describe, verify
+from packer.dataset.describe import encode_text, image_size_text
 from packer.dataset.remote import is_url, parse_storage_options
 from packer.dataset.verify import Report
+from packer.source.empty import not_a_dataset
 
 
 @click.command("info")
@@ -45,13 +47,17 @@ def info_command(dst: str | None, as_json: bool, storage_options: tuple[str, ...
             return
         if storage_options and not is_url(dst):
             raise click.BadParameter("--storage-option applies to a URL (s3://..., file://...)")
+        image_folder = None if is_url(dst) else not_a_dataset(Path(dst))
+        if image_folder is not None:
+            raise image_folder
         facts = describe(dst, storage_options=parse_storage_options(storage_options))
         click.echo(json.dumps(facts, indent=1, ensure_ascii=False) if as_json
                    else render(facts))
 
 
 def render(facts: dict[str, Any]) -> str:
-    lines = [f"{key}: {value}" for key, value in facts.items()
+    words = {"image_size": image_size_text(facts), "encode": encode_text(facts["encode"])}
+    lines = [f"{key}: {words.get(key, value)}" for key, value in facts.items()
              if key not in ("classes", "shards", "fields", "categories")]
     if "fields" in facts:
         lines.append("fields:")
@@ -77,21 +83,28 @@ def render(facts: dict[str, Any]) -> str:
 @click.option("--annotations", type=click.Path(path_type=Path), default=None,
               help="With --source: the COCO JSON DST was converted with; its boxes, "
                    "categories, ... are compared too.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--repair", is_flag=True,
+              help="Rewrite the damaged files from --source (re-encoded as converted), "
+                   "then verify again.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Machine-readable output, every damaged sample listed.")
 @click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
               help="URL DST: an fsspec/s3fs option, repeatable (see `pack convert --help`).")
-def verify_command(dst: str, source: Path | None, annotations: Path | None, as_json: bool,
-                   storage_options: tuple[str, ...]) -> None:
+def verify_command(dst: str, source: Path | None, annotations: Path | None, repair: bool,
+                   as_json: bool, storage_options: tuple[str, ...]) -> None:
     """Re-read every shard and sample of DST and check them against the index.
 
-    A URL is downloaded whole into a temporary folder first (shards checked against
-    their sha256 as they arrive).
+    Damage is listed per sample: one summary line, then a line per damaged sample
+    (index, key, file, offset, what failed; --json lists them all). A URL is downloaded
+    whole into a temporary folder first (shards checked against their sha256 as they
+    arrive).
 
     \b
     pack verify photos.wds
     pack verify photos.wds --source photos/ --json
     pack verify coco.wds --source train2017/ --annotations instances_train2017.json
     pack verify s3://bucket/photos.wds --source photos/
+    pack verify photos.wds --repair --source photos/
     """
     with user_errors():
         if annotations is not None and (source is None or is_url(dst)):
@@ -99,20 +112,36 @@ def verify_command(dst: str, source: Path | None, annotations: Path | None, as_j
                                      "a local DST")
         if storage_options and not is_url(dst):
             raise click.BadParameter("--storage-option applies to a URL (s3://..., file://...)")
-        report = verify(dst, source, annotations,
+        report = verify(dst, source, annotations, repair=repair,
                         storage_options=parse_storage_options(storage_options))
     if as_json:
         click.echo(json.dumps(report.__dict__, indent=1, ensure_ascii=False))
     elif report.ok:
+        if report.repaired:
+            click.echo(f"repaired: {', '.join(report.repaired)}")
         click.echo(f"ok: {report.num_samples} samples {held_in(report)}; "
                    f"checked {', '.join(report.checked)}")
     else:
         click.echo(f"error: {report.problem}", err=True)
+        click.echo("\n".join(damage_lines(report)) or None)
     if not report.ok:
         sys.exit(1)
 
 
 # Registers `pack bench`, `pack tune` and `pack profile` on the group above.
+
+MAX_DAMAGE_LINES = 20
+
+
+def damage_lines(report: Report) -> list[str]:
+    """A line per damaged sample, at most MAX_DAMAGE_LINES (then how many more)."""
+    lines = [f"  sample {d['index']} {d['key']!r}: {d['file']}"
+             f"{f' at byte {offset}' if (offset := d['offset']) >= 0 else ''}: {d['reason']}"
+             for d in report.damaged[:MAX_DAMAGE_LINES]]
+    more = len(report.damaged) - MAX_DAMAGE_LINES
+    if more > 0:
+        lines.append(f"  ... and {more} more (--json lists them all)")
+    return lines
 
 
 def held_in(report: Report) -> str:

@@ -18,9 +18,11 @@ from typing import Any
 
 from packer.conversion.append import AppendResult, append
 from packer.conversion.job import ConvertOptions, convert_local
-from packer.core.index import INDEX_NAME, Index
+from packer.conversion.rebuild import source_records
+from packer.core.index import INDEX_NAME, Index, open_dataset
 from packer.dataset.describe import describe as describe_folder
 from packer.dataset.remote import is_url
+from packer.dataset.repair import repair_dataset, repair_targets
 from packer.dataset.verify import Report, check_dataset
 from packer.encode import EncodeOptions
 from packer.errors import PackError
@@ -73,13 +75,18 @@ def holds_complete(dst: str | Path, storage_options: Mapping[str, Any] | None = 
 def verify(folder: str | Path, source: str | Path | None = None,
            annotations: str | Path | None = None, *,
            storage_options: Mapping[str, Any] | None = None,
-           work: str | Path | None = None) -> Report:
-    """Re-read every shard and sample; compare with the source when given (and with the
-    COCO `annotations` file it was converted with).
+           work: str | Path | None = None, repair: bool = False) -> Report:
+    """Re-read every shard and sample, listing every damaged one in the report; compare
+    with the source when given (and with the COCO `annotations` file it was converted with).
 
+    `repair`: rewrite the damaged files from `source` first (packer.dataset.repair),
+    then verify again; the report's `repaired` names the files rewritten. A source whose
+    item for a damaged key is missing or differs is refused (PackError naming the key).
     `folder` may be a URL (s3://bucket/prefix, file:///path): the dataset is downloaded
     whole into a temporary folder under `work` (default the system's) with fsspec
     `storage_options`, checked and deleted; problems then name the URL."""
+    if repair:
+        return _verify_repaired(folder, source, annotations)
     if is_url(folder):
         return _verify_url(str(folder), storage_options, source, annotations, work)
     if storage_options or work is not None:
@@ -96,6 +103,27 @@ def verify(folder: str | Path, source: str | Path | None = None,
     except PackError as exc:
         return report.fail(str(exc))
     return report
+
+
+def _verify_repaired(folder: str | Path, source: str | Path | None,
+                     annotations: str | Path | None) -> Report:
+    """Verify; rewrite the damaged files from `source`; verify again, with the source."""
+    if source is None or is_url(folder):
+        raise ValueError(f"{folder}: --repair needs --source SRC (what DST was converted "
+                         "from) and a local DST")
+    report = verify(folder)
+    if report.ok:
+        return verify(folder, source, annotations)
+    index, _ = open_dataset(Path(folder))
+    names = repair_targets(index, report.damaged, list(report.damaged_files))
+    if not names:  # the damage is in index.json or the tables: nothing to rewrite
+        raise PackError(f"{report.problem}; --repair rewrites data files only, reconvert")
+    records = source_records(Path(source), index, Path(folder),
+                             None if annotations is None else Path(annotations))
+    repaired = repair_dataset(Path(folder), names, records, str(source))
+    after = verify(folder, source, annotations)
+    after.repaired = repaired
+    return after
 
 
 def verify_remote(url: str, storage_options: Mapping[str, Any] | None,

@@ -6,6 +6,7 @@
     from readers import Mix   # several packed datasets as one, in chosen proportions
     from readers import LoaderMonitor   # times how long a training loop waits for data
     from readers import SplitOptions, RemoteOptions   # sharding and URL-cache settings
+    from readers import OnError   # on_error=: raise (default) or skip a damaged sample
 
 `readers` depends on `packer`, never the reverse. Its errors are packer's classes
 (packer.errors): `readers.DecodeError` is `packer.DecodeError`. Modules that moved into
@@ -25,7 +26,7 @@ from readers.decoding.decode import DecodeError
 from readers.decoding.device_decode import decode_on
 from readers.diagnostics.monitor import LoaderMonitor  # numpy and logging only: adds nothing heavy
 from readers.mix import Mix
-from readers.options import RemoteOptions, SplitOptions
+from readers.options import OnError, RemoteOptions, SplitOptions
 from readers.passes.resume import loop_state
 from readers.sampling.sampler import PAD_LABEL, ChunkSampler, PaddedIndex
 
@@ -38,6 +39,7 @@ __all__ = [
     "DecodeError",
     "LoaderMonitor",
     "Mix",
+    "OnError",
     "PackedDataset",
     "PackedIterableDataset",
     "PaddedIndex",

@@ -20,8 +20,9 @@ from packer.core.index import SampleTable, open_dataset
 from packer.formats.base import RecordReader
 from readers._handles import Handles, identity, release
 from readers.augment import Augment
+from readers.damage import DamagedRecord, Skips
 from readers.decoding.crop_decode import as_numpy, decode_augmented
-from readers.decoding.decode import Mode
+from readers.decoding.decode import DecodeError, Mode
 from readers.decoding.decode import decode as decode_record
 from readers.fields import (
     FieldNames,
@@ -32,11 +33,13 @@ from readers.fields import (
     with_fields_many,
 )
 from readers.held_fields import HeldFields
+from readers.options.values import OnError
 from readers.remote import RemoteSource
 from readers.sampling.sampler import PAD_LABEL
 
 Sample = Any  # (image, label[, key]), or a dict with fields= (readers.fields)
 Transform = Callable[[Any], Any]
+MAX_PAD_TRIES = 1024  # samples after a skipped one tried for its pad before giving up
 
 
 @dataclass(frozen=True)
@@ -71,10 +74,12 @@ class _PackedBase:
     _held: HeldFields | None = None  # those fields in memory (readers.held_fields)
 
     def __init__(self, path: str | Path, *, sample: SampleSettings, chunk_size: int,
-                 cache_bytes: int = 0, remote: RemoteSource | None = None) -> None:
+                 cache_bytes: int = 0, remote: RemoteSource | None = None,
+                 on_error: OnError | str = "raise") -> None:
         """`chunk_size`: the unit of reads and of the chunk cache; `cache_bytes`: that
         cache's budget per process (0: none); `remote`: a URL's local mirror, whose folder
-        is then the one opened."""
+        is then the one opened; `on_error`: raise or skip a damaged sample (OnError)."""
+        self._skips = Skips(on_error)
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be at least 1, not {chunk_size}")
         self.remote = remote  # a URL's local mirror (readers.remote), or None
@@ -119,6 +124,44 @@ class _PackedBase:
         else:
             image = decode_record(data, self.decode, self.size, pixels_shape=self.pixels_shape)
         return self._finish(table, i, image, padded, fields=fields)
+
+    @property
+    def num_skipped(self) -> int:
+        """Samples skipped under on_error="skip" so far, by every process of this dataset."""
+        return self._skips.total
+
+    def sample_or_pad(self, table: SampleTable, i: int, data: bytes, padded: bool,
+                      crop: tuple[int, int], read: Callable[[int], bytes],
+                      fields: bool = True) -> tuple[int, Sample]:
+        """(i, make_sample(...)); under on_error="skip", for a damaged (a DamagedRecord) or
+        undecodable sample, (j, a flagged pad): sample j, the next one after i that reads
+        (`read`: a TolerantReader's), with label PAD_LABEL, as padding is made."""
+        error: Exception
+        if isinstance(data, DamagedRecord):
+            error = data.error
+        else:
+            try:
+                return i, self.make_sample(table, i, data, padded, crop, fields)
+            except DecodeError as exc:
+                if not self._skips.skipping:
+                    raise
+                error = exc
+        self._skips.record(i, table.key(i), self._file_of(i), error)
+        for step in range(1, min(len(table), MAX_PAD_TRIES)):
+            j = (i + step) % len(table)
+            found = read(j)
+            if not isinstance(found, DamagedRecord):
+                try:
+                    return j, self.make_sample(table, j, found, True, crop, fields)
+                except DecodeError:
+                    continue
+        raise DecodeError(f"{self.path}: no readable sample after skipped sample {i} to pad "
+                          f"its place with ({error}); restore or reconvert the dataset")
+
+    def _file_of(self, i: int) -> str:
+        """The data file that holds sample i, for a message."""
+        shards = self.index.shards
+        return str(self.path / shards[self.index.shard_of(i)].name) if shards else str(self.path)
 
     def _finish(self, table: SampleTable, i: int, image: Any, padded: bool,
                 label: int | None = None, fields: bool = True) -> Sample:

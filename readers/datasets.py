@@ -31,16 +31,18 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
+from packer.errors import CorruptDatasetError
 from readers._base import Sample, SampleSettings, Transform, _PackedBase
 from readers._handles import Handles
 from readers.augment import Augment
 from readers.batching.collate import gathered_rows, gathered_samples
 from readers.batching.gathered import GatheredRows, batch_labels
 from readers.batching.raw_collate import IndexedSamples
+from readers.damage import TolerantReader
 from readers.decoding.decode import Mode
 from readers.fields import FieldNames
 from readers.iterable import PackedIterableDataset
-from readers.options import DEFAULT_CHUNK_SIZE, RemoteOptions
+from readers.options import DEFAULT_CHUNK_SIZE, OnError, RemoteOptions
 from readers.options.legacy import REMOTE_MOVES, accepts_legacy
 from readers.options.values import check_budget
 from readers.passes.epochs import PassEpochs
@@ -84,6 +86,14 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
     (readers.held_fields): the same samples, without reading and checking each
     sample's fields again every epoch; it costs one pass over the fields now and their
     size in RAM, shared by forked workers.
+
+    `on_error="skip"` (or `OnError("skip", max_skipped=N)`, readers.options): a damaged
+    or undecodable sample is logged, counted (`num_skipped`) and served as a flagged pad,
+    the next readable sample with label PAD_LABEL, as padding is: `__getitem__` cannot
+    leave a hole, a default collate would break on one, and a batch one sample short
+    would leave the ranks' batches uneven. Mask pads with `labels >= 0`. The default,
+    "raise", raises the error that names the sample, its file and where in it; either
+    way the other samples of a damaged chunk read.
     """
 
     @accepts_legacy(("decode", "size", "transform", "with_keys", "cache_bytes"),
@@ -96,7 +106,7 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
                  chunk_size: int = DEFAULT_CHUNK_SIZE,
                  remote: RemoteOptions | None = None, in_memory: bool = False,
                  fields: FieldNames = None, fields_in_memory: bool = False,
-                 subset: str | None = None) -> None:
+                 subset: str | None = None, on_error: OnError | str = "raise") -> None:
         check_budget("max_cache_bytes", max_cache_bytes, "off")
         if seed < 0:
             raise ValueError(f"seed must be a non-negative integer, not {seed}")
@@ -105,7 +115,7 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
         source = None if self._ram else remote_source(path, remote)
         super().__init__(self._ram.folder if self._ram else path, sample=sample,
                          chunk_size=chunk_size, cache_bytes=0 if self._ram else max_cache_bytes,
-                         remote=source)
+                         remote=source, on_error=on_error)
         self.seed = seed
         self._epochs = PassEpochs()  # only its named epoch: map-style has no passes
         self._choose_fields(fields, fields_in_memory)
@@ -137,8 +147,14 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
         local = self.handles()
         if local.gather is not None and self.pixels_shape is not None and self.augment is None \
                 and self.decode != "pil" and self.size in (None, self.pixels_shape):
-            return self._add_fields(self._gathered(local, indices, positions, recyclable),
-                                    positions)
+            try:
+                return self._add_fields(self._gathered(local, indices, positions, recyclable),
+                                        positions)
+            except CorruptDatasetError:
+                if not self._skips.skipping:
+                    raise  # else sample by sample below, each damaged one padded
+        if self._skips.skipping:
+            return self._read_skipping(local, indices, positions)
         records = local.cached.read_many(positions)
         crop = (self.seed, self.epoch)  # read once: the whole batch is of one epoch
         samples = [
@@ -146,9 +162,26 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
                          fields=False)
             for original, i, data in zip(indices, positions, records, strict=True)
         ]
-        if self.decode == "raw":  # readers.collate keeps the indices in the RawBatch
+        return self._indexed(samples, positions)
+
+    def _indexed(self, samples: list[Sample], positions: list[int]) -> Sequence[Sample]:
+        """The batch's samples with their fields; raw ones keep their indices for
+        readers.collate's RawBatch."""
+        if self.decode == "raw":
             samples = IndexedSamples(samples, positions)
         return self._add_fields(samples, positions)
+
+    def _read_skipping(self, local: Handles, indices: Sequence[int],
+                       positions: list[int]) -> Sequence[Sample]:
+        """`_read` under on_error="skip": a damaged or undecodable sample's place holds a
+        flagged pad (sample_or_pad), whose position its fields then come from."""
+        reader = TolerantReader(local.reader, fields=bool(self.fields) and self._held is None)
+        records = reader.checked(local.cached.read_each(positions), positions)
+        crop = (self.seed, self.epoch)
+        made = [self.sample_or_pad(local.table, i, data, isinstance(original, PaddedIndex),
+                                   crop, reader.read, fields=False)
+                for original, i, data in zip(indices, positions, records, strict=True)]
+        return self._indexed([sample for _, sample in made], [j for j, _ in made])
 
     def _gathered(self, local: Handles, indices: Sequence[int], positions: list[int],
                   recyclable: bool) -> Sequence[Sample]:

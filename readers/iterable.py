@@ -6,14 +6,23 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 from torch.utils.data import IterableDataset
 
+from packer.formats.base import RecordReader
 from readers._base import Sample, SampleSettings, Transform, _PackedBase
 from readers.augment import Augment
+from readers.damage import DamagedRecord, TolerantReader
 from readers.decoding.decode import Mode
-from readers.fields import FieldNames, fields_ahead
-from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_SPLIT, RemoteOptions, SplitOptions
+from readers.fields import FieldNames, fields_ahead, with_fields
+from readers.options import (
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_SPLIT,
+    OnError,
+    RemoteOptions,
+    SplitOptions,
+)
 from readers.options.legacy import REMOTE_MOVES, SPLIT_MOVES, accepts_legacy
 from readers.passes.base import SplitPasses
 from readers.passes.stream import SpanRecord, pass_records
@@ -53,6 +62,11 @@ class PackedIterableDataset(SplitPasses, _PackedBase, IterableDataset[Sample]):
 
     `fields_in_memory=True` reads the `fields=` of every sample once, here, into
     columns the stream takes them from (readers.held_fields), as PackedDataset does.
+
+    `on_error="skip"` (readers.options.OnError): a damaged or undecodable sample is
+    logged, counted (`num_skipped`, all workers together) and its place in the stream
+    holds a flagged pad (the next readable sample, label PAD_LABEL), so `len()` and every
+    rank's batch count stay what the plan says and every other sample is yielded once.
     """
 
     @accepts_legacy(("shuffle", "seed", "decode", "size", "transform", "with_keys",
@@ -66,12 +80,13 @@ class PackedIterableDataset(SplitPasses, _PackedBase, IterableDataset[Sample]):
                  remote: RemoteOptions | None = None, in_memory: bool = False,
                  class_weights: ClassWeights | None = None,
                  fields: FieldNames = None, fields_in_memory: bool = False,
-                 subset: str | None = None) -> None:
+                 subset: str | None = None, on_error: OnError | str = "raise") -> None:
         sample = SampleSettings(decode, size, augment, transform, with_keys)
         self._ram = in_memory_copy(path, remote) if in_memory else None  # readers.ram.copies
         source = None if self._ram else remote_source(path, remote)
         super().__init__(self._ram.folder if self._ram else path, sample=sample,
-                         chunk_size=split.chunk_size_or(DEFAULT_CHUNK_SIZE), remote=source)
+                         chunk_size=split.chunk_size_or(DEFAULT_CHUNK_SIZE), remote=source,
+                         on_error=on_error)
         self.split = split
         self._init_passes(split, shuffle=shuffle, seed=seed, batch_size=batch_size)
         self.subset = Subset.open(path, self.index, subset)  # plans count its positions
@@ -93,22 +108,28 @@ class PackedIterableDataset(SplitPasses, _PackedBase, IterableDataset[Sample]):
             spans = self.subset.sample_spans(spans)
         local = self.handles()
         rng = epoch_rng(plan.seed, *where, 2) if plan.shuffle else None
-        records = pass_records(local.reader, spans, self.buffer_size, rng, skip)
+        tolerant = TolerantReader(local.reader,  # damaged samples as DamagedRecords
+                                  fields=bool(self.fields) and self._held is None)
+        reader = cast(RecordReader, tolerant) if self._skips.skipping else local.reader
+        records = pass_records(reader, spans, self.buffer_size, rng, skip)
         crop = (plan.seed, where[0])
         if self.fields is None:
             for i, padded, data in records:
-                sample = self.make_sample(local.table, i, data, padded, crop)
+                _, sample = self.sample_or_pad(local.table, i, data, padded, crop, tolerant.read)
                 self._seen += 1
                 yield sample
             return
         for group in _groups(records, FIELD_GROUP):  # the fields of a group in one read
-            dict_of = fields_ahead(self.field_source(local.reader), [i for i, _, _ in group],
-                                   self.fields)
-            for k, (i, padded, data) in enumerate(group):
-                sample = dict_of(k, self.make_sample(local.table, i, data, padded, crop,
-                                                 fields=False))
-                self._seen += 1
-                yield sample
+            source = self.field_source(local.reader)
+            readable = [i for i, _, data in group if not isinstance(data, DamagedRecord)]
+            dict_of = fields_ahead(source, readable, self.fields)
+            k = 0  # the sample's place among the readable ones
+            for i, padded, data in group:
+                j, sample = self.sample_or_pad(local.table, i, data, padded, crop, tolerant.read,
+                                               fields=False)
+                self._seen += 1  # a pad for a skipped sample carries the pad's own fields
+                yield dict_of(k, sample) if j == i else with_fields(sample, source, j, self.fields)
+                k += not isinstance(data, DamagedRecord)
 
 
 FIELD_GROUP = 64  # records whose fields are read together (their images one at a time)

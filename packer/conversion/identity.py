@@ -14,13 +14,16 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from packer.core.index import Index
 from packer.errors import DatasetExistsError
 from packer.source.scan import Source
+from packer.storage.atomic import write_atomic
 
 JOB_KEY = "job"  # in index.json's `extra`
+STATE_JOB = "job.json"  # the resume state's record of its job (packer.conversion.journal)
 # Settings, flattened, as the `pack convert` options that set them; the others
 # (encode.pixels, encode.mode) follow from these and from the format.
 OPTION_NAMES = {"format": "--to", "encode.check": "--check", "encode.resize": "--resize",
@@ -87,6 +90,25 @@ def _facts(source: Source, path: str) -> str:
 def fingerprint(source: Source, settings: dict[str, Any]) -> str:
     """The fingerprint alone (see identify)."""
     return identify(source, settings).fingerprint
+
+
+def save_identity(state: Path, job: JobIdentity) -> None:
+    """Keep the job's parts beside its fingerprint in the resume state's job.json (no
+    other file: a nearly full disk has no page for one), so that a refused --resume can
+    name what changed."""
+    record = {"fingerprint": job.fingerprint, JOB_KEY: job.to_json()}
+    write_atomic(state / STATE_JOB, json.dumps(record).encode())
+
+
+def changed_since(state: Path, job: JobIdentity) -> str:
+    """` (--resize was none, now 8; ...)`: how `job` differs from the interrupted one
+    whose state is in `state`; empty when that run did not keep its parts."""
+    try:
+        recorded = json.loads((state / STATE_JOB).read_text()).get(JOB_KEY)
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    changes = differences(recorded, job) if isinstance(recorded, dict) else []
+    return f" ({'; '.join(changes)})" if changes else ""
 
 
 def check_same_job(where: str, index: Index, job: JobIdentity,

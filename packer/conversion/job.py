@@ -20,7 +20,13 @@ from packer.conversion.executors import (
     check_executor,
     encode_ordered,
 )
-from packer.conversion.identity import JOB_KEY, JobIdentity, identify
+from packer.conversion.identity import (
+    JOB_KEY,
+    JobIdentity,
+    changed_since,
+    identify,
+    save_identity,
+)
 from packer.conversion.journal import Journal, Progress, ResumeRefused
 from packer.conversion.parallel import CommittedShards, use_parallel_writers, written_groups
 from packer.conversion.writing import OnError, WriterLoop, rejected
@@ -134,7 +140,7 @@ def convert_local(src: str | Path, dst: str | Path, fmt: str,
         journal = Journal(folder)
         if complete:  # --resume of finished work: a no-op if it is this job
             return journal.finish(job_id)
-        done = resume_point(journal, job_id.fingerprint, run.resume, module.FILES, folder)
+        done = resume_point(journal, job_id, run.resume, module.FILES, folder)
         stem = continued_stem(done.shards, shard_stem(name_of(folder) if run.name is None
                                                       else run.name))
         limits = run.shards.for_inputs(len(source.items))  # a function of the inputs alone
@@ -262,16 +268,18 @@ def closed_after(iterator: Iterator[T]) -> Iterator[Iterator[T]]:
             close()
 
 
-def resume_point(journal: Journal, job: str, resume: bool, files: tuple[str, ...],
+def resume_point(journal: Journal, job: JobIdentity, resume: bool, files: tuple[str, ...],
                  folder: Path) -> Progress:
     """Start fresh, or load what an interrupted run of the same job made durable."""
     if not resume or not journal.exists():
-        journal.start(job)
+        journal.start(job.fingerprint)
+        save_identity(journal.state, job)
         return Progress()
-    if journal.fingerprint() != job:
+    if journal.fingerprint() != job.fingerprint:
         raise ResumeRefused(
-            f"{folder}: the source or the options changed since the interrupted run; "
-            "rerun with --overwrite to start over"
+            f"{folder}: the source or the options changed since the interrupted run"
+            f"{changed_since(journal.state, job)}; rerun with the same source and options "
+            "to resume, or --overwrite to start over"
         )
     parts = journal.read_parts()
     keep = len(parts)

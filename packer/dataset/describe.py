@@ -69,3 +69,33 @@ def wds_notes(index: Index) -> list[str]:
     if skipped and index.num_samples:
         notes.append(f"no wids index: {skipped}")
     return notes
+
+
+def encode_text(encode: dict[str, Any]) -> str:
+    """The encode options as `pack info` words: `pass-through`, `resize shorter side 256,
+    jpeg q90`, `raw RGB pixels 224x224 (crop)`; then how inputs were checked."""
+    shown = applied(encode)
+    size = shown.get("size")
+    sized = f"size {size[0]}x{size[1]} ({shown.get('fit', 'crop')})" if size else ""
+    if shown.get("mode") == "pixels":
+        what = f"raw RGB pixels{' ' + sized[5:] if sized else ''}"
+    elif shown.get("mode") == "reencode":
+        steps = [sized] if sized else []
+        if shown.get("resize") is not None:
+            steps.append(f"resize shorter side {shown['resize']}"
+                         + (" (small images enlarged)" if shown.get("upscale") else ""))
+        codec = str(shown.get("codec") or "jpeg")
+        steps.append(f"{codec} q{shown['quality']}" if "quality" in shown else codec)
+        what = ", ".join(steps)
+    else:
+        what = "pass-through (the original bytes)"
+    return f"{what}; inputs checked: {shown.get('check', 'decode')}"
+
+
+def image_size_text(facts: dict[str, Any]) -> str:
+    """`224x224`, or `varies (shorter side 256)` / `varies (as in the source)`."""
+    size = facts.get("image_size") or applied(facts.get("encode") or {}).get("size")
+    if size:
+        return f"{size[0]}x{size[1]}"
+    resize = (facts.get("encode") or {}).get("resize")
+    return f"varies (shorter side {resize})" if resize else "varies (as in the source)"

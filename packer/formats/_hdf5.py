@@ -95,7 +95,7 @@ class Hdf5Reader(DecodedFields):
             raise CorruptDatasetError(f"{self.files[part]}: empty; restore or reconvert")
         offset = start + int(self.table.offsets[i])
         data = data_map[offset : offset + int(self.table.sizes[i])]
-        return checked(self.table, i, data, self.files[part])
+        return checked(self.table, i, data, self.files[part], offset)
 
     def read_many(self, indices: Sequence[int]) -> list[bytes]:
         return [self.read(i) for i in indices]

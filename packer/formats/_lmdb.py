@@ -99,8 +99,12 @@ class LmdbWriter:
         self.fields = plan.fields
         self._longest_field = max((len(spec.name) + 1 for spec in plan.fields), default=0)
         shutil.rmtree(self.tmp, ignore_errors=True)
-        self.env: Any = lmdb.open(str(self.tmp), map_size=INITIAL_MAP, subdir=True,
-                                  readahead=False, meminit=True, max_dbs=0, sync=False)
+        try:
+            self.env: Any = lmdb.open(str(self.tmp), map_size=INITIAL_MAP, subdir=True,
+                                      readahead=False, meminit=True, max_dbs=0, sync=False)
+        except lmdb.Error as exc:  # py-lmdb's own errors: an OSError, as the writers raise
+            raise OSError(errno.ENOSPC if isinstance(exc, lmdb.DiskError) else errno.EIO,
+                          f"lmdb cannot create {self.tmp} ({exc})") from exc
         self._batch: list[tuple[bytes, bytes]] = []
         self._batch_bytes = 0
         self._count = 0

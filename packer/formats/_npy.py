@@ -188,7 +188,12 @@ class NpyReader(DecodedFields):
 
     def read(self, i: int) -> bytes:
         data: bytes = self.images[i].tobytes()
-        return checked(self.table, i, data, self.path)
+        return checked(self.table, i, data, self.path, self._row_offset(i))
+
+    def _row_offset(self, i: int) -> int:
+        """Where row i starts in images.npy (after the array's header)."""
+        header: int = getattr(self.images, "offset", 0)
+        return header + i * int(self.images[0].nbytes)
 
     def read_many(self, indices: Sequence[int]) -> list[bytes]:
         return [self.read(i) for i in indices]
@@ -214,7 +219,8 @@ class NpyReader(DecodedFields):
         # one comparison for the batch; a mismatch is then found and named row by row
         if b"".join(digests) != self.table.digests[wanted].tobytes():
             for k, i in enumerate(wanted.tolist()):
-                checked(self.table, i, rows[k].data, self.path)  # raises, naming the sample
+                checked(self.table, i, rows[k].data, self.path,  # raises, naming the sample
+                        self._row_offset(i))
 
     def read_range(self, start: int, stop: int) -> Iterator[bytes]:
         for i in range(start, stop):

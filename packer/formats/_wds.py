@@ -180,8 +180,9 @@ class WdsReader(DecodedFields):
 
     def read(self, i: int) -> bytes:
         shard = self.index.shard_of(i)
-        data = self._shards.pread(shard, int(self.table.offsets[i]), int(self.table.sizes[i]), i)
-        return checked(self.table, i, data, self.folder / self.index.shards[shard].name)
+        offset = int(self.table.offsets[i])
+        data = self._shards.pread(shard, offset, int(self.table.sizes[i]), i)
+        return checked(self.table, i, data, self.folder / self.index.shards[shard].name, offset)
 
     def read_many(self, indices: Sequence[int]) -> list[bytes]:
         return [self.read(i) for i in indices]
@@ -200,7 +201,7 @@ class WdsReader(DecodedFields):
             where = self.folder / self.index.shards[shard].name
             for j, offset, size in zip(range(i, end), offsets, sizes, strict=True):
                 data = bytes(block[offset - first : offset - first + size])
-                yield checked(self.table, j, data, where)
+                yield checked(self.table, j, data, where, offset)
             i = end
 
     def field_values_many(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:

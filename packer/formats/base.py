@@ -218,12 +218,14 @@ def nothing_to_check(folder: Path, index: Index) -> tuple[str, ...]:
 Data = TypeVar("Data", bytes, memoryview)
 
 
-def checked(table: SampleTable, i: int, data: Data, where: Path) -> Data:
-    """Return `data` if it matches sample i's digest, else name the file and the sample."""
+def checked(table: SampleTable, i: int, data: Data, where: Path, offset: int = -1) -> Data:
+    """Return `data` if it matches sample i's digest, else name the file, the sample and,
+    where the format knows it (`offset` >= 0), the byte of the file where its data starts."""
     if digest_of(data) != table.digest(i):
+        at = f" (bytes {offset}..{offset + len(data) - 1})" if offset >= 0 else ""
         raise CorruptDatasetError(
-            f"{where}: sample {i} ({table.key(i)!r}) does not match its digest; the file is "
-            "damaged, restore it or reconvert the dataset"
+            f"{where}: sample {i} ({table.key(i)!r}){at} does not match its digest; the file "
+            "is damaged, restore it or reconvert the dataset"
         )
     return data
 

@@ -22,7 +22,7 @@ from packer.errors import SourceError
 from packer.source.archive import archive_kind, scan_archive
 from packer.source.coco import read_coco
 from packer.source.coco_images import ArchiveImages, FolderImages, ImageFiles
-from packer.source.empty import no_images
+from packer.source.empty import no_class_folders, no_images
 from packer.source.fields import (
     SIDECARS,
     FieldChoice,
@@ -38,7 +38,7 @@ from packer.source.packed import PackedSource, is_packed, read_rejects
 from packer.source.parquet import is_parquet_source, scan_parquet
 from packer.source.parquet_read import ParquetSource
 from packer.source.shardset import ShardSet
-from packer.source.wds_labels import LabelChoice
+from packer.source.wds_labels import UNLABELLED, LabelChoice
 from packer.source.wds_paths import brace_shards, folder_shards, has_braces, looks_like_wds
 from packer.source.wds_scan import scan_shards
 
@@ -89,9 +89,11 @@ def scan(src: str | Path, fields: FieldChoice | None = None) -> Source:
             tabled = scan_parquet(path, choice)
             return Source(path, tabled.items, tabled.class_names, tabled.rejects, 0,
                           archive=tabled.origin, fields=tabled.fields)
-        if choice.label is not None:
-            raise SourceError(f"{path}: --label applies to webdataset shards (a .tar of "
-                              "KEY.jpg + KEY.cls members) and Parquet; drop it")
+        if choice.label is not None and not (choice.label == "none" and path.is_dir()
+                                             and not is_packed(path)):
+            raise SourceError(f"{path}: --label {choice.label} applies to webdataset "
+                              "shards (a .tar of KEY.jpg + KEY.cls members) and Parquet; an "
+                              "image folder takes only --label none; change or drop it")
         if path.is_file() and archive_kind(path) is not None:
             archived = scan_archive(path, choice)
             return Source(path, archived.items, archived.class_names, archived.rejects,
@@ -189,19 +191,21 @@ def root_prefix(root: Path) -> str:
 
 def scan_folder(root: Path, choice: FieldChoice | None = None) -> Source:
     """Scan `root/<class>/.../<image>`; hidden and non-image files are ignored and counted,
-    but `x.txt` / `x.json` beside `x.jpg` are its fields `txt` / `json` (sidecars)."""
+    but `x.txt` / `x.json` beside `x.jpg` are its fields `txt` / `json` (sidecars).
+
+    With --label none every image below `root`, top level included, is class 0 of the
+    one class `unlabelled` (a folder of images without class sub-folders)."""
     choice = choice or FieldChoice()
-    classes = sorted(
+    unlabelled = choice.label == "none"
+    classes = [] if unlabelled else sorted(
         entry.name
         for entry in os.scandir(root)
         if _kind(entry) in ("folder", "linked folder") and not entry.name.startswith(".")
     )
-    ignored = sum(1 for entry in os.scandir(root) if entry.name not in classes)
-    if not classes:
-        raise SourceError(
-            f"{root}: no class sub-folders found; lay images out as SRC/<class>/<image> "
-            "or pass a .csv/.jsonl manifest"
-        )
+    ignored = 0 if unlabelled else sum(1 for entry in os.scandir(root)
+                                       if entry.name not in classes)
+    if not classes and not unlabelled:
+        raise no_class_folders(root)
     for name in classes:
         if not _is_utf8(name):
             raise SourceError(f"{root / name!s}: class folder name is not valid UTF-8; rename it")
@@ -209,11 +213,13 @@ def scan_folder(root: Path, choice: FieldChoice | None = None) -> Source:
     found = ItemsBuilder(prefix, errors="strict")  # names must be UTF-8 to become keys
     rejects: list[Reject] = []
     seen: set[str] = set()  # the sidecar suffixes found beside images
-    for label, name in enumerate(classes):
+    for label, name in enumerate(classes or [""]):  # "": the root itself (--label none)
         ignored += _walk_images(prefix, name, label, found, rejects,
                                 seen if choice.enabled else None)
+    if unlabelled:
+        classes = [UNLABELLED]
     if not len(found) and not rejects:  # an empty dataset would block the retry
-        raise no_images(root, tuple(classes))
+        raise no_images(root, () if unlabelled else tuple(classes))
     rejects.sort(key=lambda reject: reject.path)  # the same whatever order the disk lists
     every = tuple(SIDECARS.values())
     sidecars = [spec for suffix, spec in SIDECARS.items() if suffix in seen]
@@ -267,7 +273,7 @@ def _walk_images(prefix: str, name: str, label: int, found: ItemsBuilder,
     while pending:
         rel_dir = pending.pop()
         try:
-            with os.scandir(prefix + rel_dir) as listing:
+            with os.scandir(prefix + rel_dir or ".") as listing:
                 entries = list(listing)
         except OSError as exc:
             reason = f"unreadable folder: {exc.strerror or exc}; its images were not packed"
@@ -275,7 +281,7 @@ def _walk_images(prefix: str, name: str, label: int, found: ItemsBuilder,
             continue
         sidecars = _sidecars(entries, seen)
         for entry in entries:
-            rel = rel_dir + os.sep + entry.name
+            rel = rel_dir + os.sep + entry.name if rel_dir else entry.name
             kind = _kind(entry)
             if kind == "folder":
                 pending.append(rel)

@@ -7,6 +7,8 @@ The wait for each batch is the time `next()` on the loader takes; the time outsi
 everything the loop does between batches (the training step). The starved fraction,
 wait / (wait + outside), says how much of the run the GPU would idle for data.
 Two `perf_counter` calls and one list append per batch keep the overhead near zero.
+Where the loader's dataset skips damaged samples (`on_error="skip"`), the figures and
+the log line also say how many it skipped so far (its `num_skipped`).
 """
 
 from __future__ import annotations
@@ -81,11 +83,19 @@ class LoaderMonitor(Generic[Batch]):
             "mean_wait_s": float(waits.mean()) if len(waits) else 0.0,
             "p95_wait_s": float(np.percentile(waits, 95)) if len(waits) else 0.0,
             "images_per_s": self.samples / busy if busy > 0 else 0.0,
+            "skipped": float(self.skipped()),
         }
+
+    def skipped(self) -> int:
+        """Samples the loader's dataset skipped (readers' on_error="skip"); 0 for a loader
+        whose dataset does not count them."""
+        count = getattr(getattr(self.loader, "dataset", None), "num_skipped", 0)
+        return count if isinstance(count, int) else 0
 
     def line(self) -> str:
         """One log line with the figures so far."""
         s = self.stats()
         return (f"loader: {int(s['batches'])} batches, starved {s['starved_fraction']:.0%}, "
                 f"wait mean {s['mean_wait_s'] * 1e3:.1f} ms p95 {s['p95_wait_s'] * 1e3:.1f} ms, "
-                f"{s['images_per_s']:,.0f} images/s")
+                f"{s['images_per_s']:,.0f} images/s"
+                + (f", skipped {int(s['skipped'])} damaged" if s["skipped"] else ""))

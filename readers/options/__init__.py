@@ -3,8 +3,9 @@
     SplitOptions   how an epoch is split into chunks, ranks and a shuffle window:
                    one value for PackedIterableDataset and ChunkSampler alike
     RemoteOptions  where a URL dataset's shards are cached on disk, and the fsspec options
+    OnError        what a dataset does with a damaged or undecodable sample: raise, skip
 
-Both are frozen and checked when built, so a bad value fails at the call that made it.
+All are frozen and checked when built, so a bad value fails at the call that made it.
 The everyday settings (shuffle, seed, decode, size, augment, transform, with_keys) stay
 plain keyword arguments of the datasets.
 """
@@ -13,9 +14,10 @@ from readers.options.values import (
     DEFAULT_BUFFER_SIZE,
     DEFAULT_CHUNK_SIZE,
     DEFAULT_SPLIT,
+    OnError,
     RemoteOptions,
     SplitOptions,
 )
 
-__all__ = ["DEFAULT_BUFFER_SIZE", "DEFAULT_CHUNK_SIZE", "DEFAULT_SPLIT", "RemoteOptions",
+__all__ = ["DEFAULT_BUFFER_SIZE", "DEFAULT_CHUNK_SIZE", "DEFAULT_SPLIT", "OnError", "RemoteOptions",
            "SplitOptions"]

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal, get_args
 
 
 def check_budget(name: str, value: int, zero: str) -> int:
@@ -75,3 +75,37 @@ class RemoteOptions:
         if self.prefetch_shards < 0:
             raise ValueError(f"prefetch_shards must be 0 (off) or more, "
                              f"not {self.prefetch_shards}")
+
+
+Action = Literal["raise", "skip"]
+
+
+@dataclass(frozen=True, slots=True)
+class OnError:
+    """What a dataset does with a damaged sample (its bytes fail their digest) or one that
+    does not decode.
+
+    `action`: "raise" (the default) stops the read with the error that names the sample,
+    its file and where in it. "skip" logs one warning a sample (logger "readers": key,
+    file, reason), counts it (the dataset's `num_skipped`, summed over its workers) and
+    serves a flagged pad in its place, exactly as `SplitOptions(drop_last=False)` pads: a
+    nearby good sample with label PAD_LABEL, so every other sample is still read exactly
+    once and every rank makes the same number of batches. `max_skipped`: with "skip",
+    the most samples a dataset may skip (all its workers and epochs together) before
+    the next one raises; None is no limit.
+    """
+
+    action: Action = "raise"
+    max_skipped: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.action not in get_args(Action):
+            raise ValueError(f"on_error must be 'raise' or 'skip', not {self.action!r}")
+        if self.max_skipped is not None and self.max_skipped < 0:
+            raise ValueError(f"max_skipped must be 0 or more (None: no limit), "
+                             f"not {self.max_skipped}")
+
+    @classmethod
+    def of(cls, value: OnError | str) -> OnError:
+        """`value` as an OnError: "raise" and "skip" name the action."""
+        return value if isinstance(value, OnError) else cls(value)  # type: ignore[arg-type]

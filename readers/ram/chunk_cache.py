@@ -26,8 +26,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from packer.formats.base import RecordReader
+from readers.damage import Read, all_good, each_of, range_each
 from readers.options.values import check_budget
 
 DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
@@ -85,7 +87,13 @@ class ChunkCache:
 
 
 class CachedReader:
-    """Reads records through a ChunkCache with the promotion rule described above."""
+    """Reads records through a ChunkCache with the promotion rule described above.
+
+    A damaged sample costs only itself (readers.damage): a chunk whose read met one
+    keeps its good samples, is never read whole again, and the damaged sample comes back
+    as the error that names it (`read_each`) or raises it (`read_many`); errors are
+    never cached.
+    """
 
     def __init__(self, reader: RecordReader, num_samples: int, chunk_size: int,
                  cache_bytes: int) -> None:
@@ -96,13 +104,23 @@ class CachedReader:
         self.promote_at = max(2, chunk_size // 8)
         self.window = 4 * chunk_size
         self.clock = 0  # samples requested so far
+        self.damaged: set[int] = set()  # chunks whose whole read met a damaged sample
 
     def read_many(self, indices: Sequence[int]) -> list[bytes]:
-        """The stored bytes of `indices`, in order; one reader.read_many for the scattered ones."""
+        """The stored bytes of `indices`, in order; raises for the first damaged one."""
+        records = self.read_each(indices)
+        for data in records:
+            if not isinstance(data, bytes):
+                raise data
+        return cast(list[bytes], records)
+
+    def read_each(self, indices: Sequence[int]) -> list[Read]:
+        """Each sample's stored bytes, or the error about it; one reader.read_many for
+        the scattered ones."""
         if self.cache.max_bytes == 0:
-            return self.reader.read_many(indices)
+            return each_of(self.reader, indices)
         self.clock += len(indices)
-        found: dict[int, bytes] = {}
+        found: dict[int, Read] = {}
         missing: dict[int, set[int]] = {}
         for i in indices:
             entry = self.cache.get(i // self.chunk_size)
@@ -113,7 +131,7 @@ class CachedReader:
                 found[i] = data
         scattered: list[int] = []
         for chunk, wanted in missing.items():
-            if self._local_enough(chunk, len(wanted)):
+            if chunk not in self.damaged and self._local_enough(chunk, len(wanted)):
                 found.update(self._read_chunk(chunk))
             else:
                 scattered.extend(sorted(wanted))
@@ -129,19 +147,24 @@ class CachedReader:
             entry.since, entry.recent = self.clock, 0
         return entry.recent + wanted >= self.promote_at
 
-    def _read_chunk(self, chunk: int) -> dict[int, bytes]:
+    def _read_chunk(self, chunk: int) -> dict[int, Read]:
         start = chunk * self.chunk_size
         stop = min(start + self.chunk_size, self.num_samples)
-        records = dict(zip(range(start, stop), self.reader.read_range(start, stop), strict=True))
-        self.cache.add(chunk, records, complete=True)
+        records = dict(zip(range(start, stop), range_each(self.reader, start, stop),
+                           strict=True))
+        if all_good(list(records.values())):
+            self.cache.add(chunk, cast(dict[int, bytes], records), complete=True)
+            return records
+        self.damaged.add(chunk)
+        self.cache.add(chunk, _good(records))
         return records
 
-    def _read_scattered(self, indices: list[int]) -> dict[int, bytes]:
+    def _read_scattered(self, indices: list[int]) -> dict[int, Read]:
         if not indices:
             return {}
-        records = dict(zip(indices, self.reader.read_many(indices), strict=True))
+        records = dict(zip(indices, each_of(self.reader, indices), strict=True))
         by_chunk: dict[int, dict[int, bytes]] = {}
-        for i, data in records.items():
+        for i, data in _good(records).items():
             by_chunk.setdefault(i // self.chunk_size, {})[i] = data
         for chunk, part in by_chunk.items():
             self.cache.add(chunk, part)
@@ -151,3 +174,8 @@ class CachedReader:
                     entry.since = self.clock
                 entry.recent += len(part)
         return records
+
+
+def _good(records: dict[int, Read]) -> dict[int, bytes]:
+    """The records that were read, without the damaged ones."""
+    return {i: data for i, data in records.items() if isinstance(data, bytes)}

@@ -204,8 +204,9 @@ def test_bad_label_option_and_label_on_a_folder_are_refused(tmp_path: Path) -> N
     folder.mkdir(parents=True)
     random_image(10, 10).save(folder / "a.jpg")
     refused = run_pack("convert", tmp_path / "photos", tmp_path / "out", "--to", "wds",
-                       "--label", "none")
-    assert_one_line_error(refused, 1, "--label applies to webdataset shards")
+                       "--label", "cls")
+    assert_one_line_error(refused, 1, "--label cls applies to webdataset shards",
+                          "only --label none")
 
 
 def test_resume_of_a_shards_conversion_is_a_no_op(tmp_path: Path) -> None:
