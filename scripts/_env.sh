@@ -26,7 +26,8 @@ if ! python -c "import importlib.util as u, sys; sys.exit(u.find_spec('torch') i
     pip_quiet --index-url "$index" "torch==2.13.0" "numpy>=1.24"
   else
     echo "installing torch 2.13.0 from the configured package index: download.pytorch.org's CPU index did not answer, and on Linux x86-64 PyPI's torch is the CUDA build (several GB)" >&2
-    python -m pip install --disable-pip-version-check "torch==2.13.0" "numpy>=1.24"
+    python -m pip install --disable-pip-version-check "torch==2.13.0" "numpy>=1.24" 2>&1 \
+      | grep -v '^WARNING: Location' || true
   fi
   python -c "import torch" || { echo "error: torch did not install; run: pip install torch==2.13.0" >&2; exit 1; }
 fi
