@@ -96,10 +96,8 @@ def not_a_dataset(folder: Path) -> SourceError | None:
                     for name in names if image_name(name))
         classes += count > 0
         below += count
-    if not top and not below:
-        empty = not any(folder.iterdir())
-        return SourceError(f"{folder} is an empty folder, not a packed dataset; pack images "
-                           f"into it with: pack convert SRC {folder}") if empty else None
+    if not top and not below:  # an empty folder is most often a conversion's DST, killed
+        return None  # before it wrote anything: the unfinished-conversion error says so
     if below:
         held = f"{below} image{'s' * (below != 1)} in {classes} class folder{'s' * (classes != 1)}"
         how = f"pack convert {folder} OUT.wds --to wds"
