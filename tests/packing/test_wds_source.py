@@ -115,19 +115,25 @@ def test_webdataset_shards_convert_to_every_format(tmp_path: Path, fmt: str,
     assert verified.exit_code == 0, verified.output
 
 
-def test_img2dataset_output_converts_with_captions_and_metadata(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fmt", ["wds", "lmdb", "hdf5", "npy"])
+def test_img2dataset_output_converts_with_captions_and_metadata(tmp_path: Path,
+                                                                fmt: str) -> None:
     samples = write_img2dataset(tmp_path / "i2d")
-    result = run_pack("convert", tmp_path / "i2d", tmp_path / "out.lmdb", "--to", "lmdb")
+    size = ["--size", "24x32"] if fmt == "npy" else []
+    out = tmp_path / f"out.{fmt}"
+    result = run_pack("convert", tmp_path / "i2d", out, "--to", fmt, *size)
     assert result.exit_code == 0, result.output
-    index = read_index(tmp_path / "out.lmdb")
+    index = read_index(out)
     assert index.class_names == ("unlabelled",)
     assert index.num_ignored == 0  # the .parquet / _stats.json beside shards are not members
-    got = stored_by_key(tmp_path / "out.lmdb")
+    got = stored_by_key(out)
     assert sorted(got) == sorted(samples)
     for key, (label, data, fields) in got.items():
-        assert (label, data) == (0, samples[key]["jpg"])
+        expected = samples[key]["jpg"] if fmt != "npy" else \
+            rgb_pixels(samples[key]["jpg"], NPY_SIZE, "crop")
+        assert (label, data) == (0, expected)
         assert fields == {"json": samples[key]["json"], "txt": samples[key]["txt"]}
-    assert run_pack("verify", tmp_path / "out.lmdb", "--source", tmp_path / "i2d").exit_code == 0
+    assert run_pack("verify", out, "--source", tmp_path / "i2d").exit_code == 0
 
 
 def test_label_from_a_json_key_names_classes_in_sorted_order(tmp_path: Path) -> None:
