@@ -12,6 +12,8 @@ readers.diagnostics (`pack bench/tune/profile` import torch inside the command).
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
 
 import click
@@ -54,6 +56,16 @@ def run(argv: list[str] | None = None) -> None:
             click.echo("interrupted", err=True)
             sys.exit(130)
         raise
+    finally:
+        _ignore_ctrl_c()
+
+
+def _ignore_ctrl_c() -> None:
+    """Once the command has ended and its exit status is decided, a Ctrl-C has nothing
+    left to stop: ignore it, so that one landing in the interpreter's shutdown (torch's
+    atexit callbacks) prints no "Exception ignored ... KeyboardInterrupt" traceback."""
+    with contextlib.suppress(ValueError):  # not the main thread: no signals there anyway
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @click.group()

@@ -194,17 +194,23 @@ def test_sigint_exits_promptly_and_resumes(tmp_path: Path) -> None:
             "--workers", "2", "-q"]
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE, start_new_session=True)
     wait_for_state(proc, dst)
+    while proc.poll() is None and not (dst / "images.npy.partial").exists():
+        time.sleep(0.001)  # the journal comes before the writer: wait for the writer too
     time.sleep(0.05)  # into the encoding
     os.kill(proc.pid, signal.SIGINT)
     _, stderr = proc.communicate(timeout=30)  # a hang fails here
     with pytest.raises(ProcessLookupError):  # nothing of its process group is left
         os.killpg(proc.pid, 0)
-    if proc.returncode == 0:  # it finished before the signal landed
+    if (dst / INDEX_NAME).exists():  # it finished before the signal landed: in the summary
+        # (exit 130) or in the interpreter's shutdown, when Python's handler is gone (-2)
+        assert proc.returncode in (0, 130, -signal.SIGINT), stderr.decode()
+        assert b"Traceback" not in stderr
         assert tree_hashes(dst) == tree_hashes(reference)
         return
     assert proc.returncode == 130, stderr.decode()
     assert b"--resume" in stderr and b"Traceback" not in stderr
     assert not (dst / INDEX_NAME).exists()
-    assert (dst / "images.npy.partial").exists()
+    # the pixels written so far are kept: still partial, or renamed just before index.json
+    assert (dst / "images.npy.partial").exists() or (dst / "images.npy").exists()
     convert(src, dst, "npy", options, ConvertOptions(workers=0, resume=True))
     assert tree_hashes(dst) == tree_hashes(reference)
