@@ -12,6 +12,7 @@ readers.diagnostics (`pack bench/tune/profile` import torch inside the command).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import signal
 import sys
@@ -57,13 +58,15 @@ def run(argv: list[str] | None = None) -> None:
             sys.exit(130)
         raise
     finally:
-        _ignore_ctrl_c()
+        atexit.register(_ignore_ctrl_c)  # runs before the exit callbacks registered earlier
 
 
 def _ignore_ctrl_c() -> None:
-    """Once the command has ended and its exit status is decided, a Ctrl-C has nothing
-    left to stop: ignore it, so that one landing in the interpreter's shutdown (torch's
-    atexit callbacks) prints no "Exception ignored ... KeyboardInterrupt" traceback."""
+    """At the interpreter's exit, once the command's exit status is decided, a Ctrl-C has
+    nothing left to stop: ignore it, so that one landing in torch's exit callbacks prints
+    no "Exception ignored ... KeyboardInterrupt" traceback. (At exit, not when `run`
+    returns: a process that calls `run` and goes on keeps its Ctrl-C, and so do the
+    children it starts, which inherit an ignored signal.)"""
     with contextlib.suppress(ValueError):  # not the main thread: no signals there anyway
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
