@@ -1,174 +1,193 @@
-"""One-command GPU check of readers.decode_on: throughput against the CPU path, pixel
-agreement, pinned host-to-device copy rate.
+"""One-command check of readers.decode_on on a GPU: the decoder chosen and why, loading
+rate and CPU time per image at several worker counts against the CPU decode path, pixel
+agreement with the CPU path (mean and worst image), and a stream-hazard run; Markdown.
 
-    python -m devtools.gpu_check [--src PHOTOS] [--count 2048] [--batch 128]
-                                 [--workers 4] [--size 224] [--work /tmp/gpu-check]
+    python -m devtools.gpu_check [--src PHOTOS] [--count 4096] [--batch 128]
+        [--batches 60] [--workers 1,2,4] [--size 224] [--work /tmp/gpu-check]
+        [--out report.md] [--device cuda|cpu]
 
---src: an image folder (class sub-folders), e.g. from
-`python -m devtools.bench.photos OUT --count 2048`; without it generated images
-are used. The folder is packed as wds once under --work. Exits 2 with a message where
-no CUDA device exists, 1 where the GPU's pixels disagree with the CPU path's beyond
-MAX_MEAN_DIFF levels, else 0, after printing a Markdown table.
+--src: an image folder (class sub-folders); only its JPEGs are packed (the GPU decodes
+JPEGs; other codecs would time the CPU fallback). Without it, `--count` photos from
+devtools.bench.photos. `--device cpu` runs every step on the CPU with a stand-in
+decoder (libjpeg-turbo) through the device code path: a dry run of the check where no
+GPU is. Exits 2 where CUDA is asked for and absent, 1 where a correctness goal (pixel
+agreement, hazard run) is missed, else 0.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
+import os
+import platform
 import sys
-import time
-from collections.abc import Callable, Iterable
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-from torch.utils.data import DataLoader
 
-MAX_MEAN_DIFF = 3.0  # mean |GPU - CPU| in uint8 levels: decoders and DCT scaling differ
-COPY_BYTES = 256 << 20
+from devtools.gpu_measure import Agreement, Rate, Target, agreement, hazard, loading_rates
+from readers import CenterCrop, RandomResizedCrop
+from readers.augment import Augment
+
+MAX_MEAN = 1.0  # goals: mean |device - CPU| over all pixels, in levels
+MAX_WORST_IMAGE = 3.0  # and no image's mean beyond this
+GOAL_RATE = 8000  # RandomResizedCrop(224) images/s from at most 4 workers
+GOAL_CPU_RATIO = 5.0  # CPU time per image, CPU path / device path
+LIBRARIES = ("torch", "torchcodec", "nvidia-nvimgcodec-cu13", "nvidia-nvimgcodec-cu12",
+             "torchvision", "simplejpeg", "pillow", "numpy")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--src", type=Path, default=None, help="image folder to pack")
-    parser.add_argument("--count", type=int, default=2048, help="generated images")
+    parser.add_argument("--count", type=int, default=4096, help="photos made without --src")
     parser.add_argument("--batch", type=int, default=128)
-    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--batches", type=int, default=60, help="timed batches a row")
+    parser.add_argument("--workers", default="1,2,4", help="DataLoader worker counts")
     parser.add_argument("--size", type=int, default=224, help="crop / resize side")
     parser.add_argument("--work", type=Path, default=Path("/tmp/gpu-check"))
+    parser.add_argument("--out", type=Path, default=None, help="also write the report here")
+    parser.add_argument("--device", default="cuda", help="cuda, or cpu for a dry run")
     return parser.parse_args(argv)
 
 
 def packed(args: argparse.Namespace) -> Path:
-    """The wds dataset under --work, packed from --src or generated images."""
+    """The wds dataset under --work: the JPEGs of --src, or photos made for the check."""
+    from devtools.bench.photos import write_photos
     from packer import ConvertOptions, convert
-    from packer.testing import make_sample_folder
 
     dst: Path = args.work / "wds"
     if (dst / "index.json").exists():
         return dst
-    src: Path = args.src or make_sample_folder(args.work / "src", count=args.count, classes=10,
-                                         min_side=256, max_side=640)
+    src = args.work / "jpegs"
+    if args.src is None:
+        write_photos(src, args.count, classes=10, seed=0)
+    else:
+        _link_jpegs(args.src, src)
     convert(src, dst, "wds", run=ConvertOptions(workers=0))
     return dst
 
 
-def rate(loader: Iterable[Any], step: Callable[[Any], int]) -> float:
-    """Samples a second over the loader, the clock started at its first batch."""
-    done, start = 0, 0.0
-    for k, batch in enumerate(loader):
-        if k == 0:
-            step(batch)
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            continue
-        done += step(batch)
-    torch.cuda.synchronize()
-    return done / max(time.perf_counter() - start, 1e-9)
+def _link_jpegs(src: Path, dst: Path) -> None:
+    for path in sorted(src.rglob("*")):
+        if path.suffix.lower() in (".jpg", ".jpeg") and path.is_file():
+            link = dst / path.relative_to(src)
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if not link.exists():
+                link.symlink_to(path.resolve())
 
 
-def throughputs(path: Path, args: argparse.Namespace) -> dict[str, float]:
-    from readers import PackedDataset, RandomResizedCrop, collate, decode_on
+def setup_lines(target: Target) -> list[str]:
+    from packer.imaging import crop_extension
+    from readers.decoding.gpu_decoders import choose
 
-    crop = RandomResizedCrop(args.size)
-    common = {"batch_size": args.batch, "num_workers": args.workers, "collate_fn": collate,
-              "persistent_workers": args.workers > 0, "pin_memory": True}
-    cpu = DataLoader(PackedDataset(path, augment=crop, seed=1), **common)
-    gpu = DataLoader(PackedDataset(path, decode="raw"), **common)
-
-    def on_cpu(batch: Any) -> int:
-        batch[0].to("cuda", non_blocking=True)
-        return len(batch[1])
-
-    def on_gpu(batch: Any) -> int:
-        decode_on(batch[0], "cuda", augment=crop, seed=1)
-        return len(batch[1])
-
-    out: dict[str, list[float]] = {"CPU decode (workers), to GPU": [], "GPU decode_on": []}
-    for _ in range(3):  # interleaved runs, medians
-        out["CPU decode (workers), to GPU"].append(rate(cpu, on_cpu))
-        out["GPU decode_on"].append(rate(gpu, on_gpu))
-    return {name: statistics.median(values) for name, values in out.items()}
-
-
-def agreement(path: Path, args: argparse.Namespace) -> dict[str, tuple[float, int]]:
-    """(mean, max) |GPU - CPU| in levels over a few batches, for size= and augment=."""
-    from readers import CenterCrop, PackedDataset, RandomResizedCrop, collate, decode_on
-
-    loader = DataLoader(PackedDataset(path, decode="raw"), batch_size=args.batch,
-                        collate_fn=collate, shuffle=True)
-    cases: dict[str, dict[str, Any]] = {
-        f"size=({args.size}, {args.size})": {"size": (args.size, args.size)},
-        f"RandomResizedCrop({args.size})": {"augment": RandomResizedCrop(args.size)},
-        f"CenterCrop({args.size}, resize={args.size * 8 // 7})":
-            {"augment": CenterCrop(args.size, resize=args.size * 8 // 7)}}
-    out: dict[str, tuple[float, int]] = {}
-    for name, options in cases.items():
-        diffs = []
-        for k, (raw, _) in enumerate(loader):
-            if k == 3:
-                break
-            gpu = decode_on(raw, "cuda", seed=1, **options).cpu().numpy().astype(np.int16)
-            cpu = decode_on(raw, "cpu", seed=1, **options).numpy().astype(np.int16)
-            diffs.append(np.abs(gpu - cpu))
-        every = np.concatenate([d.ravel() for d in diffs])
-        out[name] = (float(every.mean()), int(every.max()))
-    return out
+    device = target.device
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (dry run)"
+    lines = ["| what | value |", "| --- | --- |", f"| device | {name} |",
+             f"| torch CUDA | {torch.version.cuda or 'none'} |",
+             f"| Python | {platform.python_version()} |", f"| CPU cores | {os.cpu_count()} |",
+             f"| crop extension | {crop_extension.status()} |"]
+    for library in LIBRARIES:
+        try:
+            lines.append(f"| {library} | {metadata.version(library)} |")
+        except metadata.PackageNotFoundError:
+            lines.append(f"| {library} | absent |")
+    if target.decoder is not None:
+        lines.append(f"| decoder | {target.decoder.name} |")
+    else:
+        for candidate, why in choose(device).tried:
+            lines.append(f"| decoder {candidate} | {why} |")
+    return lines
 
 
-def copy_rates() -> dict[str, float]:
-    """GB/s host to device: pinned, pageable, and a RawBatch's pin_memory().to()."""
-    from readers import RawBatch
+def rate_lines(rates: dict[int, dict[str, Rate]]) -> list[str]:
+    lines = ["| workers | path | images/s | CPU ms / image | images / CPU-s |",
+             "| ---: | --- | ---: | ---: | ---: |"]
+    for workers, rows in rates.items():
+        for path, found in rows.items():
+            lines.append(f"| {workers} | {path} | {found.images_per_s:,.0f} | "
+                         f"{found.cpu_ms_per_image:.2f} | {found.images_per_cpu_s:,.0f} |")
+    return lines
 
-    host = torch.empty(COPY_BYTES, dtype=torch.uint8)
-    pinned = host.pin_memory()
-    raw = RawBatch.of([bytes(64 << 10)] * 256)
-    cases: dict[str, Callable[[], object]] = {
-        "pinned tensor": lambda: pinned.to("cuda", non_blocking=True),
-        "pageable tensor": lambda: host.to("cuda"),
-        "RawBatch pin_memory + to": lambda: raw.pin_memory().to("cuda", non_blocking=True)}
-    sizes = {"pinned tensor": COPY_BYTES, "pageable tensor": COPY_BYTES,
-             "RawBatch pin_memory + to": raw.buffer.numel()}
-    out = {}
-    for name, copy in cases.items():
-        copy()
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(5):
-            copy()
-        torch.cuda.synchronize()
-        out[name] = 5 * sizes[name] / (time.perf_counter() - start) / 1e9
-    return out
+
+def agreement_lines(found: dict[str, Agreement]) -> list[str]:
+    lines = ["| case | images | mean levels | worst image mean | max pixel |",
+             "| --- | ---: | ---: | ---: | ---: |"]
+    for case, a in found.items():
+        lines.append(f"| {case} | {a.images} | {a.mean:.2f} | {a.worst_image:.2f} | "
+                     f"{a.max_pixel} |")
+    return lines
+
+
+def goal_lines(rates: dict[int, dict[str, Rate]], found: dict[str, Agreement],
+               differing: int, hazard_batches: int) -> tuple[list[str], bool]:
+    """The issue's goals, each met or not; and whether the correctness ones all hold."""
+    small = [rows for workers, rows in rates.items() if workers <= 4]
+    best = max(small, key=lambda rows: rows["raw batches, decode_on"].images_per_s)
+    device, cpu = best["raw batches, decode_on"], best["CPU decode in workers, copied"]
+    ratio = cpu.cpu_ms_per_image / max(device.cpu_ms_per_image, 1e-9)
+    mean = max(a.mean for a in found.values())
+    worst = max(a.worst_image for a in found.values())
+    correct = mean <= MAX_MEAN and worst <= MAX_WORST_IMAGE and differing == 0
+    rows = [(f"decode_on >= {GOAL_RATE:,} images/s from <= 4 workers",
+             f"{device.images_per_s:,.0f}", device.images_per_s >= GOAL_RATE),
+            (f"CPU time per image >= {GOAL_CPU_RATIO:.0f}x lower than the CPU path's",
+             f"{ratio:.1f}x", ratio >= GOAL_CPU_RATIO),
+            (f"mean agreement <= {MAX_MEAN} level", f"{mean:.2f}", mean <= MAX_MEAN),
+            (f"no image's mean beyond {MAX_WORST_IMAGE} levels", f"{worst:.2f}",
+             worst <= MAX_WORST_IMAGE),
+            ("hazard run: 0 batches differ", f"{differing} of {hazard_batches}",
+             differing == 0)]
+    lines = ["| goal | measured | met |", "| --- | ---: | --- |"]
+    lines += [f"| {goal} | {value} | {'yes' if met else 'NO'} |" for goal, value, met in rows]
+    return lines, correct
+
+
+def report(args: argparse.Namespace, target: Target) -> tuple[str, bool]:
+    path = packed(args)
+    side = args.size
+    counts = [int(w) for w in str(args.workers).split(",") if w.strip()]
+    rates = {w: loading_rates(path, target, w, args.batch, args.batches, side) for w in counts}
+    cases: dict[str, dict[str, Any]] = {f"size=({side}, {side})": {"size": (side, side)},
+             f"RandomResizedCrop({side})": {"augment": _crop(side)},
+             f"CenterCrop({side}, resize={side * 8 // 7})": {"augment": _center(side)}}
+    found = {case: agreement(path, target, options, args.batch, 4)
+             for case, options in cases.items()}
+    hazard_batches = min(20, args.batches)
+    differing = hazard(path, target, args.batch, hazard_batches, side)
+    goals, correct = goal_lines(rates, found, differing, hazard_batches)
+    sections = [f"# readers.decode_on check on {target.device}", "## Setup",
+                *setup_lines(target), "## Loading: RandomResizedCrop batches on the device",
+                *rate_lines(rates), "## Pixels against the CPU path", *agreement_lines(found),
+                "## Goals", *goals]
+    return "\n".join(line if line.startswith("|") else f"\n{line}\n" for line in sections), \
+        correct
+
+
+def _crop(side: int) -> Augment:
+    return RandomResizedCrop(side)
+
+
+def _center(side: int) -> Augment:
+    return CenterCrop(side, resize=side * 8 // 7)
 
 
 def main(argv: list[str] | None = None) -> int:
-    if not torch.cuda.is_available():
-        print("gpu_check: no CUDA device here (torch.cuda.is_available() is False); run "
-              "it on a machine with an NVIDIA GPU and a CUDA build of torch", file=sys.stderr)
-        return 2
     args = parse_args(argv)
-    from readers.decoding._cuda_decode import best_decoder
-
-    path = packed(args)
-    print(f"# decode_on on {torch.cuda.get_device_name()}: decoder "
-          f"{best_decoder().__module__}.{best_decoder().__qualname__}\n")
-    print("| path | images/s |\n| --- | ---: |")
-    for name, value in throughputs(path, args).items():
-        print(f"| {name} | {value:,.0f} |")
-    print("\n| pixels, GPU vs CPU path | mean levels | max levels |\n| --- | ---: | ---: |")
-    worst = 0.0
-    for name, (mean, top) in agreement(path, args).items():
-        print(f"| {name} | {mean:.2f} | {top} |")
-        worst = max(worst, mean)
-    print("\n| host to device copy | GB/s |\n| --- | ---: |")
-    for name, value in copy_rates().items():
-        print(f"| {name} | {value:.1f} |")
-    if worst > MAX_MEAN_DIFF:
-        print(f"gpu_check: the GPU's pixels are {worst:.2f} levels from the CPU path's "
-              f"on average, beyond {MAX_MEAN_DIFF}", file=sys.stderr)
-        return 1
-    return 0
+    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
+        print("gpu_check: no CUDA device here (torch.cuda.is_available() is False); run it on "
+              "a machine with an NVIDIA GPU and a CUDA build of torch, or pass --device cpu "
+              "for a dry run with a stand-in decoder", file=sys.stderr)
+        return 2
+    text, correct = report(args, Target.of(args.device))
+    print(text)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    if not correct:
+        print("gpu_check: a correctness goal is missed (see Goals)", file=sys.stderr)
+    return 0 if correct else 1
 
 
 if __name__ == "__main__":

@@ -1,114 +1,101 @@
-"""readers.decode_on on a CUDA device: one batched JPEG decode there, then the crops.
+"""readers.decode_on on a CUDA device: one batched JPEG decode there, then the geometry of
+the whole batch in a few batched kernels.
 
-The decoder, imported on first use only (a DataLoader worker, or a machine without
-CUDA, never imports it): torchvision.io.decode_jpeg with device= (nvJPEG, the whole
-batch in one call), else nvImageCodec (`nvidia.nvimgcodec`). Both give upright RGB.
+The decoder (readers.decoding.gpu_decoders) is imported on first use only: a DataLoader
+worker, or a machine without CUDA, never imports it. Samples the CPU fast path would not
+decode (other codecs, EXIF rotation, CMYK: packer.imaging.jpeg.fast_size), and images the
+GPU decoder refuses, take the CPU path and are copied over.
 
-The geometry (`finished`) is plain torch, so it runs on any device (tests run it on the
-CPU): the box is augment.params on the decoded image's size, as on the CPU path; a
-CenterCrop that torchvision would resize whole then cut does the same; any other box
-is cut at whole pixels (RandomResizedCrop's boxes are whole pixels) and resized
-antialiased bilinear in float, rounded to uint8; a flip last.
+Each image's box is augment.params on its header's size, as on the CPU path, and its
+crop, resize, flip and pre-shrink are weight matrices (readers.decoding.batch_resize)
+mirroring what the CPU path does for that box: the pixels differ from the CPU readers'
+by the decoders' rounding and by the DCT-domain scaling that the pre-shrink stands in
+for. Everything here is plain torch, so it runs on any device (tests run it on the CPU
+with a stand-in decoder).
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 
 from packer.imaging.jpeg import fast_size
 from readers.augment import Augment, CenterCrop
-from readers.batching.raw_batch import RawBatch
+from readers.batching.raw_batch import RawBatch, header_bytes
+from readers.decoding import gpu_decoders
 from readers.decoding._host_decode import Where, decode_cpu, stacked
+from readers.decoding.batch_resize import Geometry, apply, box_axis, whole_axis
+from readers.decoding.decode import dct_factor
+from readers.decoding.gpu_decoders import Decoder
 
-Decoder = Callable[[list[torch.Tensor], torch.device], list[torch.Tensor]]
-_DECODERS: list[Decoder] = []
+Size = tuple[int, int]
 
 
-def decode_cuda(batch: RawBatch, device: torch.device, size: tuple[int, int] | None,
+def decode_cuda(batch: RawBatch, device: torch.device, size: Size | None,
                 augment: Augment | None, crops: Sequence[Where],
                 decoder: Decoder | None = None) -> torch.Tensor:
-    """(B, 3, H, W) uint8 on `device`; `decoder`: encoded uint8 CPU tensors -> (3, H, W)
-    uint8 images on `device` (default: the best one installed)."""
+    """(B, 3, H, W) uint8 on `device`; `decoder`: the one to use (default: the one
+    readers.decoding.gpu_decoders chooses for `device`)."""
     host = batch if batch.device.type == "cpu" else batch.to("cpu")
-    fast = [b for b in range(len(host)) if fast_size(host.memory(b)) is not None]
-    others = sorted(set(range(len(host))) - set(fast))
-    images: list[torch.Tensor | None] = [None] * len(host)
-    decoded = (decoder or best_decoder())([host.tensor(b) for b in fast], device) if fast else []
+    samples = _samples(host)
+    sizes = [fast_size(memoryview(sample.numpy())) for sample in samples]  # type: ignore[arg-type]
+    fast = [b for b, found in enumerate(sizes) if found is not None]
+    decoded: list[torch.Tensor | None] = []
+    if fast:
+        chosen = decoder or gpu_decoders.require(device)
+        decoded = gpu_decoders.decode_each(chosen, [samples[b] for b in fast], device)
+    images: dict[int, torch.Tensor] = {}
     for b, image in zip(fast, decoded, strict=True):
-        images[b] = finished(image, size, augment, crops[b] if crops else None)
-    for b, image in zip(others, decode_cpu(host, size, augment, crops, others), strict=True):
-        images[b] = image.to(device)  # the CPU path's pixels: other codecs, EXIF, CMYK
-    return stacked([image for image in images if image is not None])
+        if image is not None and _usable(image, sizes[b], device):
+            images[b] = image
+    on_cpu = [b for b in range(len(host)) if b not in images]
+    cpu_images = decode_cpu(host, size, augment, crops, on_cpu)
+    out_size = augment.output_size if augment is not None else size
+    if out_size is None:  # no geometry: the images as decoded, all of one size
+        every = {**images, **{b: image.to(device) for b, image in zip(on_cpu, cpu_images,
+                                                                        strict=True)}}
+        return stacked([every[b] for b in range(len(host))])
+    out = torch.empty((len(host), 3, *out_size), dtype=torch.uint8, device=device)
+    ordered = sorted(images)
+    apply([images[b] for b in ordered],
+          [geometry(sizes[b], size, augment, crops[b] if crops else None)  # type: ignore[arg-type]
+           for b in ordered], out_size, out, ordered)
+    if on_cpu:
+        out[torch.tensor(on_cpu, device=device)] = stacked(cpu_images).to(device)
+    return out
 
 
-def finished(chw: torch.Tensor, size: tuple[int, int] | None, augment: Augment | None,
-             where: Where | None) -> torch.Tensor:
-    """A decoded full-size (3, H, W) uint8 image resized (size=) or cropped (augment=)."""
-    image_size = (int(chw.shape[1]), int(chw.shape[2]))
+def _samples(host: RawBatch) -> list[torch.Tensor]:
+    """Each sample's bytes as a uint8 CPU view, the offsets read once."""
+    ends = host.offsets.tolist()
+    start = header_bytes(len(host))
+    return [host.buffer[start + ends[b]:start + ends[b + 1]] for b in range(len(host))]
+
+
+def _usable(image: torch.Tensor, found: Size | None, device: torch.device) -> bool:
+    """A decoded image of the header's size, 3 channels of uint8, on the device."""
+    return (found is not None and image.dtype == torch.uint8
+            and image.device == device and tuple(image.shape) == (3, *found))
+
+
+def geometry(image_size: Size, size: Size | None, augment: Augment | None,
+             where: Where | None) -> Geometry:
+    """What the CPU path does to an image of `image_size` for size= or augment=."""
+    height, width = image_size
     if augment is None or where is None:
-        return chw if size is None else resized(chw, size)
-    plan = augment.resize_then_crop(image_size) if isinstance(augment, CenterCrop) else None
+        assert size is not None
+        factor = dct_factor((float(height), float(width)), size)
+        return Geometry(box_axis(height, 0.0, float(height), factor, size[0]),
+                        box_axis(width, 0.0, float(width), factor, size[1]), False)
     out_h, out_w = augment.output_size
-    if plan is not None:
-        whole, top, left = plan
-        return resized(chw, whole)[:, top:top + out_h, left:left + out_w].contiguous()
     box = augment.params(*where, image_size)
-    top, left = round(box.top), round(box.left)
-    bottom = max(top + 1, round(box.top + box.height))
-    right = max(left + 1, round(box.left + box.width))
-    out = resized(chw[:, top:bottom, left:right], (out_h, out_w))
-    return out.flip(-1) if box.flipped else out
-
-
-def resized(chw: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    """Antialiased bilinear resize of a (3, H, W) uint8 image, in float, rounded."""
-    if tuple(chw.shape[1:]) == tuple(size):
-        return chw.contiguous()
-    out = F.interpolate(chw.unsqueeze(0).float(), size=size, mode="bilinear",
-                        antialias=True, align_corners=False)
-    return out[0].round_().clamp_(0, 255).to(torch.uint8)
-
-
-def best_decoder() -> Decoder:
-    """torchvision's batched decode_jpeg on the device, else nvImageCodec's."""
-    if not _DECODERS:
-        _DECODERS.append(_torchvision() or _nvimgcodec() or _missing)
-    return _DECODERS[0]
-
-
-def _torchvision() -> Decoder | None:
-    try:
-        io = importlib.import_module("torchvision.io")
-    except (ImportError, RuntimeError):  # absent, or built for another torch
-        return None
-
-    def decode(data: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
-        out = io.decode_jpeg(data, mode=io.ImageReadMode.RGB, device=device)
-        return list(out) if isinstance(out, list) else [out]
-
-    return decode
-
-
-def _nvimgcodec() -> Decoder | None:
-    try:
-        nvimgcodec = importlib.import_module("nvidia.nvimgcodec")
-    except ImportError:
-        return None
-    decoder = nvimgcodec.Decoder()
-
-    def decode(data: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
-        with torch.cuda.device(device):
-            images = decoder.decode([tensor.numpy() for tensor in data])
-            return [torch.as_tensor(image, device=device).permute(2, 0, 1) for image in images]
-
-    return decode
-
-
-def _missing(data: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
-    raise ImportError("readers.decode_on decodes on a CUDA device with torchvision "
-                      "(pip install torchvision, built for this torch) or nvImageCodec "
-                      "(pip install nvidia-nvimgcodec-cu12); neither is installed")
+    factor = dct_factor((box.height, box.width), augment.output_size)
+    plan = augment.resize_then_crop(image_size) \
+        if factor == 1 and isinstance(augment, CenterCrop) else None
+    if plan is not None:  # torchvision's CenterCrop: the whole image resized, then cut
+        (whole_h, whole_w), top, left = plan
+        return Geometry(whole_axis(height, whole_h, top), whole_axis(width, whole_w, left),
+                        False)
+    return Geometry(box_axis(height, box.top, box.height, factor, out_h),
+                    box_axis(width, box.left, box.width, factor, out_w), box.flipped)

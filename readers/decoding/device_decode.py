@@ -9,15 +9,19 @@ into one (B, 3, H, W) uint8 tensor on `device`, with the CPU readers' size= / au
 
 Why: where the CPU cores cannot decode JPEGs fast enough, the workers only read bytes
 (a RawBatch crosses from them as one buffer) and the GPU decodes a whole batch at once.
+Pass the batch as it comes from a loader with pin_memory=True: GPU JPEG decoders read the
+encoded bytes from host memory, and pinned memory is what they copy from fastest.
 
-On a CUDA device JPEGs decode there, in one batched call of the best decoder found
-(torchvision.io.decode_jpeg on the device, else nvImageCodec; imported only then, see
-readers.decoding._cuda_decode), then crop, resize and flip there. The boxes are the CPU path's
-(augment.params(seed, epoch, index, image size)), so the same seed, epoch and index
-crop the same part of the image; the pixels differ from the CPU readers' by the
-decoders' rounding and the CPU path's DCT-domain scaling (devtools/gpu_check.py
-measures by how much). Samples the CPU fast path would not decode (other codecs, EXIF
-rotation, CMYK) take the CPU path and are copied to the device.
+On a CUDA device JPEGs decode there, in one batched call of the first decoder that passes
+a probe decode (torchcodec, nvImageCodec, torchvision: readers.decoding.gpu_decoders;
+imported only then), retried image by image where the batch fails; the crops, resizes
+and flips of the whole batch are then a few batched matrix products
+(readers.decoding.batch_resize). The boxes are the CPU path's (augment.params(seed,
+epoch, index, image size)), so the same seed, epoch and index crop the same part of the
+image; the pixels differ from the CPU readers' by the decoders' rounding
+(devtools/gpu_check.py measures by how much). Samples the CPU fast path would not decode
+(other codecs, EXIF rotation, CMYK) and images the GPU decoder refuses take the CPU path
+and are copied to the device.
 
 On any other device (and on a machine without CUDA) every sample goes through the CPU
 readers' own decode (readers.decoding.decode, readers.decoding.crop_decode): the same pixels as

@@ -23,6 +23,7 @@ from readers import (
     decode_on,
 )
 from readers.decoding._cuda_decode import decode_cuda
+from readers.decoding.gpu_decoders import Decoder
 from tests.helpers import pack_wds
 
 BATCH = 6
@@ -94,10 +95,13 @@ def test_bad_arguments_are_refused(wds: Path) -> None:
         decode_on(raw, "cpu", augment=RandomResizedCrop(8), indices=[0])
 
 
-def _full_decode(data: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+def _full(data: list[torch.Tensor], device: torch.device) -> list[torch.Tensor | None]:
     """A stand-in for the GPU decoder: full-size RGB, planar (3, H, W), on `device`."""
     return [torch.from_numpy(simplejpeg.decode_jpeg(bytes(t.numpy()), colorspace="RGB"))
             .permute(2, 0, 1).to(device) for t in data]
+
+
+_full_decode = Decoder("stand-in", _full)
 
 
 @pytest.mark.parametrize("options", [{"size": (24, 20)}, {"augment": RandomResizedCrop(24)},
