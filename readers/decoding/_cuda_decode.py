@@ -37,6 +37,7 @@ def decode_cuda(batch: RawBatch, device: torch.device, size: Size | None,
                 decoder: Decoder | None = None) -> torch.Tensor:
     """(B, 3, H, W) uint8 on `device`; `decoder`: the one to use (default: the one
     readers.decoding.gpu_decoders chooses for `device`)."""
+    device = gpu_decoders.concrete(device)
     host = batch if batch.device.type == "cpu" else batch.to("cpu")
     samples = _samples(host)
     sizes = [fast_size(memoryview(sample.numpy())) for sample in samples]  # type: ignore[arg-type]

@@ -139,9 +139,10 @@ def weights(axes: Sequence[Axis], out: int, padded: int,
             device: torch.device) -> torch.Tensor:
     """(B, out, padded) float32: output pixel i of image b from its region's pixels."""
     params = torch.tensor([[a.start, a.length, a.box_start, a.box_length, a.factor,
-                            a.target, a.offset] for a in axes], dtype=torch.float64)
+                            a.target, a.offset] for a in axes], dtype=torch.float32)
+    on_device = params.to(device, non_blocking=True)
     start, length, box_start, box_length, factor, target, offset = (
-        params[:, k].to(device=device, dtype=torch.float32)[:, None, None] for k in range(7))
+        on_device[:, k, None, None] for k in range(7))
     scale = box_length / factor / target
     centre = (box_start - start) / factor + (offset + torch.arange(
         out, device=device, dtype=torch.float32)[None, :, None] + 0.5) * scale

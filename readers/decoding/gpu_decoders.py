@@ -53,11 +53,19 @@ class Choice:
         return "; ".join(f"{name}: {why}" for name, why in self.tried)
 
 
+def concrete(device: torch.device) -> torch.device:
+    """`device` with its index: tensors on "cuda" report "cuda:N", which != "cuda"."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def choose(device: torch.device,
            candidates: Sequence[tuple[str, Callable[[torch.device], Decoder]]] | None = None
            ) -> Choice:
     """The first candidate that starts and passes the probe on `device` (cached per device
     for the default candidates)."""
+    device = concrete(device)
     if candidates is None:
         return _default_choice(device)
     tried: list[tuple[str, str]] = []
