@@ -30,7 +30,7 @@ from packer.source.compare import check_against_source
 from packer.source.wds_remote import fetch_shards
 
 __all__ = ["AppendResult", "ConvertOptions", "Report", "append", "convert", "describe",
-           "holds_complete", "verify", "verify_remote"]
+           "holds_complete", "verify"]
 
 
 def convert(src: str | Path, dst: str | Path, fmt: str, options: EncodeOptions | None = None,
@@ -124,12 +124,6 @@ def _verify_repaired(folder: str | Path, source: str | Path | None,
     after = verify(folder, source, annotations)
     after.repaired = repaired
     return after
-
-
-def verify_remote(url: str, storage_options: Mapping[str, Any] | None,
-                  source: str | Path | None = None, work: str | Path | None = None) -> Report:
-    """`verify(url, source, storage_options=..., work=...)`, by its earlier name."""
-    return _verify_url(url, storage_options, source, None, work)
 
 
 def _verify_url(url: str, storage_options: Mapping[str, Any] | None,

@@ -9,14 +9,9 @@
     from readers import OnError   # on_error=: raise (default) or skip a damaged sample
 
 `readers` depends on `packer`, never the reverse. Its errors are packer's classes
-(packer.errors): `readers.DecodeError` is `packer.DecodeError`. Modules that moved into
-the concern folders (passes/, plan/, ram/, sampling/, decoding/, diagnostics/) still import
-by their old names for a release, with a DeprecationWarning (readers._moved).
+(packer.errors): `readers.DecodeError` is `packer.DecodeError`.
 """
 
-from typing import TYPE_CHECKING
-
-from readers import _moved
 from readers.augment import Box, CenterCrop, RandomResizedCrop
 from readers.batching.collate import collate
 from readers.batching.raw_batch import RawBatch
@@ -52,11 +47,3 @@ __all__ = [
     "decode_on",
     "loop_state",
 ]
-
-_moved.install()
-
-if not TYPE_CHECKING:  # a checker keeps flagging unknown names: this answers only moved ones
-
-    def __getattr__(name: str) -> object:
-        """`readers.resume` and the other moved modules, read as attributes, warned."""
-        return _moved.moved_attribute(__name__, name)

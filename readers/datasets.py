@@ -43,7 +43,6 @@ from readers.decoding.decode import Mode
 from readers.fields import FieldNames
 from readers.iterable import PackedIterableDataset
 from readers.options import DEFAULT_CHUNK_SIZE, OnError, RemoteOptions
-from readers.options.legacy import REMOTE_MOVES, accepts_legacy
 from readers.options.values import check_budget
 from readers.passes.epochs import PassEpochs
 from readers.ram.chunk_cache import DEFAULT_CACHE_BYTES
@@ -96,9 +95,6 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
     way the other samples of a damaged chunk read.
     """
 
-    @accepts_legacy(("decode", "size", "transform", "with_keys", "cache_bytes"),
-                    {"cache_bytes": ("max_cache_bytes", None),
-                     "cache_dir_bytes": ("remote", "max_cache_bytes"), **REMOTE_MOVES})
     def __init__(self, path: str | Path, *, decode: Mode = "rgb8",
                  size: tuple[int, int] | None = None, augment: Augment | None = None,
                  seed: int = 0, transform: Transform | None = None, with_keys: bool = False,

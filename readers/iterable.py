@@ -23,7 +23,6 @@ from readers.options import (
     RemoteOptions,
     SplitOptions,
 )
-from readers.options.legacy import REMOTE_MOVES, SPLIT_MOVES, accepts_legacy
 from readers.passes.base import SplitPasses
 from readers.passes.stream import SpanRecord, pass_records
 from readers.plan.chunks import ShardPlan, Spans, epoch_rng
@@ -69,9 +68,6 @@ class PackedIterableDataset(SplitPasses, _PackedBase, IterableDataset[Sample]):
     rank's batch count stay what the plan says and every other sample is yielded once.
     """
 
-    @accepts_legacy(("shuffle", "seed", "decode", "size", "transform", "with_keys",
-                     "drop_last", "rank", "world_size", "chunk_size", "buffer_size"),
-                    {"cache_bytes": ("remote", "max_cache_bytes"), **SPLIT_MOVES, **REMOTE_MOVES})
     def __init__(self, path: str | Path, *, shuffle: bool = True, seed: int = 0,
                  decode: Mode = "rgb8", size: tuple[int, int] | None = None,
                  augment: Augment | None = None, transform: Transform | None = None,

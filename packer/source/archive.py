@@ -50,7 +50,7 @@ from packer.source.members import (
     MemberTable,
 )
 from packer.source.names import image_name
-from packer.source.tarheaders import Unusual, inner_tar_folder, tar_entries
+from packer.source.tarheaders import _Unusual, inner_tar_folder, tar_entries
 from packer.source.zipdirectory import zip_entries
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -132,7 +132,7 @@ def list_members(path: Path, kind: str, before: ArchiveStat, make: Callable[[], 
             return sink
         finally:
             os.close(fd)
-    except Unusual:
+    except _Unusual:
         sink = make()
         for entry in _tar_entries(path, before.size, "r:"):
             sink.add(entry)

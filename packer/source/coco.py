@@ -40,7 +40,7 @@ from packer.core.field_arrays import FLOAT32_MAX
 from packer.core.fields import FieldSpec, encode_value, pack_record
 from packer.core.record import Reject
 from packer.errors import SourceError
-from packer.source.coco_images import ImageFiles, Missing
+from packer.source.coco_images import ImageFiles, _Missing
 from packer.source.fields import FieldChoice
 from packer.source.items import ItemsBuilder, SourceItems
 from packer.source.manifest import key_of
@@ -93,9 +93,9 @@ def read_coco(images_in: ImageFiles, annotations: Path, choice: FieldChoice) -> 
         image_id, name = image_ids[n], str(entry["file_name"])
         try:
             if image_id in bad:
-                raise Missing(bad[image_id])
+                raise _Missing(bad[image_id])
             rel, tail = images_in.locate(name)
-        except Missing as exc:
+        except _Missing as exc:
             rejects.append(Reject(-1, images_in.path_of(name), f"image id {image_id} in "
                                                                f"{annotations}: {exc}"))
             continue

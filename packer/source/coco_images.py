@@ -9,7 +9,7 @@
 Either way the key is the `file_name` without its extension, the one class is named
 after the folder (or the archive's top folder, or the archive less its suffix), so
 converting an archive gives the dataset its extracted folder gives. A name that is
-outside, missing, a link or a duplicated member raises Missing with the reason, which
+outside, missing, a link or a duplicated member raises _Missing with the reason, which
 the COCO scan turns into a reject naming the image id.
 
 The archive's members are kept as a {name: row} dict while the JSON is matched: a
@@ -41,7 +41,7 @@ ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
 TWICE = "the archive holds two members of this name; rename one"
 
 
-class Missing(Exception):
+class _Missing(Exception):
     """Why a `file_name` names no readable image (a reject's reason)."""
 
 
@@ -51,7 +51,7 @@ class ImageFiles(Protocol):
     prefix: str  # joins an item's tail into its path
 
     def locate(self, name: str) -> tuple[str, str]:
-        """(the name relative to the images, its tail); raises Missing."""
+        """(the name relative to the images, its tail); raises _Missing."""
         ...
 
     def path_of(self, name: str) -> str:
@@ -79,10 +79,10 @@ class FolderImages:
         full = os.path.join(str(self.root), name)
         rel = os.path.relpath(full, self.root).replace(os.sep, "/")
         if os.path.isabs(name) or rel == ".." or rel.startswith("../"):
-            raise Missing(f"its file {name!r} is outside {self.root}; file_name is relative "
+            raise _Missing(f"its file {name!r} is outside {self.root}; file_name is relative "
                           "to the image folder")
         if not os.path.isfile(full):
-            raise Missing(f"its file {name!r} does not exist in {self.root}")
+            raise _Missing(f"its file {name!r} does not exist in {self.root}")
         return rel, rel
 
     def path_of(self, name: str) -> str:
@@ -139,16 +139,16 @@ class ArchiveImages:
     def locate(self, name: str) -> tuple[str, str]:
         clean = clean_name(name)
         if not clean:
-            raise Missing(f"its file {name!r} is outside {self.path}; file_name is a "
+            raise _Missing(f"its file {name!r} is outside {self.path}; file_name is a "
                           "member path of the archive")
         member, row = clean, self.members.rows.get(clean)
         if row is None and self.top is not None:
             member = f"{self.top}/{clean}"
             row = self.members.rows.get(member)
         if row is None:
-            raise Missing(f"its file {name!r} is not a member of {self.path}")
+            raise _Missing(f"its file {name!r} is not a member of {self.path}")
         if isinstance(row, str):
-            raise Missing(f"its member {self.prefix}{member}: {row}")
+            raise _Missing(f"its member {self.prefix}{member}: {row}")
         self.picked.append(row)
         self.in_top = self.in_top or member != clean
         return clean, member

@@ -4,7 +4,7 @@ tarfile parses every header field in Python (~60 µs a member, more than packing
 member costs); the scan needs only each member's name, type, size and data offset.
 ustar, GNU and pax headers are read here, with GNU long names and pax `path`/`size`
 records; anything rarer (sparse members, base-256 sizes, global pax headers, a bad
-checksum) raises Unusual and the scan falls back to tarfile, which reads everything
+checksum) raises _Unusual and the scan falls back to tarfile, which reads everything
 and words its errors. Names decode as tarfile decodes them (UTF-8, surrogateescape).
 """
 
@@ -32,7 +32,7 @@ NAME = ("utf-8", "surrogateescape")
 PAX_READ = re.compile(rb" (?:path|size|GNU\.sparse|hdrcharset)")
 
 
-class Unusual(Exception):
+class _Unusual(Exception):
     """A header this reader leaves to tarfile."""
 
 
@@ -136,11 +136,11 @@ def _entry(name: str, kind: bytes, data: int, size: int, head: bytes = b"") -> E
 
 
 def _header(block: bytes) -> tuple[str, bytes, int]:
-    """Name, type and size of a header block; Unusual for what tarfile should read."""
+    """Name, type and size of a header block; _Unusual for what tarfile should read."""
     try:
         return _parsed(block)
     except ValueError as exc:  # a number field that is not octal: damaged
-        raise Unusual("number field") from exc
+        raise _Unusual("number field") from exc
 
 
 def _parsed(block: bytes) -> tuple[str, bytes, int]:
@@ -151,9 +151,9 @@ def _parsed(block: bytes) -> tuple[str, bytes, int]:
     # (a damaged block that passes must be off by a multiple of it, and still parse).
     if not stored or (int(stored, 8) - (zlib.adler32(block) & 0xFFFF) + 1 + sum(field)
                       - 256) % ADLER != 0:
-        raise Unusual("checksum")  # damaged, or signed: let tarfile decide
+        raise _Unusual("checksum")  # damaged, or signed: let tarfile decide
     if block[124] & 0x80:
-        raise Unusual("base-256 size")
+        raise _Unusual("base-256 size")
     kind = block[156:157]
     size = int(block[124:136].split(b"\0", 1)[0].strip() or b"0", 8)
     if kind == b"x":  # a pax header: its records matter, not its own name
@@ -161,9 +161,9 @@ def _parsed(block: bytes) -> tuple[str, bytes, int]:
     name = _text(block[0:100])
     prefix = _text(block[345:500]) if block[345] and block[257:265] in (POSIX, GNU) else ""
     if prefix and (block[257:265] == GNU or kind in (b"L", b"K", b"S")):
-        raise Unusual("GNU prefix field")
+        raise _Unusual("GNU prefix field")
     if kind not in KNOWN and kind not in (b"L", b"K", b"x"):
-        raise Unusual(f"type {kind!r}")
+        raise _Unusual(f"type {kind!r}")
     return (f"{prefix}/{name}" if prefix else name), kind, size
 
 
@@ -186,9 +186,9 @@ def _pax(payload: bytes) -> dict[str, str | int]:
             elif key == b"size":
                 out["size"] = int(value)
             elif key.startswith((b"GNU.sparse", b"hdrcharset")):
-                raise Unusual(key.decode("ascii", "replace"))
+                raise _Unusual(key.decode("ascii", "replace"))
     except ValueError as exc:
-        raise Unusual("pax record") from exc
+        raise _Unusual("pax record") from exc
     return out
 
 

@@ -30,7 +30,6 @@ import numpy.typing as npt
 from torch.utils.data import DistributedSampler
 
 from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_SPLIT, SplitOptions
-from readers.options.legacy import SPLIT_MOVES, accepts_legacy
 from readers.passes.resume import (
     LoopState,
     PendingResume,
@@ -79,8 +78,6 @@ class ChunkSampler(DistributedSampler[int]):
     whole epoch (readers.passes.split_owner).
     """
 
-    @accepts_legacy(("shuffle", "seed", "drop_last", "rank", "world_size"),
-                    {k: v for k, v in SPLIT_MOVES.items() if k != "chunk_size"})
     def __init__(self, dataset: Sized, *, shuffle: bool = True, seed: int = 0,
                  split: SplitOptions = DEFAULT_SPLIT,
                  class_weights: ClassWeights | None = None,

@@ -131,7 +131,7 @@ def test_unusual_headers_fall_back_to_tarfile(src: Path, tmp_path: Path,
     fast = scan(archive)
 
     def unusual(*args: object) -> None:
-        raise tarheaders.Unusual("test")
+        raise tarheaders._Unusual("test")
 
     monkeypatch.setattr(archive_scan, "tar_entries", unusual)
     slow = scan(archive)

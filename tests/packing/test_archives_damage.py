@@ -163,7 +163,7 @@ def test_every_flipped_header_byte_leaves_the_fast_listing(tmp_path: Path) -> No
             archive.write_bytes(bytes(damaged))
             fd = os.open(archive, os.O_RDONLY)
             try:
-                with pytest.raises(tarheaders.Unusual):
+                with pytest.raises(tarheaders._Unusual):
                     list(tarheaders.tar_entries(fd, str(archive), len(damaged)))
             finally:
                 os.close(fd)

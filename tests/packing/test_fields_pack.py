@@ -300,7 +300,6 @@ def test_records_round_trip_any_values(cells: list[tuple[str, Any]]) -> None:
 
 @pytest.mark.parametrize("fmt", ["wds", "npy"])
 def test_a_url_destination_keeps_the_fields(fmt: str, tmp_path: Path) -> None:
-    from packer.api import verify_remote
     from tests.helpers import field_manifest
 
     manifest, expected = field_manifest(tmp_path / "src")
@@ -308,7 +307,7 @@ def test_a_url_destination_keeps_the_fields(fmt: str, tmp_path: Path) -> None:
     convert(manifest, url, fmt, EncodeOptions(size=(8, 8)) if fmt == "npy" else None,
             ConvertOptions(workers=0))
     assert bits(fields_by_key(tmp_path / "up")) == bits(expected)
-    assert verify_remote(url, None, manifest).problem is None
+    assert verify(url, manifest).problem is None
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
