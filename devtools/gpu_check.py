@@ -17,6 +17,7 @@ agreement, hazard run) is missed, else 0.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import platform
 import sys
@@ -26,7 +27,15 @@ from typing import Any
 
 import torch
 
-from devtools.gpu_measure import Agreement, Rate, Target, agreement, hazard, loading_rates
+from devtools.gpu_measure import (
+    Agreement,
+    Rate,
+    Target,
+    agreement,
+    hazard,
+    loading_rates,
+    unguarded,
+)
 from readers import CenterCrop, RandomResizedCrop
 from readers.augment import Augment
 
@@ -78,7 +87,19 @@ def _link_jpegs(src: Path, dst: Path) -> None:
                 link.symlink_to(path.resolve())
 
 
-def setup_lines(target: Target) -> list[str]:
+def blocking_sync() -> str:
+    """Make the host sleep while it waits for the GPU instead of spinning
+    (cudaDeviceScheduleBlockingSync), so CPU time counts work, not waiting. Must run
+    before CUDA makes its context; says what it did."""
+    major = (torch.version.cuda or "").split(".")[0]
+    try:
+        code = ctypes.CDLL(f"libcudart.so.{major}").cudaSetDeviceFlags(4)
+    except (OSError, AttributeError) as exc:
+        return f"spinning (cudaSetDeviceFlags unavailable: {exc})"
+    return "blocking (no spin)" if code == 0 else f"spinning (cudaSetDeviceFlags gave {code})"
+
+
+def setup_lines(target: Target, host_wait: str) -> list[str]:
     from packer.imaging import crop_extension
     from readers.decoding.gpu_decoders import choose
 
@@ -87,7 +108,8 @@ def setup_lines(target: Target) -> list[str]:
     lines = ["| what | value |", "| --- | --- |", f"| device | {name} |",
              f"| torch CUDA | {torch.version.cuda or 'none'} |",
              f"| Python | {platform.python_version()} |", f"| CPU cores | {os.cpu_count()} |",
-             f"| crop extension | {crop_extension.status()} |"]
+             f"| crop extension | {crop_extension.status()} |",
+             f"| host waits for the GPU | {host_wait} |"]
     for library in LIBRARIES:
         try:
             lines.append(f"| {library} | {metadata.version(library)} |")
@@ -123,7 +145,7 @@ def agreement_lines(found: dict[str, Agreement]) -> list[str]:
 def goal_lines(rates: dict[int, dict[str, Rate]], found: dict[str, Agreement],
                differing: int, hazard_batches: int) -> tuple[list[str], bool]:
     """The issue's goals, each met or not; and whether the correctness ones all hold."""
-    small = [rows for workers, rows in rates.items() if workers <= 4]
+    small = [rows for workers, rows in rates.items() if workers <= 4] or list(rates.values())
     best = max(small, key=lambda rows: rows["raw batches, decode_on"].images_per_s)
     device, cpu = best["raw batches, decode_on"], best["CPU decode in workers, copied"]
     ratio = cpu.cpu_ms_per_image / max(device.cpu_ms_per_image, 1e-9)
@@ -144,7 +166,29 @@ def goal_lines(rates: dict[int, dict[str, Rate]], found: dict[str, Agreement],
     return lines, correct
 
 
-def report(args: argparse.Namespace, target: Target) -> tuple[str, bool]:
+def decoder_lines(path: Path, target: Target, batch: int, batches: int,
+                  side: int) -> list[str]:
+    """RandomResizedCrop agreement of every working decoder, and the hazard run without
+    the side stream (a negative control: differing batches there show the hazard is real
+    for that decoder, and that the guard is what prevents it)."""
+    from readers.decoding.gpu_decoders import CANDIDATES, choose
+
+    lines = ["| decoder | mean levels | worst image mean | hazard run without the side stream |",
+             "| --- | ---: | ---: | ---: |"]
+    decoders = [target.decoder] if target.decoder is not None else [
+        choose(target.device, [candidate]).decoder for candidate in CANDIDATES]
+    for decoder in decoders:
+        if decoder is None:
+            continue
+        one = Target(target.device, decoder)
+        found = agreement(path, one, {"augment": _crop(side)}, batch, 2)
+        control = hazard(path, Target(target.device, unguarded(decoder)), batch, batches, side)
+        lines.append(f"| {decoder.name} | {found.mean:.2f} | {found.worst_image:.2f} | "
+                     f"{control} of {batches} differ |")
+    return lines
+
+
+def report(args: argparse.Namespace, target: Target, host_wait: str) -> tuple[str, bool]:
     path = packed(args)
     side = args.size
     counts = [int(w) for w in str(args.workers).split(",") if w.strip()]
@@ -158,8 +202,11 @@ def report(args: argparse.Namespace, target: Target) -> tuple[str, bool]:
     differing = hazard(path, target, args.batch, hazard_batches, side)
     goals, correct = goal_lines(rates, found, differing, hazard_batches)
     sections = [f"# readers.decode_on check on {target.device}", "## Setup",
-                *setup_lines(target), "## Loading: RandomResizedCrop batches on the device",
+                *setup_lines(target, host_wait),
+                "## Loading: RandomResizedCrop batches on the device",
                 *rate_lines(rates), "## Pixels against the CPU path", *agreement_lines(found),
+                "## Each decoder that passes the probe",
+                *decoder_lines(path, target, args.batch, hazard_batches, side),
                 "## Goals", *goals]
     return "\n".join(line if line.startswith("|") else f"\n{line}\n" for line in sections), \
         correct
@@ -180,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
               "a machine with an NVIDIA GPU and a CUDA build of torch, or pass --device cpu "
               "for a dry run with a stand-in decoder", file=sys.stderr)
         return 2
-    text, correct = report(args, Target.of(args.device))
+    host_wait = blocking_sync() if torch.device(args.device).type == "cuda" else "no GPU"
+    text, correct = report(args, Target.of(args.device), host_wait)
     print(text)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -153,7 +153,9 @@ def agreement(path: Path, target: Target, options: dict[str, Any], batch: int,
 
 def hazard(path: Path, target: Target, batch: int, batches: int, side: int) -> int:
     """Batches whose decode differs from the same batch decoded after a synchronize, when
-    every decode is issued behind queued GPU work that writes memory it then frees."""
+    every decode is issued while slow kernels queued on the caller's stream still write
+    image-sized blocks that were freed (the caching allocator hands them out again at
+    once, to whatever is allocated on that stream next)."""
     loader = DataLoader(PackedDataset(path, decode="raw"), batch_size=batch,
                         collate_fn=collate)
     crop = RandomResizedCrop(side)
@@ -163,18 +165,34 @@ def hazard(path: Path, target: Target, batch: int, batches: int, side: int) -> i
             break
         target.sync()
         synced = target.decode(raw, seed=1, augment=crop).cpu()
-        _queue_writes(target.device)
+        _queue_late_writes(target.device, batch)
         racing = target.decode(raw, seed=1, augment=crop)
-        _queue_writes(target.device)
         differing += int(not torch.equal(racing.cpu(), synced))
     return differing
 
 
-def _queue_writes(device: torch.device) -> None:
-    """Slow kernels that write into memory freed before they finish (on the caller's
-    stream: the caching allocator may hand that memory out again at once)."""
-    scratch = torch.rand((2048, 2048), device=device)
-    for _ in range(4):
-        scratch = scratch @ scratch
-        scratch.clamp_(0, 1)
-    del scratch
+def _queue_late_writes(device: torch.device, count: int) -> None:
+    """Slow work, then writes into `count` blocks of a photo's decoded size, freed at once."""
+    if device.type != "cuda":
+        return
+    slow = torch.rand((4096, 4096), device=device)
+    for _ in range(8):
+        slow = (slow @ slow).clamp_(0, 1)
+    late = slow[0, 0].to(torch.uint8)  # ready only after the products
+    blocks = [torch.empty((3, 500, 600), dtype=torch.uint8, device=device)
+              for _ in range(count)]
+    for block in blocks:
+        block.copy_(late.expand(3, 500, 600))
+    del blocks, slow, late
+
+
+def unguarded(decoder: Decoder) -> Decoder:
+    """The decoder run on the caller's stream (the guard of gpu_decoders.run undone): the
+    hazard run's negative control, which shows whether the hazard is real for it."""
+    def decode(data: list[torch.Tensor], device: torch.device) -> list[torch.Tensor | None]:
+        if device.type != "cuda":
+            return decoder.decode(data, device)
+        with torch.cuda.stream(torch.cuda.default_stream(device)):
+            return decoder.decode(data, device)
+
+    return Decoder(f"{decoder.name} without the side stream", decode)

@@ -14,9 +14,14 @@ wheels="${GPU_WHEELS:-.gpu-wheels}"
 site="${GPU_SITE:-/tmp/gpu-site}"
 mkdir -p "$out"
 if compgen -G "$wheels/*.whl" >/dev/null; then
+  # by name, so pip takes the wheel that fits this Python or names the one that does not
+  names=$(ls "$wheels"/*.whl | xargs -n1 basename | cut -d- -f1 | sort -u)
+  # shellcheck disable=SC2086
   "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --disable-pip-version-check --target "$site" "$wheels"/*.whl >"$out/install.log" 2>&1 \
-    || { echo "error: installing the carried wheels failed (see $out/install.log)" >&2; exit 1; }
+    --disable-pip-version-check --find-links "$wheels" --target "$site" $names \
+    >"$out/install.log" 2>&1 || {
+    echo "error: installing the carried wheels failed (see $out/install.log; fetch them for" \
+         "this machine's Python with devtools/gpu_wheels.sh)" >&2; exit 1; }
 fi
 export PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 if "$python" -c "import packer.imaging._cropjpeg" >"$out/build.log" 2>&1; then

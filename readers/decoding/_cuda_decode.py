@@ -25,7 +25,7 @@ from readers.augment import Augment, CenterCrop
 from readers.batching.raw_batch import RawBatch, header_bytes
 from readers.decoding import gpu_decoders
 from readers.decoding._host_decode import Where, decode_cpu, stacked
-from readers.decoding.batch_resize import Geometry, apply, box_axis, whole_axis
+from readers.decoding.batch_resize import Geometry, apply, box_axis, to_device, whole_axis
 from readers.decoding.decode import dct_factor
 from readers.decoding.gpu_decoders import Decoder
 
@@ -63,7 +63,7 @@ def decode_cuda(batch: RawBatch, device: torch.device, size: Size | None,
           [geometry(sizes[b], size, augment, crops[b] if crops else None)  # type: ignore[arg-type]
            for b in ordered], out_size, out, ordered)
     if on_cpu:
-        out[torch.tensor(on_cpu, device=device)] = stacked(cpu_images).to(device)
+        out[to_device(torch.tensor(on_cpu), device)] = to_device(stacked(cpu_images), device)
     return out
 
 

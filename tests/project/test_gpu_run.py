@@ -56,6 +56,7 @@ def test_the_carried_check_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
         assert heading in report
     assert "| decoder | stand-in (libjpeg-turbo) |" in report
     assert "| hazard run: 0 batches differ | 0 of 2 | yes |" in report
+    assert "| stand-in (libjpeg-turbo) | 0.1" in report  # the decoders' table: its row
     agreement = [line for line in report.splitlines() if line.startswith("| RandomResizedCrop")]
     mean = float(agreement[0].split("|")[3])
     assert mean <= 1.0
