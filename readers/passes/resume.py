@@ -54,7 +54,7 @@ from typing import Any
 
 import torch
 
-from readers.passes.world import group_world
+from readers.passes.world import given_world_sizes, group_world
 from readers.plan.chunks import check_epoch
 from readers.plan.elastic import Segment, samples_per_worker
 
@@ -68,8 +68,9 @@ def loop_state(epoch: int, batches_consumed: int, batch_size: int, num_workers: 
     """What a training loop over a plain DataLoader saves to resume mid-epoch.
 
     `drop_last` is the DataLoader's (it decides how many batches each worker makes);
-    `world_size` defaults to the process group's (1 without one). In a pass that was
-    resumed from a state, count the batches of this pass and pass that state as
+    `world_size` defaults to the process group's; without one, 1, and a ValueError where
+    readers of this process were given another (SplitOptions(world_size=...)). In a pass
+    that was resumed from a state, count the batches of this pass and pass that state as
     `resumed_from`: on the same topology the two make one count, on another the state
     records both stretches.
     """
@@ -78,7 +79,7 @@ def loop_state(epoch: int, batches_consumed: int, batch_size: int, num_workers: 
             raise ValueError(f"{name} must be 0 or more, not {value}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, not {batch_size}")
-    world_size = (group_world() or (0, 1))[1] if world_size is None else world_size
+    world_size = _world_size() if world_size is None else world_size
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, not {world_size}")
     state: LoopState = {"epoch": check_epoch(epoch), "batches_consumed": batches_consumed,
@@ -93,6 +94,20 @@ def loop_state(epoch: int, batches_consumed: int, batch_size: int, num_workers: 
         return {**state, "batches_consumed": batches_consumed
                 + int(resumed_from["batches_consumed"])}
     return {**state, "resumed_from": dict(resumed_from)}
+
+
+def _world_size() -> int:
+    """The process group's world size; outside one, 1, unless this process's readers were
+    given another (then the state would say 1 while they split for more: refused)."""
+    group = group_world()
+    if group is not None:
+        return group[1]
+    given = given_world_sizes() - {1}
+    if given:
+        raise ValueError(f"loop_state: there is no process group, and this process's readers "
+                         f"were given world_size={min(given)} (SplitOptions): pass "
+                         f"world_size={min(given)} so the state records the split they read")
+    return 1
 
 
 def _continues(earlier: Mapping[str, Any], state: Mapping[str, Any]) -> bool:

@@ -18,6 +18,7 @@ worker inherits the group's state and asks it directly.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import torch.distributed as dist
@@ -49,7 +50,7 @@ def describe(world: RankWorld) -> str:
     return f"rank {world[0]} of {world[1]}"
 
 
-@dataclass
+@dataclass(eq=False)  # identity: live ones are kept in a WeakSet
 class LateWorld:
     """A reader's split, resolved late (see the module docstring).
 
@@ -67,6 +68,8 @@ class LateWorld:
         world = cls((rank, world_size), group_world() if (rank, world_size) != (None, None)
                     else None)
         world.now()  # a bad explicit rank fails at construction, not in a worker
+        if world_size is not None and world.group_when_given is None:
+            _GIVEN_WITHOUT_GROUP.add(world)
         return world
 
     def now(self, sent: RankWorld | None = None) -> RankWorld:
@@ -92,6 +95,15 @@ class LateWorld:
                 "build the reader (and its DataLoader) after init_process_group")
         self.used = world
         return world
+
+
+_GIVEN_WITHOUT_GROUP: weakref.WeakSet[LateWorld] = weakref.WeakSet()
+
+
+def given_world_sizes() -> set[int]:
+    """The world sizes that live readers of this process were given with no process group."""
+    return {size for world in list(_GIVEN_WITHOUT_GROUP)
+            if (size := world.given[1]) is not None}
 
 
 def _agrees(given: tuple[int | None, int | None], group: RankWorld) -> bool:
