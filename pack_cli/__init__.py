@@ -40,8 +40,8 @@ __all__ = ["main", "run", "user_errors"]
 def run(argv: list[str] | None = None) -> None:
     """The `pack` console script: `main`, with a Ctrl-C that lands in click's own start-up,
     before any command runs, or in a weakref callback once a conversion has returned
-    (tests/faults/test_faults_kill.py caught Python printing that one), ending as quietly as one
-    inside a command: "interrupted", exit 130."""
+    (where Python would print it and go on), ending as quietly as one inside a command:
+    "interrupted", exit 130."""
     dropped: list[bool] = []
     forget_conversions()  # a conversion's mark counts in the process that made it only
     try:

@@ -1,4 +1,4 @@
-"""Train-time crops and flips, chosen per sample before decode (see readers.decoding.crop_decode).
+"""Train-time crops and flips, chosen per sample before decode, which then decodes the crop.
 
     RandomResizedCrop(224)            training: torchvision's area/ratio rule, plus a flip
     CenterCrop(224, resize=256)       evaluation: resize the shorter side, center crop
@@ -8,9 +8,8 @@ JPEG is decoded only at the resolution the box needs (libjpeg-turbo's DCT scalin
 the randomness must not depend on which worker, rank or process draws the sample. So
 `params(seed, epoch, index, image_size)` is a pure function: its draws come from a
 counter-based generator keyed by (seed, epoch, index, a stream constant), never from a
-global or per-worker generator. (splitmix64 in plain Python, CropDraws: about 10 us a
-sample, where seeding a numpy Generator and drawing scalars from it took about 70 us,
-a tenth of a cropped decode.)
+global or per-worker generator. (splitmix64 in plain Python, CropDraws: cheaper than
+seeding a numpy Generator per sample and drawing scalars from it.)
 The same seed gives bit-identical crops for any num_workers and after a resume, and a
 user (or a test) can reproduce any sample's crop.
 

@@ -1,4 +1,4 @@
-"""convert(src, dst, fmt): scan -> encode (process pool) -> one writer -> index.json last."""
+"""convert(src, dst, fmt): scan -> encode (threads, or Ray) -> one writer -> index.json last."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ class ConvertOptions:
     overwrite: bool = False
     executor: Executor = "local"
     ray_address: str | None = None
-    # Which per-sample fields the source gives (packer.source.fields): all, none, a few
+    # Which per-sample fields the source gives: all, none, a few
     fields: FieldChoice = field(default_factory=FieldChoice)
     # The dataset's name, which wds shard files carry (<name>-00000.tar) so that caches
     # keyed by file name keep datasets apart; None: DST's name without its suffix.
@@ -120,8 +120,8 @@ def convert_local(src: str | Path, dst: str | Path, fmt: str,
                   on_part: Callable[[tuple[ShardInfo, ...]], None] | None = None) -> Index:
     """Pack `src` into the folder `dst` in format `fmt`; returns the complete index.
 
-    `on_part` receives the finished shards each time the writer ends a part (an upload
-    of a URL DST, packer.conversion.upload, sends them as they come). URLs: packer.convert.
+    `on_part` receives the finished shards each time the writer ends a part (the upload
+    of a URL DST sends them as they come). A URL DST goes through `packer.convert`.
     """
     module = formats.load(fmt)
     asked = options or EncodeOptions()
@@ -129,7 +129,7 @@ def convert_local(src: str | Path, dst: str | Path, fmt: str,
     run = run or ConvertOptions()
     check_executor(run.executor, run.ray_address)  # Ray installed and answering, or stop here
     if options.pixels:
-        load_torch()  # npy resizes with torch (packer.imaging.resize): import it up front
+        load_torch()  # npy resizes with torch: import it up front
     folder = Path(dst)
     refuse_inside_source(Path(src), folder)
     source, options, job_id = plan_job(src, fmt, asked, run)
@@ -148,8 +148,8 @@ def convert_local(src: str | Path, dst: str | Path, fmt: str,
                           done.shards, stem, source.fields)
         parallel = use_parallel_writers(fmt, run.executor, run.shards.max_samples) and \
             on_part is None and not source.fields and not run.drop_duplicates
-        # a URL DST (packer.conversion.upload): the driver writes and uploads; Ray's shard
-        # writers do not write fields, nor see each other's samples (duplicates)
+        # a URL DST: the driver writes and uploads; Ray's shard writers do not write
+        # fields, nor see each other's samples (duplicates)
         writer: Writer = (CommittedShards(folder, done.shards, stem) if parallel
                           else module.open_writer(plan))
         if on_total is not None:
@@ -183,7 +183,7 @@ def convert_local(src: str | Path, dst: str | Path, fmt: str,
 
 def plan_job(src: str | Path, fmt: str, asked: EncodeOptions, run: ConvertOptions
              ) -> tuple[Source, EncodeOptions, JobIdentity]:
-    """Scan SRC; return it, the options as stored and the job's identity (conversion.identity).
+    """Scan SRC; return it, the options as stored and the job's identity.
 
     The identity covers what shapes the output (format, encode and shard options), not
     how the work runs (workers, executor).
@@ -197,9 +197,9 @@ def plan_job(src: str | Path, fmt: str, asked: EncodeOptions, run: ConvertOption
     options = effective_options(fmt, asked, pixels_in)  # npy keeps an npy source's size
     settings: dict[str, Any] = {"format": fmt, "encode": options.to_json(),
                                 "shards": run.shards.to_json()}
-    if source.fields:  # absent without fields: the fingerprint of such a job is as before
+    if source.fields:  # only with fields, so a job without them keeps its fingerprint
         settings["fields"] = [spec.to_json() for spec in source.fields]
-    if run.drop_duplicates:  # absent otherwise: other jobs' fingerprints are as before
+    if run.drop_duplicates:  # only when asked, so other jobs keep their fingerprints
         settings["drop_duplicates"] = True
     if run.fields is not None and run.fields.label is not None:  # a webdataset's --label
         settings["label"] = run.fields.label

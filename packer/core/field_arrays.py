@@ -1,9 +1,9 @@
 """Array fields (`floats`: float32, `ints`: int64): numbers stored as numbers.
 
 Boxes, keypoints or per-box class ids held as a `json` field are JSON text, and turning
-that text back into numbers (about 0.2 us a number, correctly rounded) cost most of
-what reading a detection sample's fields cost. An array field stores them as the
-numbers themselves, in the one byte form every format keeps, hashes and compares:
+that text back into numbers (correctly rounded) costs most of what reading a detection
+sample's fields costs. An array field stores them as the numbers themselves, in the one
+byte form every format keeps, hashes and compares:
 
     a .npy file (format 1.0, little-endian, C order), with the shortest header numpy
     accepts, padded to a multiple of 64 bytes (64, or 128 for a longer shape):

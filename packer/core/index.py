@@ -4,8 +4,8 @@
                    sha256), encode options, rejects, fields (name, type, num_present;
                    absent when the dataset has none); written last: its presence means
                    the dataset is complete
-    samples.npy, keys.npy, fields.npy: the per-sample table (packer.core.table, whose
-                   names are re-exported here)
+    samples.npy, keys.npy, fields.npy: the per-sample table (its names are re-exported
+                   here)
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class ShardInfo:
     name: str
     num_samples: int
     num_bytes: int
-    sha256: str  # of the file; with pieces, of the pieces' list (packer.storage.pieces)
+    sha256: str  # of the file; with pieces, of the pieces' list
     pieces: tuple[Piece, ...] = ()  # (bytes, sha256) of consecutive ranges: npy only
 
 
@@ -90,7 +90,7 @@ class Index:
         data["image_size"] = list(self.image_size) if self.image_size else None
         del data["fields"], data["field_counts"]
         data["shards"] = [shard_json(shard) for shard in self.shards]
-        if self.fields:  # absent without fields: such a dataset's index.json is as before
+        if self.fields:  # only with fields: a dataset without them keeps the same index.json
             counts = self.field_counts or (0,) * len(self.fields)
             data["fields"] = [{**spec.to_json(), "num_present": count}
                               for spec, count in zip(self.fields, counts, strict=True)]
@@ -98,7 +98,7 @@ class Index:
 
 
 def shard_json(shard: ShardInfo) -> dict[str, Any]:
-    """A shard's entry: pieces only where there are (other shards' entries as before)."""
+    """A shard's entry: pieces only where there are (other shards' entries stay plain)."""
     data: dict[str, Any] = {"name": shard.name, "num_samples": shard.num_samples,
                             "num_bytes": shard.num_bytes, "sha256": shard.sha256}
     if shard.pieces:

@@ -3,12 +3,11 @@
     samples.npy    structured array, one row per sample: label, key start in keys.npy,
                    byte offset and size of the stored data inside its shard, digest
     keys.npy       uint8: all keys, UTF-8, concatenated
-    fields.npy     only with fields: per-sample field location + digest (core.field_table)
+    fields.npy     only with fields: per-sample field location + digest
 
-Both open with `mmap_mode="r"`, so a table of a million samples loads in milliseconds
-and DataLoader workers share its pages. `TableBuilder` grows one while a conversion
-runs (packer.conversion.writing). index.json, which describes the whole dataset and
-carries the table's digest, is packer.core.index.
+Both open with `mmap_mode="r"`, so a table loads without parsing and DataLoader workers
+share its pages. `TableBuilder` grows one while a conversion runs. index.json, beside
+them, describes the whole dataset and carries the table's digest.
 """
 
 from __future__ import annotations
@@ -114,8 +113,8 @@ COLUMNS = ("label", "key_start", "offset", "size")
 class TableBuilder:
     """Accumulates per-sample rows compactly while a conversion runs.
 
-    Columns grow in `array`s and a bytearray (about 1 µs per row, no Python object per
-    sample); they become a numpy block only when built or extended.
+    Columns grow in `array`s and a bytearray (no Python object per sample); they become
+    a numpy block only when built or extended.
     """
 
     def __init__(self) -> None:

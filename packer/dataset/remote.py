@@ -1,10 +1,11 @@
 """fsspec URLs (`s3://bucket/prefix`, `file:///path`): telling them apart, options, errors.
 
-Writing into a URL is packer.conversion.upload; reading from one, readers.remote. Both open the
-filesystem here: endpoint and credentials are whatever fsspec's filesystem for the
-protocol reads (s3fs: the standard AWS variables AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
-AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION, or ~/.aws), plus `storage_options`, passed as
-they are to `fsspec.filesystem(protocol, **storage_options)`. fsspec is an optional extra
+Writing into a URL (a conversion's upload) and reading from one (the readers' remote
+source) both open the filesystem here: endpoint and credentials are whatever fsspec's
+filesystem for the protocol reads (s3fs: the standard AWS variables AWS_ENDPOINT_URL,
+AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION, or ~/.aws), plus
+`storage_options`, passed as they are to
+`fsspec.filesystem(protocol, **storage_options)`. fsspec is an optional extra
 (`pip install 'packer-readers[s3]'`), imported only when a URL is used.
 """
 
@@ -117,7 +118,7 @@ def fetch(fs: Any, remote: str, local: Path, url: str, size: int | None = None,
 
     The size, and the sha256 (of its `pieces`, when it has) when given, must be what
     index.json says: a shard damaged in storage or in transit never reaches a reader
-    (hashing costs ~0.2 s a 256 MB shard, from the page cache).
+    (hashing a shard from the page cache costs little beside downloading it).
     """
     tmp = local.with_name(f"{local.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial")
     try:

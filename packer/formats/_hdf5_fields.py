@@ -11,9 +11,8 @@ Stock h5py: `h5["fields/score"][:]` is a float64 array, `h5["fields/caption"].as
 a str, `json.loads(h5["fields/meta"][i])` a json field, and with `o =
 h5["fields_offsets/boxes"]`, `np.load(io.BytesIO(h5["fields/boxes"][o[i]:o[i + 1]]))`
 an array field. Arrays are a blob for the reason images are: a reader finds its file
-offset once and slices a memmap, where h5py took ~3 us a sample to read a batch's
-variable-length rows. Written at the end from the
-field records of the conversion (packer.formats._field_columns).
+offset once and slices a memmap, which is faster than h5py reading a batch's
+variable-length rows. Written at the end from the field records of the conversion.
 """
 
 from __future__ import annotations
@@ -64,10 +63,9 @@ class FieldDatasets:
     """The field datasets of an open file: presence flags and numbers read once into
     numpy (a byte or 8 a sample), variable-length values read a batch at a time.
 
-    Looking datasets up by name and reading one element cost h5py tens of microseconds
-    each (five fields took 9 ms a sample read that way): the datasets are looked up
-    once, and a batch's variable-length rows come from one read per field, the rows
-    selected as points.
+    Looking datasets up by name and reading one element at a time is slow in h5py, and
+    the cost grows with every field: the datasets are looked up once, and a batch's
+    variable-length rows come from one read per field, the rows selected as points.
     """
 
     def __init__(self, h5: Any, specs: Sequence[FieldSpec]) -> None:

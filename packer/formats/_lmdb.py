@@ -4,16 +4,15 @@
       key   = the sample key, UTF-8 (sorted, so a cursor walks samples in index order)
       value = [8 B label, int64 little-endian][8 B extension, ASCII, NUL-padded][image bytes]
       key   = <sample key> NUL <field name>, one per field value (datasets with fields)
-      value = the field's byte form (packer.core.fields: UTF-8 text, decimal int, repr
-              float, compact JSON, raw bytes); no key where the sample has no value
+      value = the field's byte form (UTF-8 text, decimal int, repr float, compact JSON,
+              raw bytes); no key where the sample has no value
 
 A field key sorts right after its sample's key (NUL is the smallest byte, and keys
 hold none), so the keys still go in with one append-only pass. Why a key per field
 and not one value per sample: `txn.get(key + b"\0caption")` reads one field with
-stock py-lmdb, and it is not slower: `python -m devtools.bench.lmdb_fields` (20,000
-samples, a caption and boxes, random order) read both fields in 5-10 us a sample with a
-key per field and 11-17 us with one value holding both (unpacked in Python), over four
-runs on a shared 2-core machine; either is small beside decoding the image.
+stock py-lmdb, and it is not slower than one value holding every field and unpacked in
+Python (`python -m devtools.bench.lmdb_fields`); either is small beside decoding the
+image.
 
 Writes are batched in large transactions; when the map fills, the map size doubles
 and the transaction is replayed, so there is no user-visible `map_size`. The folder
@@ -21,11 +20,10 @@ is written as `data.lmdb.partial/` and renamed when complete. LMDB is one file, 
 resume redoes it from the start.
 
 `pack append` adds the new samples as one more LMDB file beside it,
-`data.lmdb/data-00001.mdb` and so on (packer.formats._parts; stock py-lmdb opens one
-with `lmdb.open(path, subdir=False, readonly=True, lock=False)`): growing data.mdb in
-place would change pages all over the file, so its digest would have to be computed
-again from every byte, and lock-free readers of the old file could see freed pages
-reused.
+`data.lmdb/data-00001.mdb` and so on (stock py-lmdb opens one with
+`lmdb.open(path, subdir=False, readonly=True, lock=False)`): growing data.mdb in place
+would change pages all over the file, so its digest would have to be computed again
+from every byte, and lock-free readers of the old file could see freed pages reused.
 """
 
 from __future__ import annotations
@@ -204,13 +202,13 @@ class LmdbReader(DecodedFields):
     verify` hashes the file before opening it and never does.
     """
 
-    memory_mapped = True  # the page cache is the cache (readers.ram.chunk_cache)
+    memory_mapped = True  # the page cache is the cache: readers skip their chunk cache
 
     def __init__(self, folder: Path, index: Index, table: SampleTable) -> None:
         self.path = folder / FOLDER
         self.index = index
         self.table = table
-        # one environment per part (packer.formats._parts): data.mdb, then one an append
+        # one environment per part: data.mdb, then one an append
         self.files = [folder / shard.name for shard in index.shards] or [self.path / "data.mdb"]
         self.envs: list[Any] = []
         try:

@@ -148,7 +148,7 @@ class NpyWriter:
 
 def images_shard(count: int, header: bytes, rows: Sequence[Piece]) -> ShardInfo:
     """images.npy's entry: its pieces are the header, then the rows of the conversion and
-    of each append (packer.storage.pieces), so an append hashes only what it adds."""
+    of each append, so an append hashes only what it adds."""
     pieces = ((HEADER_BYTES, hashlib.sha256(header).hexdigest()), *rows)
     return ShardInfo(IMAGES, count, sum(size for size, _ in pieces), pieces_digest(pieces),
                      pieces)
@@ -161,12 +161,12 @@ def open_writer(plan: WriterPlan) -> NpyWriter:
 class NpyReader(DecodedFields):
     """Reads pixel rows from a read-only memmap (pages shared by every worker).
 
-    `gather` copies a batch of rows in one go (readers.batching.collate); every row read either way
-    is checked against its digest.
+    `gather` copies a batch of rows in one go; every row read either way is checked
+    against its digest.
     """
 
-    memory_mapped = True  # the page cache is the cache (readers.ram.chunk_cache)
-    gathers_rows = True  # gather: rows of one shape, straight into a batch (readers.collate)
+    memory_mapped = True  # the page cache is the cache: readers skip their chunk cache
+    gathers_rows = True  # gather: rows of one shape, straight into a batch
 
     def __init__(self, folder: Path, index: Index, table: SampleTable) -> None:
         self.path = folder / IMAGES
@@ -202,10 +202,8 @@ class NpyReader(DecodedFields):
         """Copy rows `indices` into `out` (len(indices), H, W, 3), each checked.
 
         Each row is hashed right after its copy, while it is still in the core's cache:
-        a worker's batch buffers rotate (readers.batching._shm_pool), and hashing a whole
-        batch after one `np.take` read every row back from memory (1.15-1.3x slower
-        with two workers, in one benchmark process each: copy, then hash, a batch of 64
-        224x224 rows against a row at a time).
+        a worker's batch buffers rotate, and hashing a whole batch after one `np.take`
+        would read every row back from memory, which is slower.
         """
         wanted = np.asarray(indices, dtype=np.intp)
         if len(wanted) and not 0 <= int(wanted.min()) <= int(wanted.max()) < len(self.images):

@@ -1,4 +1,4 @@
-"""Deterministic tar member headers, fast: ~2 µs instead of ~15-35 µs for TarInfo.tobuf.
+"""Deterministic tar member headers, built faster than TarInfo.tobuf builds them.
 
     ustar header, 512 bytes, every member alike except name, size and checksum:
       name[100] mode "0000644" uid "0000000" gid "0000000" size[12] mtime "00000000000"

@@ -128,7 +128,7 @@ class OpenShards:
         read for fields before while open (one map costs more than a few preads), or
         one that shrank before it was mapped (a map of its size at open would fail)."""
         opened = self._get(shard)
-        # lseek to the end tells the size now, at a third of fstat's cost (reads are preads)
+        # lseek to the end tells the size now, cheaper than fstat (reads are preads)
         now = os.lseek(opened.fd, 0, os.SEEK_END)
         if opened.map is None:
             opened.uses += 1

@@ -1,28 +1,28 @@
 """The one libjpeg-turbo (simplejpeg) fast path, for pack time and train time alike;
 Pillow stays the judge of odd files.
 
-Why: nearly every input is a JPEG, and simplejpeg decodes one ~25% faster than Pillow
-(no Python marker parsing, no chunked feeding), scales in the DCT domain, releases the GIL
+Why: nearly every input is a JPEG, and simplejpeg decodes one faster than Pillow (no
+Python marker parsing, no chunked feeding), scales in the DCT domain, releases the GIL
 while it does, and hands back a buffer that Pillow or torch wrap without a copy. Whenever
 it declines (not a JPEG, CMYK/YCCK or RGB colour, an EXIF or XMP orientation other than
-upright, too many pixels, any libjpeg warning), the caller falls back to
-Pillow, which gives the verdict and the worded reason; so on unusual files the behaviour
-is exactly Pillow's. Before libjpeg sees a stream at all, every native call here checks its
-frame header (packer.imaging.jpeg_frame: baseline, extended or progressive Huffman-coded,
-8-bit, ordinary sampling), so lossless, arithmetic-coded, 12/16-bit and hierarchical
-streams, or a header that does not parse, go to Pillow without touching the fast path.
-`fast_size` is the one decision; how far to scale is the caller's (pack: `load_rgb_fast`;
-readers.decoding.decode: powers of two kept OVERSAMPLE x the target).
+upright, too many pixels, any libjpeg warning), the caller falls back to Pillow, which
+gives the verdict and the worded reason; so on unusual files the behaviour is exactly
+Pillow's. Before libjpeg sees a stream at all, every native call here checks its frame
+header (baseline, extended or progressive Huffman-coded, 8-bit, ordinary sampling), so
+lossless, arithmetic-coded, 12/16-bit and hierarchical streams, or a header that does not
+parse, go to Pillow without touching the fast path. `fast_size` is the one decision; how
+far to scale is the caller's (pack: `load_rgb_fast`; train-time decode: powers of two
+kept OVERSAMPLE x the target).
 
-`decode_box` decodes only a crop (readers.decoding.crop_decode) through the optional compiled
+`decode_box` decodes only a crop (train-time crops) through the optional compiled
 extension `_cropjpeg` (libjpeg-turbo's jpeg_skip_scanlines / jpeg_crop_scanline, built by
-`pip install` where a C compiler and jpeglib.h exist; packer.imaging.crop_extension says
-whether it runs here and why): the same pixels as the full decode
-cut to the box, without the inverse DCT and colour conversion outside it. Every row is
-still entropy-decoded (those below the box too), so damaged data anywhere fails, or goes
-to Pillow, whichever box an epoch draws, as with the full decode (checked against it on
-244 damaged files: the same outcome and pixels in every epoch). Without the extension it
-is that full decode, cut.
+`pip install` where a C compiler and jpeglib.h exist; `crop_extension.status()` says
+whether it runs here and why): the same pixels as the full decode cut to the box, without
+the inverse DCT and colour conversion outside it. Every row is still entropy-decoded
+(those below the box too), so damaged data anywhere fails, or goes to Pillow, whichever
+box an epoch draws, as with the full decode (checked against it on 244 damaged files: the
+same outcome and pixels in every epoch). Without the extension it is that full decode,
+cut.
 """
 
 from __future__ import annotations
@@ -161,8 +161,7 @@ def load_rgb_fast(data: bytes, size: tuple[int, int],
     the (width, height) before scaling; None: use Pillow.
 
     DCT scaling by M/8 only for M <= 4 (MIN_DCT_FACTOR): libjpeg-turbo decodes 5/8, 6/8
-    and 7/8 slower than the whole image (420-620 vs 356 µs a benchmark photo, 1/2 and
-    3/8 ~260).
+    and 7/8 slower than the whole image, where 1/2 and 3/8 are faster than it.
     """
     full = fast_size(data)
     if full is None:

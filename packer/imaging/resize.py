@@ -1,11 +1,10 @@
 """Fit decoded RGB pixels to an exact size for the npy format, with torch's uint8 resize.
 
 Why torch inside packer (the design's module map keeps packer torch-free): Pillow's
-resize is plain C, ~600 µs for one benchmark photo to 224x224 on this machine; torch's
-antialiased bilinear kernel for uint8 channels-last input is vectorised, ~240 µs, and
-computes the same filter as Pillow's BILINEAR (readers' tests hold it to 0.03 levels
-on average). Resizing is most of the cost of packing npy: 1,520 -> 1,978 images/s in
-side-by-side runs. torch is imported only by npy conversions (load_torch, up front):
+resize is plain C; torch's antialiased bilinear kernel for uint8 channels-last input is
+vectorised, so it is faster, and computes the same filter as Pillow's BILINEAR (readers'
+tests bound the difference). Resizing is most of the cost of packing npy, so packing npy
+is faster with it. torch is imported only by npy conversions (load_torch, up front):
 `pack info`, pass-through and re-encoding conversions never load it.
 """
 
@@ -26,8 +25,8 @@ def fit_pixels(hwc: np.ndarray, size: tuple[int, int], fit: Fit,
     """(H, W, 3) uint8 -> raw RGB bytes of exactly `size` (height, width).
 
     stretch: resize to the size; crop: scale so the image covers the size and cut the
-    centre; pad: scale so it fits inside and centre it on black. Like
-    packer.imaging.fit_image, except that the crop box is rounded to whole pixels.
+    centre; pad: scale so it fits inside and centre it on black. Like Pillow's
+    `fit_image`, except that the crop box is rounded to whole pixels.
     `source` is the (width, height) of the image before a DCT-scaled decode: the
     proportions come from it, so the result does not depend on the decode's rounding.
     """
@@ -65,7 +64,7 @@ def _centred(side: int, exact: float) -> int:
 def load_torch() -> None:
     """Import torch now, in the calling (main) thread, before any worker needs it.
 
-    Called when an npy conversion starts: the ~1 s import then happens once, before DST
+    Called when an npy conversion starts: the slow import then happens once, before DST
     is touched, where a Ctrl-C is an ordinary early interrupt, rather than in a worker
     thread that an interrupted run would have to wait for. A Ctrl-C is held back until the
     import ends: raised inside torch's C++ import code (pybind11), a KeyboardInterrupt
@@ -113,7 +112,7 @@ def _resize(hwc: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 
 def _interleaved(chw: np.ndarray) -> np.ndarray:
     """(3, H, W) -> contiguous (H, W, 3): a view when the kernel wrote channels-last,
-    else one strided copy per channel (twice as fast as a transposing copy)."""
+    else one strided copy per channel (faster than a transposing copy)."""
     hwc = chw.transpose(1, 2, 0)
     if hwc.flags.c_contiguous:
         return hwc
@@ -129,9 +128,9 @@ _PREPARED = threading.local()
 def _one_torch_thread_per_worker() -> None:
     """In a worker thread, let torch's resize use that thread alone.
 
-    The workers already keep every core busy; torch's own threads on top of them double
-    the CPU time for no speed (1,256 vs 669 µs a photo on 2 cores). OpenMP keeps the
-    thread count per calling thread, so the main thread's setting stays as it was.
+    The workers already keep every core busy; torch's own threads on top of them add
+    CPU time for no speed. OpenMP keeps the thread count per calling thread, so the main
+    thread keeps its own setting.
     """
     if getattr(_PREPARED, "done", False):
         return

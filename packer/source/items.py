@@ -6,9 +6,9 @@
                   and whose slices are views (positions stay those of the whole scan)
     ItemsBuilder  collects rows while a scan walks, then sorts them by (key, path)
 
-A list of SourceItem costs ~400 bytes an item (the object, a path and a key string,
-list slots); these arrays cost the bytes of the key and path plus ~40, so the memory
-of a conversion stays flat as the source grows. Sorting never makes a string per item
+A list of SourceItem costs several Python objects an item (the object, a path and a key
+string, list slots); these arrays cost the bytes of the key and path plus a few numbers,
+so the memory of a conversion stays flat as the source grows. Sorting never makes a string per item
 either: numpy sorts a fixed-width prefix of each key, and only rows whose prefixes tie
 are compared in Python.
 """
@@ -66,7 +66,7 @@ class Strings:
     def texts(self, lo: int, hi: int) -> list[str]:
         data = self.data
         bounds = list(zip(self.starts[lo:hi].tolist(), self.stops[lo:hi].tolist(), strict=True))
-        try:  # strict UTF-8 decodes ~3x faster than with an error handler
+        try:  # strict UTF-8 decodes faster than with an error handler
             return [data[a:b].decode() for a, b in bounds]
         except UnicodeDecodeError:
             return [data[a:b].decode(*UTF8) for a, b in bounds]
@@ -139,7 +139,7 @@ class SourceItems(Sequence[SourceItem]):
         self.labels = labels
         self.origin = origin
         self.first = first
-        self.fields = fields  # each item's fields record (packer.core.fields); None: none
+        self.fields = fields  # each item's fields record; None: none
 
     def __len__(self) -> int:
         return len(self.labels)

@@ -1,7 +1,7 @@
 """List a plain tar's members fast: 512-byte headers read with pread, no TarInfo objects.
 
-tarfile parses every header field in Python (~60 µs a member, more than packing a
-member costs); the scan needs only each member's name, type, size and data offset.
+tarfile parses every header field in Python, which costs more than packing the member;
+the scan needs only each member's name, type, size and data offset.
 ustar, GNU and pax headers are read here, with GNU long names and pax `path`/`size`
 records; anything rarer (sparse members, base-256 sizes, global pax headers, a bad
 checksum) raises _Unusual and the scan falls back to tarfile, which reads everything

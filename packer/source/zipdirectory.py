@@ -1,7 +1,7 @@
 """List a zip's members from its central directory, one record at a time.
 
-zipfile builds a ZipInfo object per member before the first can be looked at (~0.5 KB
-each: hundreds of MB for a million members); the scan needs only each member's name,
+zipfile builds a ZipInfo object per member before the first can be looked at, so its
+memory grows with the member count; the scan needs only each member's name,
 flags, method, CRC, compressed size and local header offset, so the records are
 parsed here with struct, through one buffered reader, and dropped as they are listed.
 

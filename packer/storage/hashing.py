@@ -42,5 +42,5 @@ def sha256_range(path: Path, start: int, size: int, window: int = WINDOW) -> str
 
 
 def digest_of(data: bytes | memoryview) -> bytes:
-    """The per-sample content hash stored in the index (xxh3-128: ~10 GB/s)."""
+    """The per-sample content hash stored in the index (xxh3-128, a fast non-cryptographic hash)."""
     return xxhash.xxh3_128_digest(data)

@@ -1,16 +1,14 @@
 """A batch's small values made ready for the crossing while the worker builds the batch.
 
 A DataLoader worker pickles each batch in its queue's feeder thread, which competes for
-the GIL with the worker's main thread building the next batch: measured on 2 cores,
-the same torch and Python steps cost 5-15x more CPU there than in the main thread (a
-labels tensor's bytes 27-46 µs against 3.4 µs; a column of 64 captions packed, 53 µs
-against 12 µs). So `readers.collate` works out the pickled form of a batch's values
-(a text column packed; where a tensor's bytes lie) when it builds the batch, and the
-pickle takes it after a check that the value is still the one prepared: the same
-object, a list with the same items, a tensor over the same memory, shape and strides.
-A value replaced or resized after collate (by a wrapping collate_fn) is packed afresh;
-one changed in place is read where it lies: the pickle always holds what the batch
-holds when it leaves.
+the GIL with the worker's main thread building the next batch: the same torch and
+Python steps cost several times more CPU there than in the main thread. So `collate`
+works out the pickled form of a batch's values (a text column packed; where a tensor's
+bytes lie) when it builds the batch, and the pickle takes it after a check that the
+value is still the one prepared: the same object, a list with the same items, a tensor
+over the same memory, shape and strides. A value replaced or resized after collate (by a
+wrapping collate_fn) is packed afresh; one changed in place is read where it lies: the
+pickle always holds what the batch holds when it leaves.
 """
 
 from __future__ import annotations
@@ -48,7 +46,7 @@ class Prepared:
             self.dtype = _numpy_dtype(value.dtype)
 
     def packed(self, value: Any) -> Any:
-        """`packed(value)` (readers.batching._columns), prepared when it is unchanged."""
+        """`packed(value)`, prepared when it is unchanged."""
         if value is self.value and self.items is not None and value == self.items:
             return self.column
         return packed(value)

@@ -1,11 +1,10 @@
-"""Recycled shared memory for batches leaving a DataLoader worker (used by readers.collate).
+"""Recycled shared memory for batches leaving a DataLoader worker (used by `collate`).
 
 Why: a worker sends each batch to the main process in shared memory. torch allocates it
-fresh for every batch, and on the 2-core benchmark machine touching those new pages
-costs three times as much as copying the pixels into them (~50 vs ~23 µs per 224x224
-image, a fault and a zeroed page each 4 KiB). A worker that gathers into buffers it
-allocated before skips that, and sends each batch's labels inside the pickle instead of
-in another new piece of shared memory (a file descriptor handed over each time).
+fresh for every batch, and touching those new pages (a fault and a zeroed page each
+4 KiB) costs more than copying the pixels into them. A worker that gathers into buffers
+it allocated before skips that, and sends each batch's labels inside the pickle instead
+of in another new piece of shared memory (a file descriptor handed over each time).
 npy batches are gathered straight into such a buffer; other batches of equal-sized
 tensors (decoded JPEGs) are stacked into one, which is what default_collate does into
 fresh memory.
@@ -149,7 +148,7 @@ class SlotPool:
             return buffer.view(shape)
 
     def take_bytes(self, nbytes: int) -> torch.Tensor:
-        """A 1-D uint8 shared buffer of `nbytes` (a raw batch, readers.batching.raw_batch):
+        """A 1-D uint8 shared buffer of `nbytes` (a raw batch):
         the start of a free slot of at least that size, else as `take` gives one. Sizes
         vary batch to batch, so a new slot has room to spare, and a free slot too small
         for the batch makes room for a larger one."""
@@ -209,7 +208,7 @@ class SlotPool:
 
     def sending(self, slot: int) -> None:
         """The batch in `slot` is about to leave for the main process: busy until freed.
-        Only a free slot may leave (readers.batching.collate copies a batch whose slot is out)."""
+        Only a free slot may leave (`collate` copies a batch whose slot is out)."""
         if self.state[slot] != FREE:
             raise RuntimeError(f"pool slot {slot} is already out (state {self.state[slot]})")
         self.state[slot] = BUSY

@@ -9,11 +9,9 @@ What it returns, for samples from the readers:
                               the layout torch's channels_last models want; call
                               `.contiguous()` for planar memory
     raw npy rows              [rows, labels(, keys)], rows one (B, H*W*3) uint8 tensor
-    raw stored bytes          [RawBatch, labels(, keys)] (readers.batching.raw_batch):
-                              the bytes back to back in one uint8 buffer + offsets,
-                              iterating bytes-like per sample
+    raw stored bytes          [RawBatch, labels(, keys)]: the bytes back to back in one
+                              uint8 buffer + offsets, iterating bytes-like per sample
     dicts (fields=)           a dict, one batched value a field
-                              (readers.batching.fields_collate)
 
 Anything else goes to `default_collate`.
 
@@ -21,21 +19,20 @@ Why: in a DataLoader worker every batch leaves for the main process in shared me
 torch allocates that memory fresh for each batch and pickles any other value object by
 object; faulting in new shared pages costs more than copying the pixels, and each
 shared tensor costs a file descriptor. `collate` puts a batch's images (or its raw
-bytes) in shared memory the worker recycles (readers.batching._shm_pool), sends labels
-by value in the pickle and a column of strings as one buffer (readers.batching._columns).
+bytes) in shared memory the worker recycles, sends labels by value in the pickle and a
+column of strings as one buffer.
 
 npy without a copy: `PackedDataset.__getitems__` on a reader that can `gather` copies
 a whole batch from the memory map into one buffer, checks every row against its digest
-there, and returns it as a GatheredRows (readers.batching.gathered): a Sequence of the
-samples, images (3, H, W) views of the (H, W, 3) rows, or with `decode="raw"` each row
-a 1-D uint8 numpy array. `collate` takes its buffer as the batch, uncopied (samples
-that are views of one buffer in order, from a transform-free path of another caller,
-are found to be one batch too). Once `collate`
-has run in a worker, that worker gathers its next batches straight into a recycled
-shared buffer, which `collate` sends as it is; before that, with a `transform`, or
-under another collate, it gathers into ordinary memory (`default_collate` copies into
-shared memory of its own, and fresh shared pages cost more to touch than ordinary ones).
-In the main process (num_workers=0) no shared memory is involved.
+there, and returns it as a GatheredRows: a Sequence of the samples, images (3, H, W)
+views of the (H, W, 3) rows, or with `decode="raw"` each row a 1-D uint8 numpy array.
+`collate` takes its buffer as the batch, uncopied (samples that are views of one buffer
+in order, from a transform-free path of another caller, are found to be one batch too).
+A worker in which `collate` has run gathers its next batches straight into a recycled
+shared buffer, which `collate` sends as it is; a worker in which it has not, a dataset
+with a `transform`, or another collate gathers into ordinary memory (`default_collate`
+copies into shared memory of its own, and fresh shared pages cost more to touch than
+ordinary ones). In the main process (num_workers=0) no shared memory is involved.
 """
 from __future__ import annotations
 
@@ -107,11 +104,11 @@ def _batch_buffer(shape: tuple[int, ...], recyclable: bool) -> torch.Tensor:
 
 def collate(batch: Sequence[Sample]) -> Any:
     """default_collate, but images gathered as one batch come back as it, uncopied, and a
-    worker sends its batches in recycled shared memory (readers.batching._shm_pool).
+    worker sends its batches in recycled shared memory.
 
     The result is [images, labels] or [images, labels, keys], like default_collate's,
     with a RawBatch for images of stored bytes (decode="raw"); for dict samples
-    (`fields=`), a dict, ragged arrays padded (readers.batching.fields_collate).
+    (`fields=`), a dict, ragged arrays padded.
     """
     if isinstance(batch, FieldBatch) and len(batch):
         return batch.collate_columns(collate)
@@ -199,7 +196,7 @@ def _stacked(images: list[torch.Tensor],
     """The images stacked in one buffer from `allocate` (a pool's take, or shared_buffer).
     Channels-last (C, H, W) images (npy rows, JPEGs decoded without a resize) stay
     channels-last: a plain copy each, where stacking them planar, as default_collate
-    does, transposes at a quarter of the speed."""
+    does, transposes, which is slower."""
     first = images[0]
     if all(_channels_last(image) for image in images):
         rows = [image.permute(1, 2, 0) for image in images]

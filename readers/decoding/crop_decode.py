@@ -2,24 +2,23 @@
 
 Why fused: the box is chosen from the JPEG header's size before decoding, so
 libjpeg-turbo decodes at the coarsest DCT scale (1/2, 1/4, 1/8) that still keeps the box
-at least OVERSAMPLE (2) times the output (readers.decoding.decode.dct_factor, shared with size=),
-and only the pixels under the box and the filter's reach around it
-(packer.imaging.jpeg.decode_box: the compiled extension where built, the same pixels as
-the full decode; RandomResizedCrop(224) on the bench photos ~1.2x per CPU-second;
-CenterCrop, resized whole as torchvision does, decodes it whole);
-then one antialiased bilinear resize of the box straight to the output (torch's uint8
-kernel on a view at full scale, or of the whole image for CenterCrop; Pillow's, which
-takes a fractional box, on a DCT-scaled image), and a flip of the small result. A full
-decode plus a Python transform pipeline does all of that work at full resolution.
+at least OVERSAMPLE (2) times the output (the same rule as a decode with size=), and only
+the pixels under the box and the filter's reach around it (the compiled extension where
+built: the same pixels as the full decode, in less CPU time; CenterCrop, resized whole
+as torchvision does, decodes it whole); then one antialiased bilinear resize of the box
+straight to the output (torch's uint8 kernel on a view at full scale, or of the whole
+image for CenterCrop; Pillow's, which takes a fractional box, on a DCT-scaled image), and
+a flip of the small result. A full decode plus a Python transform pipeline does all of
+that work at full resolution.
 
 Why OVERSAMPLE is 2 and not 1: a DCT-scaled image exactly at the output size loses
-detail that a bilinear resize keeps; at 2 the result stays within 1.03x Pillow bilinear's
-distance to a Lanczos reference on photos at 64-224 (devtools/bench/quality.py).
+detail that a bilinear resize keeps; at 2 the result stays about as close to a Lanczos
+reference as Pillow's bilinear resize (`python -m devtools.bench.quality`).
 
-Other codecs, and JPEGs the fast path declines (packer.imaging.jpeg.fast_size: EXIF or
-XMP rotation, CMYK, a frame header the native decoders are not known to handle, such as
-lossless or 12-bit), decode in full through Pillow and take the box from the upright
-image; npy crops its stored pixels.
+Other codecs, and JPEGs the fast path declines (EXIF or XMP rotation, CMYK, a frame
+header the native decoders are not known to handle, such as lossless or 12-bit), decode
+in full through Pillow and take the box from the upright image; npy crops its stored
+pixels.
 """
 
 from __future__ import annotations
@@ -54,7 +53,7 @@ def decode_augmented(data: Buffer, augment: Augment, where: tuple[int, int, int]
 
 def _from_jpeg(data: Buffer, augment: Augment,
                where: tuple[int, int, int]) -> torch.Tensor | None:
-    """The fast path; None where Pillow must decode (the same cases as readers.decoding.decode)."""
+    """The fast path; None where Pillow must decode (the same cases as a plain decode)."""
     size = fast_size(data)
     if size is None:
         return None
@@ -113,9 +112,9 @@ def _resize_box(hwc: torch.Tensor, box: Box, augment: Augment, factor: int,
     A box of whole pixels at full size is a view, resized by torch's fast uint8 kernel;
     so is a full-size CenterCrop, resized whole then cut in whole pixels, as torchvision
     does. A DCT-scaled box has edges between pixels, and rounding them shifts and
-    stretches the crop by up to a pixel (measured on the test images: mean distance to a
-    Lanczos reference 1.38x Pillow bilinear's, against 1.0x exact); Pillow's resize takes
-    a fractional box exactly, so it resizes those.
+    stretches the crop by up to a pixel, which moves the result visibly further from a
+    Lanczos reference; Pillow's resize takes a fractional box exactly, so it resizes
+    those.
     """
     output_size = augment.output_size
     edges = (box.top, box.left, box.height, box.width)

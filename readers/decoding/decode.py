@@ -4,15 +4,15 @@ Why not just Pillow: at train time decode is the whole cost. JPEGs go through
 libjpeg-turbo (simplejpeg), which scales in the DCT domain (down to 1/8) while the
 scaled image stays at least OVERSAMPLE (2) times the target, so a large photo is never
 fully decoded; the rest of the resize is torch's antialiased bilinear uint8 kernel on
-channels-last memory, about twice as fast as the same kernel on planar memory and close
-to Pillow's BILINEAR result (same filter; tests bound the difference).
+channels-last memory, faster than the same kernel on planar memory and close to
+Pillow's BILINEAR result (same filter; tests bound the difference).
 
-Slower paths, chosen per image by the same rule as at pack time
-(packer.imaging.jpeg.fast_size): Pillow for every other codec, for JPEGs that carry an
-EXIF or XMP orientation (simplejpeg ignores it), CMYK/YCCK or RGB colour, for JPEG kinds
-the native decoders are not known to handle (lossless, arithmetic-coded, 12-bit, odd
-sampling: packer.imaging.jpeg_frame reads the frame header first), and for JPEGs that
-simplejpeg rejects. Any mode (L, LA, P, RGBA, CMYK, I;16) ends up RGB.
+Slower paths, chosen per image by the same rule as at pack time (`fast_size`): Pillow
+for every other codec, for JPEGs that carry an EXIF or XMP orientation (simplejpeg
+ignores it), CMYK/YCCK or RGB colour, for JPEG kinds the native decoders are not known
+to handle (lossless, arithmetic-coded, 12-bit, odd sampling: the frame header is read
+first), and for JPEGs that simplejpeg rejects. Any mode (L, LA, P, RGBA, CMYK, I;16)
+ends up RGB.
 
 Layout: "rgb8" returns a (3, H, W) tensor. After a resize its memory is planar
 (torch's uint8 kernel writes it so, at no extra cost); without one it is a view of
@@ -40,11 +40,11 @@ from packer.imaging.pillow import OVERSAMPLE, load_rgb
 Mode = Literal["rgb8", "pil", "raw"]
 Buffer = bytes | bytearray | memoryview
 MODES: tuple[Mode, ...] = ("rgb8", "pil", "raw")
-# OVERSAMPLE (packer.imaging.pillow): the DCT-scaled image stays at least that many times
-# the target, since scaling right down to it loses the detail a bilinear resize keeps. At
-# 2 the result stays as close to a Lanczos resize as Pillow's bilinear is
-# (tests/reading/test_decode_quality.py checks the bound; devtools/bench/quality.py prints
-# the distances); pack time scales by the same rule.
+# OVERSAMPLE: the DCT-scaled image stays at least that many times the target, since
+# scaling right down to it loses the detail a bilinear resize keeps. At 2 the result
+# stays as close to a Lanczos resize as Pillow's bilinear is
+# (tests/reading/test_decode_quality.py checks the bound; devtools/bench/quality.py
+# prints the distances); pack time scales by the same rule.
 
 
 def decode(
@@ -104,7 +104,7 @@ def _decode_hwc(data: Buffer, size: tuple[int, int] | None
                 ) -> tuple[torch.Tensor, tuple[float, float]]:
     """Decode to (H, W, 3) uint8, libjpeg-turbo when it can, else Pillow; with the
     image's extent in those pixels (fractional where a DCT scale does not divide it)."""
-    full = fast_size(data)  # packer.imaging.jpeg: the one fast path decision
+    full = fast_size(data)  # the one fast path decision, shared with pack time
     if full is not None:
         factor = dct_factor(full, size) if size else 1
         pixels = decode_scaled(data, full, factor)

@@ -5,7 +5,7 @@ of at most `max_cache_bytes` (default 256 MiB): with 8 workers that is up to 2 G
 encoded bytes in all. Pass `max_cache_bytes=0` to turn it off. Formats read through a
 memory map (npy, hdf5, lmdb: `reader.memory_mapped`) skip it: there the OS page cache
 already is the cache, shared by every worker, and copying records into a second one
-only costs (PackedDataset decides this, see `uses_cache`).
+only costs (a dataset's per-process handles give such a reader a budget of 0).
 
 Why chunks, and why not always whole chunks: a sampler that stays local (ChunkSampler,
 SequentialSampler) touches every sample of a chunk within a short while, so one large
@@ -34,8 +34,8 @@ from readers.options.values import check_budget
 
 DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
 # What holding one record costs beyond its bytes: the bytes object's header and its
-# dict slot and key (measured: ~120 B). Counted, so a million 3-byte records take
-# their real ~120 MB of the budget, not 3 MB of it.
+# dict slot and key. Counted, so many tiny records take their real share of the budget,
+# not only their bytes.
 RECORD_OVERHEAD = 120
 
 
@@ -89,7 +89,7 @@ class ChunkCache:
 class CachedReader:
     """Reads records through a ChunkCache with the promotion rule described above.
 
-    A damaged sample costs only itself (readers.damage): a chunk whose read met one
+    A damaged sample costs only itself: a chunk whose read met one
     keeps its good samples, is never read whole again, and the damaged sample comes back
     as the error that names it (`read_each`) or raises it (`read_many`); errors are
     never cached.

@@ -58,7 +58,7 @@ class Held:
         if len(text) != len(blob):  # a non-ASCII key: byte offsets are not str offsets
             self.positions = {blob[a:b].decode("utf-8"): i
                               for i, (a, b) in enumerate(itertools.pairwise(starts))}
-        else:  # the common case, sliced at C speed (a 100,000-key DST in ~30 ms)
+        else:  # the common case, sliced at C speed
             self.positions = dict(zip(map(text.__getitem__, map(slice, starts, starts[1:])),
                                       range(len(starts) - 1), strict=True))
         self.labels = np.asarray(table.labels).tolist()
