@@ -43,8 +43,8 @@ def run(argv: list[str] | None = None) -> None:
     (where Python would print it and go on), ending as quietly as one inside a command:
     "interrupted", exit 130."""
     dropped: list[bool] = []
-    forget_conversions()  # a conversion's mark counts in the process that made it only
     try:
+        forget_conversions()  # a conversion's mark counts in the process that made it only
         with unprinted_ctrl_c(lambda: dropped.append(True)):
             main.main(args=argv, prog_name="pack")
     except KeyboardInterrupt:  # a `--resume` rerun stopped in start-up keeps its state

@@ -31,15 +31,39 @@ from tests.shm_pool_support import pack_small, read_by_key
 
 # Property tests check what holds, not how fast: on a loaded 2-core machine hypothesis's
 # default 200 ms deadline per example, and its too-slow check of data generation, fail
-# tests that are right.
-settings.register_profile("packer", deadline=None,
+# tests that are right. Derandomized, without the example database: every run draws the
+# same examples (seeded by the test's name), so a result never depends on the run.
+settings.register_profile("packer", deadline=None, derandomize=True, database=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("packer")
 
+# DataLoader start methods that start a fresh interpreter per worker (each imports torch):
+# a test parametrized with one of them belongs to the `spawn` tier.
+FRESH_START_METHODS = frozenset({"spawn", "forkserver"})
 
+
+def starts_fresh_workers(item: pytest.Item) -> bool:
+    """Whether one of the item's parameters (or a member of a tuple parameter) names a
+    start method in FRESH_START_METHODS."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return False
+    values: list[object] = []
+    for value in callspec.params.values():
+        values.extend(value if isinstance(value, (tuple, list)) else [value])
+    return any(isinstance(value, str) and value in FRESH_START_METHODS for value in values)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: the marks added here count
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Wall-clock thresholds (the `perf` marker) run only when asked for: `-m perf`, or
+    """Start-method matrices join the `spawn` tier: a case parametrized with spawn or
+    forkserver is marked `spawn`, its fork and in-process cases stay in the default tier.
+
+    Wall-clock thresholds (the `perf` marker) run only when asked for: `-m perf`, or
     PACKER_PERF=1; on a shared 2-core machine speed is measured by the benchmarks."""
+    for item in items:
+        if starts_fresh_workers(item):
+            item.add_marker(pytest.mark.spawn)
     if "perf" in (config.option.markexpr or "") or os.environ.get("PACKER_PERF") == "1":
         return
     skip = pytest.mark.skip(reason="a wall-clock threshold: run with -m perf on a quiet machine")

@@ -31,12 +31,11 @@ from packer.source.scan import scan
 from readers.options import RemoteOptions
 from readers.ram.chunk_cache import CachedReader
 from readers.remote import remote_reader, remote_source
-from tests.helpers import count_adds, pack_command, tree_hashes, wait_for_state
+from tests.helpers import KILL_SEED, count_adds, pack_command, tree_hashes, wait_for_state
 
 # Kill rounds per format; raise it to hunt for rare crash windows, e.g.
 # PACKER_KILL_ROUNDS=50 PACKER_KILL_SEED=123 pytest tests/project/test_contract.py -k sigkill
 KILL_ROUNDS = int(os.environ.get("PACKER_KILL_ROUNDS", "3"))
-KILL_SEED = os.environ.get("PACKER_KILL_SEED") or os.urandom(4).hex()
 
 
 @dataclass(frozen=True)

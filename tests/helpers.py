@@ -31,6 +31,16 @@ from packer.testing import make_sample_folder, synthetic_image
 
 FORMATS = FORMAT_NAMES  # every format, in the registry's order: parametrize with it
 
+# The seed of the kill tests' moments: fixed, so that every run draws the same ones;
+# PACKER_KILL_SEED=<seed from a failure message> replays another run's.
+KILL_SEED = os.environ.get("PACKER_KILL_SEED") or "5eed0001"
+
+
+def soak_rounds(light: int, full: int) -> int:
+    """Rounds of a `soak` test: `light` in the soak-light tier that CI runs, `full` with
+    PACKER_SOAK=full (scripts/test --tier soak), which hunts rare windows for longer."""
+    return full if os.environ.get("PACKER_SOAK") == "full" else light
+
 
 # Names that stress keys: dots, spaces, quotes, '%', non-ASCII, a dotted folder.
 ODD_NAMES = (

@@ -10,17 +10,31 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 from readers.diagnostics.monitor import LoaderMonitor, batch_length
 
 
-class SlowDataset(Dataset[int]):
-    """Each sample costs `delay` seconds, so the loop starves for data."""
+class FakeClock:
+    """Seconds that pass only when the test advances them: the monitor's figures then
+    follow from what the test made slow, however busy the machine is."""
 
-    def __init__(self, size: int, delay: float) -> None:
-        self.size, self.delay = size, delay
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class SlowDataset(Dataset[int]):
+    """Each sample costs `delay` seconds of `clock`, so the loop starves for data."""
+
+    def __init__(self, size: int, delay: float, clock: FakeClock) -> None:
+        self.size, self.delay, self.clock = size, delay, clock
 
     def __len__(self) -> int:
         return self.size
 
     def __getitem__(self, i: int) -> int:
-        time.sleep(self.delay)
+        self.clock.advance(self.delay)
         return i
 
 
@@ -35,19 +49,23 @@ def test_counts_batches_and_samples() -> None:
 
 
 def test_starved_loop_is_reported_starved() -> None:
-    monitor = LoaderMonitor(DataLoader(SlowDataset(40, 0.005), batch_size=4))
+    clock = FakeClock()
+    monitor = LoaderMonitor(DataLoader(SlowDataset(40, 0.005, clock), batch_size=4),
+                            clock=clock)
     for _ in monitor:
-        pass
-    assert monitor.stats()["starved_fraction"] > 0.9
+        clock.advance(0.001)  # the step
+    assert monitor.stats()["starved_fraction"] == pytest.approx(20 / 21)
 
 
 def test_busy_loop_is_not_starved() -> None:
-    monitor = LoaderMonitor(DataLoader(TensorDataset(torch.zeros(40, 3)), batch_size=4))
+    clock = FakeClock()
+    monitor = LoaderMonitor(DataLoader(TensorDataset(torch.zeros(40, 3)), batch_size=4),
+                            clock=clock)
     for _ in monitor:
-        time.sleep(0.01)
+        clock.advance(0.01)  # the step; fetching from memory takes no time on this clock
     stats = monitor.stats()
-    assert stats["starved_fraction"] < 0.1
-    assert stats["p95_wait_s"] < 0.01 < stats["images_per_s"]
+    assert stats["starved_fraction"] == 0.0 and stats["p95_wait_s"] == 0.0
+    assert stats["images_per_s"] == pytest.approx(40 / 0.1)
 
 
 def test_logs_every_n_batches(caplog: pytest.LogCaptureFixture) -> None:

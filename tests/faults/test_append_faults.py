@@ -4,7 +4,8 @@ hint, and `--resume` gives the uninterrupted append's files byte for byte.
 
 Moments: every os.replace, every os.fsync and every record the writer takes (a failure
 raised there),
-and SIGKILLs of a `pack append` process at random times."""
+and SIGKILLs of a `pack append` process at moments drawn from a fixed seed
+(tests.helpers.KILL_SEED): a few rounds in the default tier, more in the `soak` tier."""
 
 from __future__ import annotations
 
@@ -25,9 +26,9 @@ from packer.conversion.writing import WriterLoop
 from packer.core.index import INDEX_NAME
 from packer.errors import PackError
 from tests.append_support import make_sources, pack, samples
-from tests.helpers import FORMATS, tree_hashes
+from tests.helpers import FORMATS, KILL_SEED, soak_rounds, tree_hashes
 
-SEED = os.environ.get("PACKER_KILL_SEED") or os.urandom(4).hex()
+KILL_ROUNDS = {"few": 2, "many": soak_rounds(6, 60)}  # per format: default tier, soak tier
 
 
 class Injected(Exception):
@@ -147,12 +148,13 @@ IMPORTS = "import packer.api, packer.conversion.append.merge, lmdb, h5py, PIL.Im
 APPEND = "import sys; from packer import append; append(sys.argv[1], sys.argv[2], workers=0)"
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(soak_rounds(300, 3000))
+@pytest.mark.parametrize("depth", ["few", pytest.param("many", marks=pytest.mark.soak)])
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_sigkill_at_random_moments(fmt: str, cases: dict[str, tuple[Path, Path]],
+def test_sigkill_at_random_moments(fmt: str, depth: str, cases: dict[str, tuple[Path, Path]],
                                    sources: tuple[Path, Path], tmp_path: Path) -> None:
     base, grown = cases[fmt]
-    rng = random.Random(f"{SEED}-{fmt}")
+    rng = random.Random(f"{KILL_SEED}-{fmt}-{depth}")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     command = [sys.executable, "-c", APPEND, str(sources[1])]
     started = time.monotonic()
@@ -162,7 +164,7 @@ def test_sigkill_at_random_moments(fmt: str, cases: dict[str, tuple[Path, Path]]
     started = time.monotonic()
     subprocess.run([*command, str(_fresh(base, tmp_path, "timed"))], env=env, check=True)
     took = time.monotonic() - started
-    for round_ in range(6):
+    for round_ in range(KILL_ROUNDS[depth]):
         dst = _fresh(base, tmp_path, f"round{round_}")
         proc = subprocess.Popen([*command, str(dst)], env=env)
         delay = rng.uniform(min(ready, 0.9 * took), took)
@@ -175,4 +177,4 @@ def test_sigkill_at_random_moments(fmt: str, cases: dict[str, tuple[Path, Path]]
             check_after_interruption(dst, base, grown, sources[1])
         except AssertionError as exc:
             raise AssertionError(f"round {round_}, kill at {delay:.3f}s; replay with "
-                                 f"PACKER_KILL_SEED={SEED}") from exc
+                                 f"PACKER_KILL_SEED={KILL_SEED}") from exc

@@ -8,8 +8,10 @@ system calls can be hit), half random times; every 4th round interrupts the resu
 
 Runs go through a fork server (no 0.5 s interpreter start per run) in a tmpfs when
 there is one: fsync is free there, and a killed process leaves the same files in the
-page cache either way. Replay a failure with PACKER_KILL_SEED=<seed from the message>;
-`python scripts/soak.py` runs hundreds of rounds.
+page cache either way. The moments come from a fixed seed (tests.helpers.KILL_SEED); replay
+a failure with PACKER_KILL_SEED=<seed from the message>. The default tier runs a few rounds
+per format and signal, the `soak` tier many (scripts/test --tier soak: hundreds), and
+`python scripts/soak.py` hundreds with a fresh seed each run.
 """
 
 from __future__ import annotations
@@ -40,10 +42,11 @@ from packer.core.index import INDEX_NAME
 from packer.errors import DatasetExistsError, IncompleteDatasetError
 from packer.formats.base import ShardOptions
 from readers import PackedDataset, PackedIterableDataset
-from tests.helpers import FORMATS, count_adds
+from tests.helpers import FORMATS, KILL_SEED, count_adds, soak_rounds
 
-ROUNDS = {signal.SIGKILL: 30, signal.SIGINT: 20}
-SEED = os.environ.get("PACKER_KILL_SEED") or os.urandom(4).hex()
+# Rounds per format and signal: a few in the default tier, many in the soak tier.
+ROUNDS = {"few": {signal.SIGKILL: 4, signal.SIGINT: 4},
+          "many": {signal.SIGKILL: soak_rounds(30, 300), signal.SIGINT: soak_rounds(20, 150)}}
 
 
 @pytest.fixture(scope="module")
@@ -76,14 +79,16 @@ def readers_refuse(dst: Path) -> None:
             make(dst)
 
 
-@pytest.mark.timeout(240)
-@pytest.mark.parametrize("signum", list(ROUNDS), ids=lambda s: signal.Signals(s).name)
+@pytest.mark.timeout(soak_rounds(240, 2400))
+@pytest.mark.parametrize("depth", ["few", pytest.param("many", marks=pytest.mark.soak)])
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT],
+                         ids=lambda s: signal.Signals(s).name)
 def test_interrupted_conversions_resume_byte_identical(
-        fmt: str, signum: int, server: ForkServer, mixed_src: Path, work: Path,
+        fmt: str, signum: int, depth: str, server: ForkServer, mixed_src: Path, work: Path,
         references: dict[str, Reference]) -> None:
-    rounds = ROUNDS[signum]
+    rounds = ROUNDS[depth][signum]
     figures = run_rounds(server, standard_case(mixed_src, fmt), references[fmt], work / fmt,
-                         rounds, signum, f"{SEED}:{fmt}", check_refused=readers_refuse)
+                         rounds, signum, f"{KILL_SEED}:{fmt}", check_refused=readers_refuse)
     print(figures)
     assert not figures.failures, "\n".join(figures.failures[:3])
     assert figures.identical == figures.rounds == rounds

@@ -6,8 +6,9 @@ read_index / index_from_json and open_dataset. Only our documented errors may co
 (CorruptDatasetError, a PackError), nothing may hang (pytest-timeout), and a reader
 either returns a sample's original bytes or refuses: never different ones.
 
-PACKER_FUZZ_EXAMPLES (default 400) sets examples per test; `scripts/fuzz_atheris.py`
-runs the same targets under atheris' coverage-guided fuzzer.
+PACKER_FUZZ_EXAMPLES (default 400) sets examples per test; the inputs are the same every
+run (the hypothesis profile of tests/conftest.py is derandomized), and
+`scripts/fuzz_atheris.py` runs the same targets under atheris' coverage-guided fuzzer.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from packer.formats.base import ShardOptions
 from tests.helpers import shard_path
 
 EXAMPLES = int(os.environ.get("PACKER_FUZZ_EXAMPLES", "400"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=False,
+FUZZ = settings(max_examples=EXAMPLES, deadline=None,  # derandomized: tests/conftest.py
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 TRIED: dict[str, int] = {}
 # numpy's parser of a mutated .npy header warns before it fails (escape sequences,

@@ -98,6 +98,7 @@ def test_no_prefetch_thread_is_alive_when_a_dataloader_forks(
         assert 1 + sum(1 for _ in records) == NUM
 
 
+@pytest.mark.spawn
 def test_a_forkserver_loader_reads_every_sample_once_per_epoch(url: str, tmp_path: Path) -> None:
     """The way out on Python < 3.12 where a framework's threads may race a fork: workers
     started by a fork server, persistent over epochs, exactly once each epoch."""

@@ -17,6 +17,7 @@ import pytest
 from packer.core.index import open_dataset
 from tests.helpers import free_port, pack_wds
 
+pytestmark = pytest.mark.frameworks  # Lightning, Accelerate and Trainer jobs in child processes
 NUM = 200
 RANKS = 2
 HERE = Path(__file__).parent

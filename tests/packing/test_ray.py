@@ -33,6 +33,7 @@ from packer.formats.base import ShardOptions
 from packer.source.scan import scan
 from tests.helpers import decoded_by_key, tree_hashes
 
+pytestmark = pytest.mark.frameworks  # a local Ray instance and its worker processes
 DST = "photos.wds"  # every run's DST has this name: shards carry it
 
 CASES = {  # name: (format, encode options, shard options)
@@ -151,10 +152,12 @@ def test_cli_executor_ray(ray_instance: Any, src: Path, tmp_path: Path) -> None:
 
 
 def test_stopping_cancels_tasks_in_flight(ray_instance: Any, tmp_path: Path) -> None:
+    """The tasks after the first sleep far longer than a loaded machine takes to cancel
+    them, so that a file written by one means that it was not cancelled."""
     from packer.conversion.ray import map_ordered_ray
 
     def work(n: int) -> int:  # defined here so that Ray pickles it by value
-        time.sleep(0.1 if n == 0 else 2.0)
+        time.sleep(0.1 if n == 0 else 6.0)
         (tmp_path / f"done-{n}").touch()
         return n
 
@@ -162,7 +165,7 @@ def test_stopping_cancels_tasks_in_flight(ray_instance: Any, tmp_path: Path) -> 
     assert next(results) == 0
     time.sleep(0.5)  # tasks 1 and 2 running, 3 queued
     results.close()  # what Ctrl-C or a writer error does to the generator
-    time.sleep(2.0)
+    time.sleep(6.0)  # tasks 1 and 2, had they run on, would have written their files
     assert sorted(p.name for p in tmp_path.iterdir()) == ["done-0"]
 
 

@@ -56,6 +56,7 @@ def test_links_are_found_outside_code_only() -> None:
     assert all(not link.startswith("`") for link in readme)
 
 
+@pytest.mark.docs
 @pytest.mark.timeout(600)
 def test_the_site_builds_strictly(tmp_path: Path) -> None:
     for module in ("mkdocs", "material", "mkdocstrings_handlers.python", "mkdocs_click"):
@@ -83,6 +84,7 @@ def benchmark_commands() -> list[list[str]]:
     return commands
 
 
+@pytest.mark.docs
 @pytest.mark.parametrize("command", benchmark_commands(), ids=" ".join)
 def test_benchmark_commands_start_from_a_clone(command: list[str]) -> None:
     done = subprocess.run([sys.executable, *command, "--help"], cwd=REPO, capture_output=True,

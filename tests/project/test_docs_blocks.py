@@ -52,6 +52,7 @@ def test_the_docs_have_runnable_blocks() -> None:
     assert sum(block.why_not_run() is None for block in BLOCKS) >= 20
 
 
+@pytest.mark.docs
 @pytest.mark.timeout(600)
 @pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")  # 4 workers, 2 CPUs
 @pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")  # torchdata's own

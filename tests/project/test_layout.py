@@ -8,9 +8,12 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.wheel
 def test_the_wheel_ships_no_harness(tmp_path: Path) -> None:
     """Fault injection, soaks, benchmarks and the demo live outside the packages."""
     tree = tmp_path / "tree"  # a copy: pip builds in the tree, and a stale build/ would leak

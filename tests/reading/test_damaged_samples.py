@@ -196,6 +196,7 @@ def test_an_undecodable_sample_is_skipped_like_a_damaged_one(
     ds.close()
 
 
+@pytest.mark.spawn
 def test_spawned_workers_count_their_skips(
         packed: dict[str, Path], originals: dict[str, list[tuple[bytes, int, str]]],
         tmp_path: Path) -> None:

@@ -179,15 +179,19 @@ def test_threads_keep_order_and_bound_the_window() -> None:
                                                     ((3, 5), 5), ((2, 3, 4), 3)])
 def test_adaptive_map_goes_to_threads_after_two_slow_tasks_in_four(
         slow: tuple[int, ...], switch_after: int | None) -> None:
+    """Slow tasks advance a fake clock past `fast_s` (others leave it): the switch depends on
+    which tasks are slow, never on how long they took on this machine."""
     where: list[bool] = []
     caller = threading.current_thread()
+    now = [0.0]
 
     def work(task: int) -> int:
         where.append(threading.current_thread() is caller)
-        time.sleep(0.02 if task in slow else 0)
+        now[0] += 0.02 if task in slow else 0.0
         return task * 2
 
-    results = list(map_ordered_adaptive(work, range(12), workers=2, fast_s=0.01))
+    results = list(map_ordered_adaptive(work, range(12), workers=2, fast_s=0.01,
+                                        clock=lambda: now[0]))
     assert results == [task * 2 for task in range(12)]
     inline = 12 if switch_after is None else switch_after + 1
     assert where == [True] * inline + [False] * (12 - inline)

@@ -119,6 +119,7 @@ def test_loaders_with_0_and_2_workers_give_the_source_values(
         assert {name + "_lengths" in batch for batch in reference} == {True, False}
 
 
+@pytest.mark.spawn
 def test_spawned_workers_give_the_same_batches(packed: tuple[dict[str, Path], Expected]) -> None:
     folders, expected = packed
     _, reference = epoch_batches(folders["npy"], expected, 0, None)

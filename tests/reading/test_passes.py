@@ -78,6 +78,7 @@ def test_unnamed_passes_are_new_epochs_read_exactly_once(path: Path, workers: in
 # shutdown of such a worker sometimes ends it with SIGABRT ("terminate called without an
 # active exception" while its interpreter finalizes), which the dropped iterator's
 # __del__ reports as unraisable; that is torch's, and the assertions below are not affected.
+@pytest.mark.spawn
 @pytest.mark.filterwarnings(
     "ignore:Exception ignored in.*_MultiProcessingDataLoaderIter.__del__"
     ":pytest.PytestUnraisableExceptionWarning")
@@ -217,6 +218,7 @@ def test_arguments_a_later_group_contradicts_are_refused(
     assert len(list(agreeing)) == NUM // 2
 
 
+@pytest.mark.spawn
 def test_spawned_workers_get_the_rank_the_main_process_found(
         path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A spawned worker has no process group: the dataset carries the main one's world."""

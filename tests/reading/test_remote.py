@@ -43,8 +43,9 @@ def test_upload_sends_shards_as_they_end_and_index_last(uploaded: dict[str, Any]
     assert listing(uploaded["url"]) == local_files(uploaded["local"])
 
 
+@pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_iterable_reads_each_sample_once_with_two_workers(uploaded: dict[str, Any],
-                                                          tmp_path: Path) -> None:
+                                                          tmp_path: Path, context: str) -> None:
     before = listing(uploaded["url"])
     ds = PackedIterableDataset(uploaded["url"], decode="raw", with_keys=True,
                                split=SplitOptions(chunk_size=3, drop_last=False),
@@ -52,13 +53,11 @@ def test_iterable_reads_each_sample_once_with_two_workers(uploaded: dict[str, An
     _, table = open_dataset(uploaded["local"])
     expected = {key: bytes(PackedDataset(uploaded["local"], decode="raw")[i][0])
                 for i, key in enumerate(table.keys())}
-    seen: list[tuple[str, bytes]] = []
-    for context in ("fork", "spawn"):
-        loader = DataLoader(ds, batch_size=4, num_workers=2, multiprocessing_context=context,
-                            collate_fn=list)
-        seen = [(key, bytes(data)) for batch in loader for data, _, key in batch]
-        assert sorted(key for key, _ in seen) == sorted(expected)  # exactly once
-        assert all(expected[key] == data for key, data in seen)
+    loader = DataLoader(ds, batch_size=4, num_workers=2, multiprocessing_context=context,
+                        collate_fn=list)
+    seen = [(key, bytes(data)) for batch in loader for data, _, key in batch]
+    assert sorted(key for key, _ in seen) == sorted(expected)  # exactly once
+    assert all(expected[key] == data for key, data in seen)
     assert listing(uploaded["url"]) == before  # reading never writes to the dataset
     assert not list((tmp_path / "cache").glob("*/*.partial"))
 

@@ -63,6 +63,18 @@ def _loader(path: Path, **kwargs: Any) -> DataLoader[Any]:
     return DataLoader(PackedDataset(path, with_keys=True), **options)
 
 
+@pytest.fixture
+def frozen_heap() -> Iterator[None]:
+    """For the test's length, gc's collections skip every object made before it (moved to
+    the permanent generation): a gc.collect() per batch then costs what the test made,
+    not what the tests before it left in the session."""
+    gc.collect()
+    gc.freeze()
+    yield
+    gc.unfreeze()
+
+
+@pytest.mark.usefixtures("frozen_heap")
 def test_views_outlive_their_batch(pool_packed: dict[str, Path],
                                    pool_want: dict[str, torch.Tensor]) -> None:
     """Only a view, a numpy array, a storage or a DLPack tensor of each batch is kept."""

@@ -1,6 +1,7 @@
 """A loop state saved by N ranks x K workers resumes on N' x K', exactly once: both readers,
 Mix and class weights, the ranks simulated in one process by their split options (as a
-process group would give them), DataLoaders with 0 and 2 workers, fork and spawn."""
+process group would give them), DataLoaders with 0 and 2 workers; even ranks fork their
+workers, odd ones fork or spawn them (`odd_start`)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,13 @@ def path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return pack_wds(tmp_path_factory.mktemp("elastic"), NUM, 16, min_side=8, max_side=12)
 
 
+@pytest.fixture(params=["fork", "spawn"])
+def odd_start(request: pytest.FixtureRequest) -> str:
+    """How odd ranks start their DataLoader workers (even ranks fork): a case per start
+    method, the spawn one in the `spawn` tier (tests/conftest.py marks it)."""
+    return str(request.param)
+
+
 def split(rank: int, world: int) -> SplitOptions:
     return SplitOptions(chunk_size=4, buffer_size=6, rank=rank, world_size=world,
                         drop_last=False)
@@ -40,7 +48,7 @@ def kept_keys(batches: Any) -> list[str]:
 
 
 def run(reader: Reader, world: int, workers: int, state: dict[str, Any] | None,
-        stop: int | None) -> tuple[list[str], list[int]]:
+        stop: int | None, odd_start: str) -> tuple[list[str], list[int]]:
     """Every rank's pass of EPOCH (the first `stop` batches of it), their keys and lengths."""
     keys, lengths = [], []
     for rank in range(world):
@@ -50,7 +58,7 @@ def run(reader: Reader, world: int, workers: int, state: dict[str, Any] | None,
             reads.set_epoch(EPOCH)
         else:
             reads.load_state_dict(state)
-        context = "fork" if rank % 2 == 0 else "spawn"
+        context = "fork" if rank % 2 == 0 else odd_start
         loader = DataLoader(data, batch_size=BATCH, num_workers=workers, **options,
                             **({"multiprocessing_context": context} if workers else {}))
         batches = list(loader)[:stop]
@@ -60,10 +68,10 @@ def run(reader: Reader, world: int, workers: int, state: dict[str, Any] | None,
 
 
 def check_elastic(reader: Reader, before: tuple[int, int], after: tuple[int, int],
-                  expected: Counter[str]) -> None:
-    seen, _ = run(reader, *before, None, STOP)
+                  expected: Counter[str], odd_start: str) -> None:
+    seen, _ = run(reader, *before, None, STOP, odd_start)
     state = loop_state(EPOCH, STOP, BATCH, before[1], world_size=before[0])
-    rest, lengths = run(reader, *after, state, None)
+    rest, lengths = run(reader, *after, state, None, odd_start)
     assert Counter(seen) + Counter(rest) == expected, f"{before} -> {after}: not exactly once"
     assert len(set(lengths)) == 1, f"{before} -> {after}: uneven new ranks {lengths}"
 
@@ -74,44 +82,44 @@ def every_key(path: Path) -> Counter[str]:
 
 @pytest.mark.parametrize(("before", "after"), TOPOLOGIES)
 def test_iterable_resumes_on_another_topology(path: Path, before: tuple[int, int],
-                                              after: tuple[int, int]) -> None:
+                                              after: tuple[int, int], odd_start: str) -> None:
     def reader(rank: int, world: int) -> tuple[Any, dict[str, Any]]:
         ds = PackedIterableDataset(path, decode="raw", with_keys=True, split=split(rank, world))
         return ds, {}
-    check_elastic(reader, before, after, every_key(path))
+    check_elastic(reader, before, after, every_key(path), odd_start)
 
 
 @pytest.mark.parametrize(("before", "after"), TOPOLOGIES[:4])
 def test_chunk_sampler_resumes_on_another_world(path: Path, before: tuple[int, int],
-                                                after: tuple[int, int]) -> None:
+                                                after: tuple[int, int], odd_start: str) -> None:
     def reader(rank: int, world: int) -> tuple[Any, dict[str, Any]]:
         ds = PackedDataset(path, decode="raw", with_keys=True)
         return ds, {"sampler": ChunkSampler(ds, split=split(rank, world))}
-    check_elastic(reader, before, after, every_key(path))
+    check_elastic(reader, before, after, every_key(path), odd_start)
 
 
-def test_mix_and_class_weights_resume_on_another_world(path: Path) -> None:
+def test_mix_and_class_weights_resume_on_another_world(path: Path, odd_start: str) -> None:
     def mix(rank: int, world: int) -> tuple[Any, dict[str, Any]]:
         source = PackedIterableDataset(path, decode="raw", with_keys=True)
         options = SplitOptions(buffer_size=6, rank=rank, world_size=world, drop_last=False)
         return Mix([source], epoch_size=NUM, split=options), {}
 
-    check_elastic(mix, (2, 2), (3, 0), every_key(path))
+    check_elastic(mix, (2, 2), (3, 0), every_key(path), odd_start)
 
     def weighted(rank: int, world: int) -> tuple[Any, dict[str, Any]]:
         ds = PackedIterableDataset(path, decode="raw", with_keys=True, split=split(rank, world),
                                    class_weights="balanced")
         return ds, {}
 
-    drawn = Counter(run(weighted, 1, 0, None, None)[0])  # the epoch's draws, repeats and all
-    check_elastic(weighted, (2, 2), (1, 0), drawn)
+    drawn = Counter(run(weighted, 1, 0, None, None, odd_start)[0])  # repeats and all
+    check_elastic(weighted, (2, 2), (1, 0), drawn, odd_start)
 
 
 @pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
 @pytest.mark.parametrize(("before", "after"), [((2, 2), (1, 0)), ((2, 2), (3, 2)),
                                                ((1, 2), (2, 1))])
 def test_a_stateful_dataloader_state_resumes_on_another_topology(
-        path: Path, before: tuple[int, int], after: tuple[int, int]) -> None:
+        path: Path, before: tuple[int, int], after: tuple[int, int], odd_start: str) -> None:
     stateful = pytest.importorskip("torchdata.stateful_dataloader").StatefulDataLoader
     seen: list[str] = []
     states = []
@@ -130,25 +138,26 @@ def test_a_stateful_dataloader_state_resumes_on_another_topology(
         ds = PackedIterableDataset(path, decode="raw", with_keys=True, split=split(rank, world))
         return ds, {}
 
-    rest, lengths = run(reader, *after, states[0], None)
+    rest, lengths = run(reader, *after, states[0], None, odd_start)
     assert Counter(seen) + Counter(rest) == every_key(path), f"{before} -> {after}"
     assert len(set(lengths)) == 1
 
 
 @pytest.mark.parametrize("middle", [(3, 2), (2, 2)])
-def test_a_resumed_job_stops_and_resumes_again(path: Path, middle: tuple[int, int]) -> None:
+def test_a_resumed_job_stops_and_resumes_again(path: Path, middle: tuple[int, int],
+                                               odd_start: str) -> None:
     """2x2 stops, resumes on `middle` and stops again, then ends on 1x0: each sample once;
     on an unchanged topology the two stretches collapse into one count."""
     def reader(rank: int, world: int) -> tuple[Any, dict[str, Any]]:
         ds = PackedIterableDataset(path, decode="raw", with_keys=True, split=split(rank, world))
         return ds, {}
 
-    seen, _ = run(reader, 2, 2, None, STOP)
+    seen, _ = run(reader, 2, 2, None, STOP, odd_start)
     first = loop_state(EPOCH, STOP, BATCH, 2, world_size=2)
-    more, _ = run(reader, *middle, first, 2)
+    more, _ = run(reader, *middle, first, 2, odd_start)
     second = loop_state(EPOCH, 2, BATCH, middle[1], world_size=middle[0], resumed_from=first)
     assert ("resumed_from" in second) == (middle != (2, 2))
-    rest, _ = run(reader, 1, 0, second, None)
+    rest, _ = run(reader, 1, 0, second, None, odd_start)
     assert Counter(seen) + Counter(more) + Counter(rest) == every_key(path)
 
 
@@ -191,11 +200,11 @@ def test_a_sampler_state_records_its_world_and_chains(path: Path) -> None:
 @pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
 @pytest.mark.parametrize("after", [1, 3])
 def test_a_stateful_dataloader_restores_its_own_state_on_another_world(
-        path: Path, after: int) -> None:
+        path: Path, after: int, odd_start: str) -> None:
     """What Lightning's fit(ckpt_path=) does: rank 0's StatefulDataLoader state, saved on 2
     ranks x 2 workers, loaded into each new rank's own loader (2 workers, as torchdata
     requires), which hands each worker its own count: they pool them (WorkerBoard) and
-    read the rest once across the new ranks; fork and spawn workers."""
+    read the rest once across the new ranks."""
     stateful = pytest.importorskip("torchdata.stateful_dataloader").StatefulDataLoader
     seen: list[str] = []
     states = []
@@ -211,7 +220,7 @@ def test_a_stateful_dataloader_restores_its_own_state_on_another_world(
     for rank in range(after):
         ds = PackedIterableDataset(path, decode="raw", with_keys=True, split=split(rank, after))
         loader = stateful(ds, batch_size=BATCH, num_workers=2,
-                          multiprocessing_context="fork" if rank % 2 == 0 else "spawn")
+                          multiprocessing_context="fork" if rank % 2 == 0 else odd_start)
         loader.load_state_dict(states[0])
         batches = list(loader)
         rest += kept_keys(batches)

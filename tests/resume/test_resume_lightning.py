@@ -24,6 +24,7 @@ from packer.core.index import open_dataset
 from tests.helpers import free_port, pack_wds
 
 NUM, BATCH, SAVE_EVERY = 61, 4, 3  # as in the child
+pytestmark = pytest.mark.frameworks  # Lightning runs its DDP ranks as child processes
 HERE = Path(__file__).parent
 
 

@@ -21,6 +21,7 @@ from packer.core.index import open_dataset
 from tests.helpers import free_port, pack_wds
 
 NUM, RANKS, BATCH, SAVE_EVERY = 80, 2, 4, 3  # 80: no padding by accelerate's even_batches
+pytestmark = pytest.mark.frameworks  # transformers' Trainer runs in child processes
 HERE = Path(__file__).parent
 SKIPPED = SAVE_EVERY * BATCH * RANKS  # samples of the epoch trained on before the checkpoint
 # samples each rank would decode again for the skip: rank 0 reads all under dispatch (the

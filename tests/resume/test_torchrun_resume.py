@@ -18,6 +18,7 @@ import pytest
 from packer.core.index import open_dataset
 from tests.helpers import free_port, pack_wds
 
+pytestmark = pytest.mark.frameworks  # torchrun jobs
 NUM = 91  # odd: the stopped plan pads one, the 3-rank rest two
 HERE = Path(__file__).parent
 SETUPS = ("sampler", "iterable", "stateful")
