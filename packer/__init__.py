@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from packer.core.index import Index, SampleTable, open_dataset, read_index
     from packer.dataset.splits import SplitReport, split
     from packer.dataset.stats import DatasetStats, stats
+    from packer.dataset.verify import Report
     from packer.encode import EncodeOptions
     from packer.formats.base import ShardOptions
     from packer.source.fields import FieldChoice
@@ -69,6 +70,7 @@ _LAZY = {
     "open_dataset": "packer.core.index",
     "read_index": "packer.core.index",
     "verify": "packer.api",
+    "Report": "packer.dataset.verify",
     "describe": "packer.api",
     "DatasetStats": "packer.dataset.stats",
     "stats": "packer.dataset.stats",
@@ -99,6 +101,7 @@ __all__ = [
     "PackError",
     "RayClusterError",
     "RemoteError",
+    "Report",
     "ResumeRefused",
     "SampleTable",
     "ShardOptions",

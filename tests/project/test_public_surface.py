@@ -43,3 +43,10 @@ def test_every_public_error_is_exported() -> None:
     assert readers.DecodeError is packer.DecodeError
     for name in errors:
         assert getattr(packer, name) is getattr(packer.errors, name)
+
+
+def test_what_verify_returns_is_exported() -> None:
+    from packer.dataset.verify import Report
+
+    assert packer.Report is Report and "Report" in packer.__all__
+    assert inspect.signature(packer.verify).return_annotation in (Report, "Report")
