@@ -59,8 +59,29 @@ FREE, BUSY, GONE = 0, 1, 2
 KNOWN_STATES = 64  # state arrays the main process remembers (one per worker lifetime)
 
 
+# The private torch names recycling rests on: where a release lacks one, the pool is off
+# and batches travel as torch moves any tensor (slower, never wrong).
+PRIVATE_NAMES: tuple[tuple[object, str], ...] = (
+    (torch._C, "_storage_Use_Count"), (torch.UntypedStorage, "_new_shared"),
+    (torch.UntypedStorage, "_share_fd_cpu_"), (torch.UntypedStorage, "_new_shared_fd_cpu"),
+    (torch.UntypedStorage, "_cdata"), (ForkingPickler, "_extra_reducers"))
+
+
+def pool_supported() -> bool:
+    """Whether this torch has every private name the pool uses."""
+    return all(getattr(owner, name, None) is not None for owner, name in PRIVATE_NAMES)
+
+
+def _has(wanted: str) -> bool:
+    return any(getattr(owner, name, None) is not None
+               for owner, name in PRIVATE_NAMES if name == wanted)
+
+
 def shared_buffer(shape: tuple[int, ...], dtype: torch.dtype = torch.uint8) -> torch.Tensor:
     """An uninitialized tensor in shared memory, as default_collate makes in workers."""
+    if not _has("_new_shared"):  # public API, at the cost of one copy more
+        shared: torch.Tensor = torch.empty(shape, dtype=dtype).share_memory_()  # type: ignore[no-untyped-call]
+        return shared
     nbytes = int(np.prod(shape)) * dtype.itemsize
     storage = torch.UntypedStorage._new_shared(nbytes)  # type: ignore[no-untyped-call]
     return torch.empty(0, dtype=dtype).set_(storage).view(shape)
@@ -218,10 +239,11 @@ _POOL: SlotPool | None = None
 
 
 def worker_pool() -> SlotPool | None:
-    """This worker process's pool; None where recycling is off (another sharing strategy)."""
+    """This worker process's pool; None where recycling is off (another sharing strategy,
+    or a torch without one of PRIVATE_NAMES)."""
     global _POOL
     strategy = torch.multiprocessing.get_sharing_strategy()  # type: ignore[no-untyped-call]
-    if strategy != "file_descriptor" or not hasattr(torch._C, "_storage_Use_Count"):
+    if strategy != "file_descriptor" or not pool_supported():
         return None
     if _POOL is None or _POOL.pid != os.getpid():
         _POOL = SlotPool()
