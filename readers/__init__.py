@@ -7,6 +7,7 @@
     from readers import LoaderMonitor   # times how long a training loop waits for data
     from readers import SplitOptions, RemoteOptions   # sharding and URL-cache settings
     from readers import OnError   # on_error=: raise (default) or skip a damaged sample
+    from readers import loop_state, skip_first_batches   # resume mid-epoch, nothing read twice
 
 `readers` depends on `packer`, never the reverse. Its errors are packer's classes
 (packer.errors): `readers.DecodeError` is `packer.DecodeError`.
@@ -23,6 +24,7 @@ from readers.diagnostics.monitor import LoaderMonitor  # numpy and logging only:
 from readers.mix import Mix
 from readers.options import OnError, RemoteOptions, SplitOptions
 from readers.passes.resume import loop_state
+from readers.passes.skip import skip_first_batches
 from readers.sampling.sampler import PAD_LABEL, ChunkSampler, PaddedIndex
 
 __all__ = [
@@ -46,4 +48,5 @@ __all__ = [
     "collate",
     "decode_on",
     "loop_state",
+    "skip_first_batches",
 ]

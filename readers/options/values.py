@@ -17,6 +17,8 @@ def check_budget(name: str, value: int, zero: str) -> int:
     return value
 
 DEFAULT_CHUNK_SIZE = 64
+SplitBy = Literal["auto", "readers", "framework"]
+SPLIT_BY: tuple[SplitBy, ...] = get_args(SplitBy)
 DEFAULT_BUFFER_SIZE = 1024
 
 
@@ -29,6 +31,9 @@ class SplitOptions:
     process group when a pass starts (readers.passes.world). `chunk_size`: samples per chunk, the
     unit of locality; None is PackedDataset's own chunk size for ChunkSampler, and 64 for
     PackedIterableDataset. `buffer_size`: the shuffle window, in samples (0: chunk order).
+    `by`: who splits across ranks: "auto" finds out (a framework splitter that asks, as
+    Accelerate's prepare makes them, else the readers; readers.passes.split_owner),
+    "readers" or "framework" say it where finding out cannot work.
     """
 
     drop_last: bool = True
@@ -36,6 +41,7 @@ class SplitOptions:
     world_size: int | None = None
     chunk_size: int | None = None
     buffer_size: int = DEFAULT_BUFFER_SIZE
+    by: SplitBy = "auto"
 
     def __post_init__(self) -> None:
         if self.chunk_size is not None and self.chunk_size < 1:
@@ -43,6 +49,9 @@ class SplitOptions:
         if self.buffer_size < 0:
             raise ValueError(f"buffer_size must be 0 (chunk order only) or more, "
                              f"not {self.buffer_size}")
+        if self.by not in SPLIT_BY:
+            raise ValueError(f"by must be one of {', '.join(map(repr, SPLIT_BY))}, "
+                             f"not {self.by!r}")
 
     def chunk_size_or(self, default: int) -> int:
         return default if self.chunk_size is None else self.chunk_size

@@ -2,8 +2,8 @@
 
 What both iterable readers share once they have a plan: the world of a pass (world), its
 epoch (epochs), this worker's spans, the count that state_dict()/load_state_dict() resume
-from (resume), and a framework loader's skip of a pass's first batches taken over
-(split_owner.loader_skip), all modules of readers.passes.
+from (resume), who splits (split_owner) and a loader's skip of a pass's first batches
+(skip), all modules of readers.passes.
 
 The protocol of a split reader: it lists SplitPasses before its other bases, calls
 `_init_passes(split, shuffle=..., seed=..., batch_size=...)` in its `__init__` (once what
@@ -21,6 +21,7 @@ from typing import Any
 from torch.utils.data import get_worker_info
 
 from readers.options import SplitOptions
+from readers.options.values import SplitBy
 from readers.passes.epochs import PassEpochs
 from readers.passes.resume import (
     PendingResume,
@@ -29,7 +30,8 @@ from readers.passes.resume import (
     pending_from_state,
     posts_on_board,
 )
-from readers.passes.split_owner import LoaderView, loader_skip, loader_view
+from readers.passes.skip import LoaderSkip
+from readers.passes.split_owner import LoaderView, loader_view
 from readers.passes.stream import rest_after
 from readers.passes.world import LateWorld, RankWorld
 from readers.plan.chunks import ShardPlan, Spans, check_epoch, num_in
@@ -49,6 +51,8 @@ class SplitPasses:
     _seen: int  # ... of this process's latest pass, and the samples it yielded
     _topology: tuple[int, int | None]  # (world_size, dealt) of that pass
     _resplit: bool  # whether that pass read a rest re-split (readers.plan.elastic)
+    _split_by: SplitBy  # who splits across ranks (SplitOptions.by)
+    _pending_skip: LoaderSkip | None  # batches the coming pass starts after (skip)
     _posted: Mapping[str, Any] | None  # a worker's own state, posted on the board
     batch_size: int | None
     buffer_size: int
@@ -64,6 +68,7 @@ class SplitPasses:
         self._world = LateWorld.of(split.rank, split.world_size)
         self._sent, self._sent_view = None, None
         self._split = (shuffle, split.drop_last, seed)
+        self._split_by, self._pending_skip = split.by, None
         self._epochs = PassEpochs()
         self._resume, self._pass, self._seen = None, None, 0
         self._topology, self._resplit, self._posted = (1, None), False, None
@@ -108,15 +113,20 @@ class SplitPasses:
         self._epochs.set_next(epoch)
         self._take_loader_skip()
 
+    def _skip_next_pass(self, skip: LoaderSkip, at_set_epoch: bool) -> None:
+        """Start the coming pass after `skip`'s batches (readers.passes.skip): once its
+        loader names the epoch (`at_set_epoch`), else now."""
+        self._pending_skip = skip
+        if not at_set_epoch:
+            self._take_loader_skip()
+
     def _take_loader_skip(self) -> None:
-        """Start the coming pass past the batches a framework loader up the stack would read
-        and drop (readers.passes.split_owner.loader_skip): they are skipped unread, as a
-        loop_state skips them. In the main process only: a worker's loader is its parent's."""
-        if get_worker_info() is not None:
+        """Turn a pending skip into the coming pass's resume, skipped unread as a
+        loop_state skips. In the main process only: a worker's loader is its parent's."""
+        skip = self._pending_skip
+        if skip is None or get_worker_info() is not None:
             return
-        skip = loader_skip(self)
-        if skip is None:
-            return
+        self._pending_skip = None
         view = self._view()
         world = 1 if view.framework_splits else self.world_size
         state = loop_state(self._epochs.next, skip.batches, skip.batch_size, skip.num_workers,
@@ -128,7 +138,8 @@ class SplitPasses:
     def _view(self) -> LoaderView:
         """What the loader asking now wants (readers.passes.split_owner); in a spawned worker the
         view its parent found fills the gaps."""
-        return loader_view(self).or_else(self._sent_view if get_worker_info() else None)
+        return loader_view(self, self._split_by).or_else(
+            self._sent_view if get_worker_info() else None)
 
     def __len__(self) -> int:
         """Samples this rank yields per epoch; the whole epoch's when a framework that splits

@@ -37,9 +37,9 @@ Two ways to get it right:
   Map-style batches arrive in sampler order: `batches * batch_size` indices. Iterable: the
   DataLoader asks worker k for batches k, k+W, k+2W, ... (round robin; a worker that runs
   out leaves the rotation; `in_order=True`, the default), so the batch count maps to an
-  exact count per worker (`samples_per_worker`). transformers' Trainer counts the same way
-  and skips with accelerate's `skip_first_batches`, which an iterable reader takes over as
-  such a count (readers.passes.split_owner.loader_skip), so the skipped batches are not read.
+  exact count per worker (`samples_per_worker`). transformers' Trainer counts the same way;
+  `skip_first_batches` (readers.passes.skip) turns its skip into such a count, so the
+  skipped batches are not read.
 
 A state applies to one pass: the next pass over its epoch, or the passes of another
 topology's re-split rest (its workers, by the pass's token: readers.passes.epochs); another pass

@@ -3,7 +3,8 @@
 There is one owner of the split in every setup. Plain torch DDP and Lightning leave the
 split to the readers (Lightning keeps a ChunkSampler, a DistributedSampler, as it is, and
 never shards an IterableDataset). Accelerate's `prepare`, and so transformers' `Trainer`,
-which prepares its loaders with it, split every loader themselves:
+which prepares its loaders with it, split every loader themselves, with the classes
+Accelerate documents in its data loader reference:
 
     DataLoaderDispatcher   (iterable datasets, dispatch_batches default) rank 0 alone
                            iterates the loader and sends every rank its slice of each batch
@@ -16,33 +17,35 @@ A reader asked by one of them hands it the unsplit view, the whole epoch in the 
 on every rank (the order is a function of seed and epoch only), and the framework keeps
 each rank's part; anywhere else the readers split by rank themselves.
 
-Who asks is read off the call stack, because each framework object asks from inside its
-own `__len__` or `__iter__`: a pass's start and `len()` walk up the calling frames for a
-splitter that holds this reader. A forked DataLoader worker inherits the main process's
-frames up to the fork (the loader's `__iter__` among them); a spawned worker gets the view
-its parent found when it pickled the reader (`LoaderView` travels with it). The same walk
-finds the plain DataLoader that iterates a reader, whose batch size a reader that deals
-whole batches to its workers uses when it was given none.
+`SplitOptions(by=...)` names the owner: "auto" finds it, "readers" or "framework" say it.
+"auto" looks at who asks, because each framework object asks from inside its own
+`__len__` or `__iter__`: a pass's start and `len()` look up the calling frames
+(`inspect.currentframe`) for one of those classes that holds this reader, and read the
+constructor arguments Accelerate documents for it (`num_processes`, `batch_size`,
+`split_batches`). Nothing is written to the framework's objects. A forked DataLoader worker
+inherits the main process's frames up to the fork (the loader's `__iter__` among them); a
+spawned worker gets the view its parent found when it pickled the reader (`LoaderView`
+travels with it). The same look finds the plain DataLoader that iterates a reader, whose
+batch size a reader that deals whole batches to its workers uses when it was given none.
 
-The same walk finds a framework loader that would drop the first batches of a pass:
-accelerate's `skip_first_batches`, which transformers' Trainer resumes a checkpoint with,
-makes a DataLoaderShard or DataLoaderDispatcher with `skip_batches` (SkipDataLoader for a
-loader it did not prepare) that reads and decodes those batches and throws them away.
-Both ask the reader for its `set_epoch` from their own `__iter__`, in the main process
-before any worker starts, so `loader_skip` finds them there and takes the skip over: the
-loader drops nothing, and the reader starts its pass at the position (readers.passes.base).
+What can fail is said, not guessed: a splitter that lacks an argument it documents (a
+release that renamed it) stops the pass with an error that names it and the `by=` value
+that does without; an interpreter without frames finds no owner, and `by=` says it.
 """
 
 from __future__ import annotations
 
-import sys
+import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import FrameType
 
 from torch.utils.data import DataLoader
 
+from readers.options.values import SplitBy
+
 SPLITTER_PACKAGES = ("accelerate", "transformers")
+SAID = "SplitOptions(by='framework')"
 
 
 @dataclass(frozen=True)
@@ -76,72 +79,38 @@ class LoaderView:
 NO_VIEW = LoaderView()
 
 
-def loader_view(target: object) -> LoaderView:
+def loader_view(target: object, by: SplitBy = "auto") -> LoaderView:
     """The view the loader that is now measuring or iterating `target` asks for.
 
-    The first framework splitter up the stack that holds `target` decides; else the
-    innermost DataLoader over `target` gives its batch size; else nothing is asked.
+    "auto": the first framework splitter up the stack that holds `target` decides; else
+    the innermost DataLoader over `target` gives its batch size. "readers" never hands the
+    split over; "framework" always does, with the splitter's batch size where one is found.
     """
     batch_size = None
-    for owner in _callers(sys._getframe(1)):
-        found = splitter_view(owner, target)
-        if found is not None:
-            return found
+    for owner in _callers(inspect.currentframe()):
+        if by != "readers":
+            found = _found_splitter(owner, target, strict=by == "auto")
+            if found is not None:
+                return found
         if batch_size is None and isinstance(owner, DataLoader) and owner.dataset is target:
             batch_size = owner.batch_size
-    return LoaderView(None, batch_size)
+    return LoaderView(SAID if by == "framework" else None, batch_size)
 
 
-@dataclass(frozen=True)
-class LoaderSkip:
-    """The batches a framework loader would drop at the start of a pass, as a loop counts
-    them (readers.passes.resume.loop_state): `batches` of the torch DataLoader under it, each
-    `batch_size` samples of the reader's stream, over `num_workers` workers."""
-
-    batches: int
-    batch_size: int
-    num_workers: int
-    drop_last: bool
-
-
-SKIPPERS = ("DataLoaderShard", "DataLoaderDispatcher", "SkipDataLoader")
-
-
-def loader_skip(target: object) -> LoaderSkip | None:
-    """Take over the skip of the accelerate loader up the stack that would drop the first
-    batches of `target`'s coming pass: its `skip_batches` becomes 0, and what it would
-    have dropped is returned for the reader to skip unread. None: no such loader."""
-    for owner in _callers(sys._getframe(1)):
-        kind = type(owner)
-        if kind.__module__.split(".")[0] != "accelerate" or kind.__name__ not in SKIPPERS:
-            continue
-        skip = _skip_of(owner, target)
-        if skip is not None:
-            owner.skip_batches = 0  # type: ignore[attr-defined]
-            return skip
-    return None
-
-
-def _skip_of(owner: object, target: object) -> LoaderSkip | None:
-    """What `owner` would drop of `target`'s stream, in batches of the DataLoader under it."""
-    skipped = int(getattr(owner, "skip_batches", 0) or 0)
-    dataset = getattr(owner, "dataset", None)
-    shard = dataset if type(dataset).__name__ == "IterableDatasetShard" else None
-    if skipped < 1 or (dataset is not target and getattr(shard, "dataset", None) is not target):
+def _found_splitter(owner: object, target: object, strict: bool) -> LoaderView | None:
+    """`owner`'s view if it splits `target`; a changed splitter is an error when `strict`
+    (the owner was to be found), else passed over (the options said it)."""
+    try:
+        return splitter_view(owner, target)
+    except _Changed as changed:
+        if strict:
+            raise RuntimeError(str(changed)) from None
         return None
-    batch_size = int(getattr(owner, "batch_size", None) or 1)
-    if type(owner).__name__ == "DataLoaderDispatcher" and not getattr(owner, "split_batches",
-                                                                      False):
-        # each dispatched batch is num_processes batches of the loader on rank 0
-        skipped *= int(getattr(getattr(owner, "state", None), "num_processes", 1))
-    if shard is not None and not getattr(shard, "split_batches", False):
-        batch_size *= int(getattr(shard, "num_processes", 1))  # a batch keeps a slice of those
-    return LoaderSkip(skipped, batch_size, int(getattr(owner, "num_workers", 0) or 0),
-                      bool(getattr(owner, "drop_last", False)))
 
 
 def _callers(frame: FrameType | None) -> Iterator[object]:
-    """The `self` of every method up the stack from `frame`."""
+    """The `self` of every method up the stack from `frame` (None: no frames to look at)."""
+    frame = frame.f_back if frame is not None else None  # not loader_view's own
     while frame is not None:
         code = frame.f_code
         if code.co_argcount and code.co_varnames[0] == "self":
@@ -154,29 +123,51 @@ def _callers(frame: FrameType | None) -> Iterator[object]:
 def splitter_view(owner: object, target: object) -> LoaderView | None:
     """The view of `owner` if it is a framework object splitting `target` across ranks."""
     kind = type(owner)  # not owner.__class__: accelerate's loaders claim DataLoader's
-    if kind.__module__.split(".")[0] not in SPLITTER_PACKAGES:
+    package = kind.__module__.split(".")[0]
+    if package not in SPLITTER_PACKAGES:
         return None
-    name = f"{kind.__module__.split('.')[0]}'s {kind.__name__}"
+    name = f"{package}'s {kind.__name__}"
     if kind.__name__ == "IterableDatasetShard" and getattr(owner, "dataset", None) is target:
         return _shard_view(owner, name)
     if kind.__name__ == "DataLoaderDispatcher" and getattr(owner, "dataset", None) is target:
-        processes = int(getattr(getattr(owner, "state", None), "num_processes", 1))
-        return LoaderView(name, getattr(owner, "batch_size", None)) if processes > 1 else None
-    if kind.__name__ == "BatchSamplerShard" and _samples_from(owner, target):
-        return LoaderView(name) if int(getattr(owner, "num_processes", 1)) > 1 else None
+        processes = documented(getattr(owner, "state", None), "num_processes", name)
+        return LoaderView(name, documented(owner, "batch_size", name)) if processes > 1 else None
+    if kind.__name__ == "BatchSamplerShard" and _samples_from(owner, target, name):
+        return LoaderView(name) if documented(owner, "num_processes", name) > 1 else None
     return None
 
 
+class _Changed(AttributeError):
+    """A framework object lacks a constructor argument it documents."""
+
+
+def documented(owner: object, argument: str, name: str) -> int:
+    """The documented constructor argument `argument` of the framework object `owner`
+    (`name`), as an int; an AttributeError that says what to do when a release no longer
+    keeps it."""
+    try:
+        value = getattr(owner, argument)
+    except AttributeError:
+        raise _Changed(
+            f"{name} has no `{argument}`, which the readers read to know whether it "
+            f"splits the data across ranks (a newer release?): pass "
+            f"SplitOptions(by='framework') when it splits them, by='readers' when not"
+        ) from None
+    return int(value or 0)
+
+
 def _shard_view(shard: object, name: str) -> LoaderView | None:
-    processes = int(getattr(shard, "num_processes", 1))
+    processes = documented(shard, "num_processes", name)
     if processes < 2:
         return None
-    batch_size = getattr(shard, "batch_size", None)
-    if batch_size is not None and not getattr(shard, "split_batches", False):
+    batch_size = documented(shard, "batch_size", name) or None
+    if batch_size is not None and not documented(shard, "split_batches", name):
         batch_size *= processes  # the shard keeps its slice of every such run
     return LoaderView(name, batch_size)
 
 
-def _samples_from(shard: object, target: object) -> bool:
+def _samples_from(shard: object, target: object, name: str) -> bool:
+    if not hasattr(shard, "batch_sampler"):
+        documented(shard, "batch_sampler", name)
     inner = getattr(shard, "batch_sampler", None)
     return inner is target or getattr(inner, "sampler", None) is target

@@ -150,7 +150,7 @@ class ChunkSampler(DistributedSampler[int]):
     def __len__(self) -> int:
         """Indices this rank yields per epoch; the whole epoch's when a framework that splits
         the batches across ranks itself asks (readers.passes.split_owner)."""
-        world_size = 1 if loader_view(self).framework_splits else self.world_size
+        world_size = 1 if loader_view(self, self.split.by).framework_splits else self.world_size
         return self._plan_for(world_size).num_per_rank
 
     def __iter__(self) -> Iterator[int]:
@@ -181,7 +181,7 @@ class ChunkSampler(DistributedSampler[int]):
     def _start_pass(self) -> PassStart:
         """The epoch, plan, rank, spans and skip of a new pass (the epoch is used up)."""
         rank, world_size = self._world.for_pass()
-        if loader_view(self).framework_splits:
+        if loader_view(self, self.split.by).framework_splits:
             rank, world_size = 0, 1  # the framework keeps each rank's batches of the whole
         plan = self._plan_for(world_size)
         epoch, self._next_epoch = self._next_epoch, self._next_epoch + 1

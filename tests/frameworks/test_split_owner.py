@@ -5,6 +5,7 @@ they split by rank themselves. In-process, each rank's splitter built by hand, a
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -90,3 +91,66 @@ def test_one_process_frameworks_leave_the_split_alone(path: Path) -> None:
     shard = accelerate_data.IterableDatasetShard(ds, batch_size=BATCH, num_processes=1)
     assert len(list(shard)) == len(shard) == NUM // RANKS, "the readers split"
     assert loader_view(ds) == LoaderView()
+
+
+class RenamedShard(accelerate_data.IterableDatasetShard):  # type: ignore[misc]
+    """Accelerate's IterableDatasetShard as the readers would see it in a release that
+    renamed `num_processes`: the same class and package, the argument gone for readers'
+    code (the shard's own methods still read it)."""
+
+    __module__ = "accelerate.data_loader"
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "num_processes" and sys._getframe(1).f_globals["__name__"].startswith(
+                "readers."):
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
+RenamedShard.__name__ = RenamedShard.__qualname__ = "IterableDatasetShard"
+
+
+def shard_keys(path: Path, by: str, kind: Any = None, workers: int = 0) -> list[list[str]]:
+    per_rank = []
+    for rank in range(RANKS):
+        ds = PackedIterableDataset(path, decode="raw", with_keys=True, batch_size=BATCH,
+                                   split=SplitOptions(chunk_size=4, buffer_size=6, rank=rank,
+                                                      world_size=RANKS, by=by))  # type: ignore[arg-type]
+        shard = (kind or accelerate_data.IterableDatasetShard)(
+            ds, batch_size=BATCH, num_processes=RANKS, process_index=rank)
+        loader = DataLoader(shard, batch_size=BATCH, num_workers=workers,
+                            multiprocessing_context="fork" if workers else None)
+        per_rank.append(keys_of(loader))
+    return per_rank
+
+
+def test_a_renamed_splitter_argument_stops_the_pass_with_what_to_pass(path: Path) -> None:
+    with pytest.raises(RuntimeError, match=r"accelerate's IterableDatasetShard has no "
+                                              r"`num_processes`.*SplitOptions\(by='framework'\)"):
+        shard_keys(path, "auto", RenamedShard)
+    assert_exactly_once(shard_keys(path, "framework", RenamedShard))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_without_frames_the_split_is_said(path: Path, workers: int,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from readers.passes import split_owner
+
+    monkeypatch.setattr(split_owner.inspect, "currentframe", lambda: None)
+    assert_exactly_once(shard_keys(path, "framework", workers=workers))
+    ds = iterable(path)
+    assert loader_view(ds) == LoaderView(), "nothing to look at: nothing found"
+
+
+def test_by_readers_splits_even_under_a_splitter(path: Path) -> None:
+    per_rank = shard_keys(path, "readers")
+    seen = Counter(key for keys in per_rank for key in keys)
+    assert set(seen.values()) == {1} and len(seen) == NUM // RANKS, (
+        "each rank's splitter keeps its half of the readers' rank part")
+    assert_exactly_once(shard_keys(path, "auto"))
+
+
+def test_split_by_is_checked() -> None:
+    with pytest.raises(ValueError, match="by must be one of 'auto', 'readers', 'framework', "
+                                         "not 'torch'"):
+        SplitOptions(by="torch")  # type: ignore[arg-type]

@@ -1,6 +1,7 @@
-"""accelerate's skip_first_batches (transformers' Trainer resumes with it) over our iterable
-reader: the rest of the pass in the very order, the skipped batches not read, in one
-process; the next pass whole (tests/resume/test_resume_trainer.py runs the Trainer itself)."""
+"""skip_first_batches over our iterable reader, in one process: the rest of the pass in the
+very order and the next pass whole. readers.skip_first_batches (what a Trainer's
+`get_resumed_dataloader` returns) reads none of the skipped batches; Accelerate's own reads
+and drops them, with the same result (tests/resume/test_resume_trainer.py runs the Trainer)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 from torch.utils.data import DataLoader
 
+import readers
 from readers import PackedIterableDataset, SplitOptions
 from tests.framework_support import SIZE, KeyIds
 from tests.helpers import pack_wds
@@ -40,7 +42,9 @@ def keys(loader: Any, collate: KeyIds) -> list[str]:
 
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("how", ["dispatch", "shard", "unprepared"])
-def test_skip_first_batches_starts_at_the_position(path: Path, workers: int, how: str) -> None:
+@pytest.mark.parametrize("skipper", ["readers", "accelerate"])
+def test_skip_first_batches_starts_at_the_position(path: Path, workers: int, how: str,
+                                                   skipper: str) -> None:
     from accelerate import (  # type: ignore[import-untyped]
         Accelerator,
         DataLoaderConfiguration,
@@ -63,8 +67,27 @@ def test_skip_first_batches_starts_at_the_position(path: Path, workers: int, how
     assert sorted(full) == sorted(collate.keys)
     it, resumed = loader()
     count.calls = 0
-    assert keys(skip_first_batches(resumed, SKIP), collate) == full[SKIP * BATCH:]
+    skip = readers.skip_first_batches if skipper == "readers" else skip_first_batches
+    assert keys(skip(resumed, SKIP), collate) == full[SKIP * BATCH:]
     if workers == 0:  # with workers, tests/resume/test_resume_trainer.py counts their decodes
-        assert count.calls == NUM - SKIP * BATCH, "the skipped batches were decoded"
-    it.set_epoch(0)  # a prepared loader names its epoch, a plain one takes the next
+        decoded = NUM - SKIP * BATCH if skipper == "readers" else NUM
+        assert count.calls == decoded, "the skipped batches were decoded"
+    # an Accelerate loader names its epoch as it starts (the Trainer sets it), a plain one
+    # takes the reader's next
+    (resumed if hasattr(resumed, "set_epoch") else it).set_epoch(0)
     assert keys(resumed, collate) == full, "the next pass is whole"
+
+
+def test_a_map_style_loader_goes_to_accelerates_skip(path: Path) -> None:
+    ds = readers.PackedDataset(path, size=SIZE, with_keys=True)
+    collate = KeyIds.of(path)
+    loader = DataLoader(ds, batch_size=BATCH, sampler=readers.ChunkSampler(ds), collate_fn=collate)
+    full = keys(loader, collate)
+    loader.sampler.set_epoch(0)  # type: ignore[attr-defined]
+    assert keys(readers.skip_first_batches(loader, SKIP), collate) == full[SKIP * BATCH:]
+
+
+def test_a_negative_skip_is_refused(path: Path) -> None:
+    loader = DataLoader(PackedIterableDataset(path), batch_size=BATCH)
+    with pytest.raises(ValueError, match="num_batches must be 0 or more, not -1"):
+        readers.skip_first_batches(loader, -1)

@@ -11,6 +11,10 @@ Setups, one after the other, each in OUT/SETUP (2 workers, 2 epochs):
     iterable         PackedIterableDataset(batch_size=BATCH): dispatch_batches default
     iterable_shards  the same with accelerator_config={"dispatch_batches": False}
 
+The iterable setups resume with the frameworks guide's Trainer subclass, whose
+`get_resumed_dataloader` (transformers 5.25 or newer) is readers.skip_first_batches; an
+older Trainer calls Accelerate's skip_first_batches, which reads the skipped batches.
+
 `stop` saves a checkpoint every SAVE_EVERY steps and stops with an error after STOP_AFTER;
 it writes OUT/SETUP/stop-rank{r}.json: the keys of its first SAVE_EVERY steps. `resume`
 resumes from SETUP/CKPT and writes OUT/SETUP/resume-rank{r}-epoch{e}.json for each epoch:
@@ -36,7 +40,7 @@ from transformers import (
     TrainingArguments,
 )
 
-from readers import ChunkSampler, PackedDataset, PackedIterableDataset
+from readers import ChunkSampler, PackedDataset, PackedIterableDataset, skip_first_batches
 from tests.framework_support import SIZE, KeyIds, leave_process_group
 
 BATCH, SAVE_EVERY, STOP_AFTER = 4, 3, 5
@@ -72,6 +76,13 @@ class ChunkTrainer(Trainer):
         dataset = train_dataset if train_dataset is not None else self.train_dataset
         assert isinstance(dataset, PackedDataset)
         return ChunkSampler(dataset)
+
+
+class ReaderTrainer(Trainer):
+    """The Trainer resuming an iterable reader at its position (the frameworks guide)."""
+
+    def get_resumed_dataloader(self, dataloader: Any, num_batches: int) -> Any:
+        return skip_first_batches(dataloader, num_batches)
 
 
 class Probe(torch.nn.Module):
@@ -129,7 +140,7 @@ def train(path: Path, out: Path, setup: str, checkpoint: str | None) -> None:
         images, labels, ids = collate(samples)
         return {"pixel_values": images, "labels": labels, "key_ids": ids}
 
-    kind = ChunkTrainer if setup == "map" else Trainer
+    kind = ChunkTrainer if setup == "map" else ReaderTrainer
     trainer = kind(model=probe, args=args, train_dataset=data, data_collator=inputs,
                    callbacks=[Record(probe, decodes, out, stop=checkpoint is None)])
     try:
