@@ -36,9 +36,15 @@ from torch.utils.data import DataLoader
 
 from devtools.bench.read import Settings, pack, subset_folder
 from packer.source.scan import scan
-from readers import ChunkSampler, PackedDataset, PackedIterableDataset, SplitOptions, collate
+from readers import (
+    ChunkSampler,
+    PackedDataset,
+    PackedIterableDataset,
+    SplitOptions,
+    collate,
+    loop_state,
+)
 from readers.options import DEFAULT_BUFFER_SIZE
-from readers.passes.resume import loop_state
 from readers.plan.chunks import ShardPlan, Spans
 
 EPOCH, SAVED_WORLD, SIZE = 1, 2, (224, 224)

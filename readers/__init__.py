@@ -23,7 +23,7 @@ from readers.decoding.device_decode import decode_on
 from readers.diagnostics.monitor import LoaderMonitor  # numpy and logging only: adds nothing heavy
 from readers.mix import Mix
 from readers.options import OnError, RemoteOptions, SplitOptions
-from readers.passes.resume import loop_state
+from readers.passes.loop import loop_state
 from readers.passes.skip import skip_first_batches
 from readers.sampling.sampler import PAD_LABEL, ChunkSampler, PaddedIndex
 

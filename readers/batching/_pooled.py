@@ -10,7 +10,8 @@ import torch
 
 from readers.batching._columns import tensor_of, unpacked
 from readers.batching._prepared import Prepared
-from readers.batching._shm_pool import Rebuild, SlotPool, _arrived
+from readers.batching._shm_arrivals import Rebuild, arrived
+from readers.batching._shm_pool import SlotPool
 
 __all__ = ["PooledBatch", "PooledDict"]
 
@@ -57,7 +58,7 @@ class PooledBatch(list[Any]):
         state = None if self.pool.state_sent else self.pool.state_tensor
         self.pool.state_sent = True
         images = self.pool.outgoing(self.slot, self.images)
-        return _arrived, (images, tail, by_value, self.pool.token, state, self.slot,
+        return arrived, (images, tail, by_value, self.pool.token, state, self.slot,
                           self.rebuild)
 
     def _ready(self, k: int) -> Prepared:
@@ -101,12 +102,12 @@ class PooledDict(dict[str, Any]):
             rest[name] = parts if parts is not None else ready.packed(value)
         self.batch[1:] = [rest, moved]
         _, args = self.batch.__reduce__()
-        return _arrived_dict, args
+        return arrived_dict, args
 
 
-def _arrived_dict(images: torch.Tensor, tail: list[Any], *args: Any) -> dict[str, Any]:
-    """In the main process: the plain dict batch (see `_arrived`)."""
-    head, rest, moved = _arrived(images, tail, *args)
+def arrived_dict(images: torch.Tensor, tail: list[Any], *args: Any) -> dict[str, Any]:
+    """In the main process: the plain dict batch (see `arrived`)."""
+    head, rest, moved = arrived(images, tail, *args)
     rest = {name: unpacked(value) for name, value in rest.items()}
     for name in moved:
         rest[name] = tensor_of(*rest[name])

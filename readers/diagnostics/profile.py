@@ -16,8 +16,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, Subset
-from torch.utils.data import default_collate
+from torch.utils.data import DataLoader, Subset, default_collate
 
 from packer import formats
 from packer.core.index import INDEX_NAME, open_dataset

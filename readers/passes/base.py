@@ -23,10 +23,10 @@ from torch.utils.data import get_worker_info
 from readers.options import SplitOptions
 from readers.options.values import SplitBy
 from readers.passes.epochs import PassEpochs
+from readers.passes.loop import loop_state
 from readers.passes.resume import (
     PendingResume,
     from_worker_states,
-    loop_state,
     pending_from_state,
     posts_on_board,
 )

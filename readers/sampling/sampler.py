@@ -30,10 +30,9 @@ import numpy.typing as npt
 from torch.utils.data import DistributedSampler
 
 from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_SPLIT, SplitOptions
+from readers.passes.loop import LoopState, loop_state
 from readers.passes.resume import (
-    LoopState,
     PendingResume,
-    loop_state,
     pending_from_state,
     stream_state,
 )

@@ -16,6 +16,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from readers import PackedDataset, collate
+from readers.batching import _shm_arrivals as arrivals
 from readers.batching import _shm_pool as shm_pool
 from readers.batching._shm_pool import BUSY, FREE, SlotPool
 from tests import shm_pool_support as support
@@ -175,15 +176,15 @@ def test_open_files_stay_flat_when_each_epoch_starts_new_workers(npy: Path) -> N
             pass
         del _batch
         gc.collect()
-        kept = len(shm_pool._STATES) + len(shm_pool._FDS)  # a descriptor each
-        workers = [token for token in shm_pool._STATES  # pools of this process: other tests'
+        kept = len(arrivals._STATES) + len(arrivals._FDS)  # a descriptor each
+        workers = [token for token in arrivals._STATES  # pools of this process: other tests'
                    if not token.startswith(f"{os.getpid()}-")]
         assert len(workers) <= 4, "only this epoch's and the last epoch's workers"
-        assert {token for token, _ in shm_pool._FDS} <= set(shm_pool._STATES)
+        assert {token for token, _ in arrivals._FDS} <= set(arrivals._STATES)
         counts.append(_lasting_descriptors() - kept)
     assert len(set(counts[1:])) == 1, counts
     alive = {os.getpid(), *(child.pid for child in psutil.Process().children())}
-    ended = {int(token.split("-")[0]) for token in shm_pool._STATES} - alive
+    ended = {int(token.split("-")[0]) for token in arrivals._STATES} - alive
     assert len(ended) <= 2  # the last epoch's workers, dropped when new ones send theirs
 
 

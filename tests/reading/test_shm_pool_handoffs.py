@@ -4,7 +4,7 @@ the main process, the garbage collector and a fork. Each test pins one way it ca
   twice: the first finalizer is orphaned, survives a give-up and later frees the slot's
   next buffer while the main process holds it; and the re-send turns GONE back to BUSY;
 - a finalizer that runs while `_LOCK` is held by the same thread (a garbage collection
-  inside `_arrived`) deadlocks;
+  inside `arrived`) deadlocks;
 - a forked child can inherit `_LOCK` held and `_LIVE` filled (a batch unpickled by
   another thread between the before-fork hook and the fork) and then hangs pickling;
 - a worker that keeps only a slot's storage (no tensor) is not counted.
@@ -30,7 +30,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from readers import PackedDataset, collate
-from readers.batching import _shm_pool as shm_pool
+from readers.batching import _shm_arrivals as arrivals
 from readers.batching._pooled import PooledBatch
 from readers.batching._shm_pool import BUSY, FREE, GONE, SlotPool
 from readers.batching.collate import _pooled
@@ -138,10 +138,10 @@ class _CollectingLock:
 def test_a_batch_collected_while_another_arrives_does_not_deadlock(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A batch in a reference cycle is freed by the garbage collector, which runs
-    whenever an allocation asks for it: here inside `_arrived`'s critical section."""
-    reentrant = "RLock" in type(shm_pool._LOCK).__name__
+    whenever an allocation asks for it: here inside `arrived`'s critical section."""
+    reentrant = "RLock" in type(arrivals._LOCK).__name__
     fresh = threading.RLock() if reentrant else threading.Lock()  # a hang takes only this
-    monkeypatch.setattr(shm_pool, "_LOCK", _CollectingLock(fresh))
+    monkeypatch.setattr(arrivals, "_LOCK", _CollectingLock(fresh))
     pool = SlotPool()
     first, second = (pool.take(SHAPE) for _ in range(2))
     slots = [pool.slot_of(images) for images in (first, second)]
@@ -181,6 +181,7 @@ import os, signal, sys, threading, time
 import torch
 from multiprocessing.reduction import ForkingPickler
 from tests.shm_pool_support import received as _received
+from readers.batching import _shm_arrivals as arrivals
 from readers.batching import _shm_pool as shm_pool
 from readers.batching._pooled import PooledBatch
 from readers.batching._shm_pool import SlotPool
@@ -191,7 +192,7 @@ def pin_memory_thread():  # unpickles batches between the before-fork hook and t
     pool = SlotPool()
     images = pool.take((2, 3, 4, 4))
     batch = _received(PooledBatch([images, torch.arange(2)], images, pool, 0))
-    with shm_pool._LOCK:  # inside `_arrived` for the next batch
+    with arrivals._LOCK:  # inside `arrived` for the next batch
         inside.set()
         time.sleep(2)
     del batch
@@ -202,7 +203,7 @@ def during_fork():  # registered first, so it runs after shm_pool's before-fork 
         inside.wait(2)
 
 os.register_at_fork(before=during_fork)
-shm_pool._watch_hand_offs()
+arrivals._watch_hand_offs()
 os.environ["RACE"] = "1"
 pid = os.fork()
 if pid == 0:  # a DataLoader worker: its queue pickles every batch it sends

@@ -16,6 +16,7 @@ import torch
 from torch.utils.data import ConcatDataset, DataLoader, Dataset, TensorDataset, default_collate
 
 from readers import PackedDataset, collate
+from readers.batching import _shm_arrivals as arrivals
 from readers.batching import _shm_pool as shm_pool
 from readers.batching._shm_pool import FREE, SlotPool
 
@@ -140,13 +141,13 @@ def test_a_slot_hands_its_file_descriptor_over_once(
     """Batches from a recycled slot cross without a file descriptor after the first: the
     main process keeps the slot's, and each batch still gets storage of its own."""
     handed: list[bool] = []
-    arrive = shm_pool._slot_images
+    arrive = arrivals._slot_images
 
     def counted(images: shm_pool.SlotImages, *args: Any) -> torch.Tensor:
         handed.append(images.handle is not None)
         return arrive(images, *args)
 
-    monkeypatch.setattr(shm_pool, "_slot_images", counted)  # unpickling runs here
+    monkeypatch.setattr(arrivals, "_slot_images", counted)  # unpickling runs here
     loader = DataLoader(PackedDataset(pool_packed["npy"], with_keys=True), batch_size=2,
                         num_workers=2, collate_fn=collate, persistent_workers=True,
                         multiprocessing_context=context)

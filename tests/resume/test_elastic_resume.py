@@ -14,8 +14,14 @@ import pytest
 from torch.utils.data import DataLoader
 
 from packer.core.index import open_dataset
-from readers import ChunkSampler, Mix, PackedDataset, PackedIterableDataset, SplitOptions
-from readers.passes.resume import loop_state
+from readers import (
+    ChunkSampler,
+    Mix,
+    PackedDataset,
+    PackedIterableDataset,
+    SplitOptions,
+    loop_state,
+)
 from tests.helpers import pack_wds
 
 NUM, BATCH, EPOCH, STOP = 60, 4, 1, 3  # every rank stops after STOP batches

@@ -12,8 +12,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 from packer.core.index import open_dataset
-from readers import ChunkSampler, PackedDataset, PackedIterableDataset, SplitOptions
-from readers.passes.resume import loop_state
+from readers import ChunkSampler, PackedDataset, PackedIterableDataset, SplitOptions, loop_state
 from tests.helpers import pack_wds
 
 NUM, BATCH, EPOCH, STOP = 45, 4, 1, 3

@@ -28,8 +28,14 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
-from readers import PAD_LABEL, ChunkSampler, PackedDataset, PackedIterableDataset, SplitOptions
-from readers.passes.resume import loop_state
+from readers import (
+    PAD_LABEL,
+    ChunkSampler,
+    PackedDataset,
+    PackedIterableDataset,
+    SplitOptions,
+    loop_state,
+)
 from tests.framework_support import WORKER_START
 
 EPOCH, BATCH, STOP = 1, 4, 3
