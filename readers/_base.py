@@ -1,5 +1,11 @@
 """What both datasets share: opening a folder, per-process handles, building samples.
 
+`Handles` are what one dataset reads through in one process: the folder's shared reader
+(packer.dataset.open, one registry for every reader of a folder in the process, closed in
+a forked child and reopened on first read) plus this dataset's own chunk cache, batched
+gather and, for a URL, the mirror that fetches shards on demand. They never travel
+through pickle.
+
 `SampleSettings` groups how a record becomes a sample (decode, size, augment, transform,
 with_keys), checked when built, so `_PackedBase` takes that one value and what locates
 and reads the records, by keyword.
@@ -10,16 +16,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, cast, get_args
 
 import numpy as np
 from PIL import Image
 
 from packer import formats
-from packer.core.index import SampleTable, open_dataset
+from packer.core.index import Index, SampleTable, open_dataset
+from packer.dataset.open import LocalVersion, Wrap, is_current, local_version, opened, release
 from packer.formats.base import RecordReader
-from readers._handles import Handles, identity, release
 from readers.augment import Augment
+from readers.batching.collate import Gatherer
 from readers.damage import DamagedRecord, Skips
 from readers.decoding.crop_decode import as_numpy, decode_augmented
 from readers.decoding.decode import DecodeError, Mode
@@ -34,7 +41,8 @@ from readers.fields import (
 )
 from readers.held_fields import HeldFields
 from readers.options.values import OnError
-from readers.remote import RemoteSource
+from readers.ram.chunk_cache import CachedReader
+from readers.remote import RemoteSource, remote_reader
 from readers.sampling.sampler import PAD_LABEL
 
 Sample = Any  # (image, label[, key]), or a dict with fields= (readers.fields)
@@ -85,7 +93,7 @@ class _PackedBase:
         self.remote = remote  # a URL's local mirror (readers.remote), or None
         self.path = remote.folder if remote is not None else Path(path).resolve()
         self.index, _ = open_dataset(self.path)  # refuses a folder without index.json
-        self._key = identity(self.path)
+        self._key = local_version(self.path)
         formats.load(self.index.format)  # a missing library fails here, not in a worker
         self.decode: Mode = sample.decode
         self.size = sample.size
@@ -225,3 +233,30 @@ def _check_augment(augment: Augment | None, decode: Mode, size: tuple[int, int] 
     if size is not None:
         raise ValueError(f"augment sets the output size ({augment.output_size}); "
                          f"pass size=None, not {size}")
+
+
+class Handles:
+    """What one dataset reads through in one process: the shared reader plus its own cache."""
+
+    def __init__(self, key: LocalVersion, chunk_size: int, cache_bytes: int,
+                 remote: RemoteSource | None = None) -> None:
+        self.opened = opened(key, None if remote is None else _mirrored(remote))
+        self.table = self.opened.table
+        self.reader = self.opened.shared()
+        if self.reader.memory_mapped:
+            cache_bytes = 0  # the page cache already holds it (readers.ram.chunk_cache)
+        self.cached = CachedReader(self.reader, len(self.table), chunk_size, cache_bytes)
+        # npy rows: a batch in one gather (readers.batching.collate)
+        self.gather = cast(Gatherer, self.reader) if self.reader.gathers_rows else None
+
+    def current(self, key: LocalVersion) -> bool:
+        """Whether these handles are still this process's for `key` (not after a fork, not
+        after `release`)."""
+        return self.opened.key == key and is_current(self.opened)
+
+
+def _mirrored(remote: RemoteSource) -> Wrap:
+    """A URL's mirror around the format's reader: shards are fetched on demand."""
+    def wrap(open_reader: Callable[[], RecordReader], index: Index) -> RecordReader:
+        return remote_reader(open_reader, remote, index)
+    return wrap

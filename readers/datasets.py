@@ -32,8 +32,7 @@ from typing import Any
 from torch.utils.data import Dataset
 
 from packer.errors import CorruptDatasetError
-from readers._base import Sample, SampleSettings, Transform, _PackedBase
-from readers._handles import Handles
+from readers._base import Handles, Sample, SampleSettings, Transform, _PackedBase
 from readers.augment import Augment
 from readers.batching.collate import gathered_rows, gathered_samples
 from readers.batching.gathered import GatheredRows, batch_labels

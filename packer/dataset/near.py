@@ -38,7 +38,7 @@ from packer.core.index import DIGEST_BYTES, open_dataset
 from packer.core.layout import NEAR_NAME
 from packer.dataset.duplicates import DuplicateReport, make_group, split_numbers
 from packer.dataset.flat import COLOUR_VALUES, FLAT_STEP, MIN_DETAIL, colour_links, colour_thumbnail
-from packer.dataset.open import Opened, identity, opened
+from packer.dataset.open import Opened, local_version, opened
 from packer.errors import CorruptDatasetError
 from packer.imaging.jpeg import decode_gray, fast_size
 from packer.imaging.pillow import load_rgb
@@ -86,7 +86,7 @@ def hashes_of(folder: Path, workers: int | None = None) -> npt.NDArray[np.void]:
     """Every sample's row of KEPT_DTYPE (digest, dHash, detail, a flat one's colour),
     those not kept in near-hashes.npy computed on `workers` threads (default: one per
     CPU), then kept."""
-    entry = opened(identity(folder))
+    entry = opened(local_version(folder))
     n = entry.index.num_samples
     shape = entry.index.image_size if entry.index.encode.get("mode") == "pixels" else None
     out, todo = _kept(folder, np.asarray(entry.table.digests).reshape(n, -1))

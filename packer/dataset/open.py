@@ -4,11 +4,14 @@ the datasets of `readers` and a conversion that reads a packed dataset (packer.s
 Why one: py-lmdb refuses to open an environment twice in a process, so a DataLoader
 worker that reads a dataset and also converts from it must use one reader, not two.
 
-An entry is keyed by the folder and the version of its index.json (inode and mtime:
-index.json is rewritten by rename when a dataset is reconverted), so a dataset reconverted
-in place is not served by the reader of the old one. Entries live while someone holds
-them (a weak registry), the last few that a conversion source asked for longer
-(`keep=True`: a worker process unpickles a source with every batch it is sent).
+An entry is keyed by the dataset's version: for a local folder, its index.json's file
+identity (device, inode, mtime: a conversion writes index.json last, by rename, so a
+reconverted dataset has a new one); for a URL, its index.json's content as fetched. The
+in-RAM copies (readers.ram) and the remote mirror (readers.remote) key on the same
+versions, so a dataset reconverted in place is never served from a stale reader or copy.
+Entries live while someone holds them (a weak registry), the last few that a conversion
+source asked for longer (`keep=True`: a worker process unpickles a source with every batch
+it is sent).
 
 A forked child closes the readers it inherited at once (LMDB forbids using an
 environment after fork, and py-lmdb counts an inherited one as open, refusing to open the
@@ -24,31 +27,53 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from packer import formats
 from packer.core.index import INDEX_NAME, Index, open_dataset
-from packer.dataset.version import LocalVersion, local_version
 from packer.formats.base import RecordReader
 
-__all__ = ["Identity", "Opened", "Wrap", "identity", "is_current", "opened", "release"]
+__all__ = ["LocalVersion", "Opened", "Wrap", "is_current", "local_version", "opened", "release",
+           "url_version_name"]
 
-# A folder and the version of its index.json (packer.dataset.version).
-Identity = LocalVersion
 # Builds the shared reader from the format's opener (readers.remote: a URL's mirror).
 Wrap = Callable[[Callable[[], RecordReader], Index], RecordReader]
 KEPT = 4  # entries a conversion source keeps open after its last holder is gone
 
 
-def identity(folder: Path) -> Identity:
-    """The key of `folder`'s dataset as it is now: its version."""
-    return local_version(folder)
+@dataclass(frozen=True)
+class LocalVersion:
+    """A local dataset folder and the file identity of its index.json."""
+
+    folder: Path
+    device: int
+    inode: int
+    mtime_ns: int
+
+    def name(self) -> str:
+        """A folder-safe name of this version (32 hex digits)."""
+        text = "\0".join(map(str, (self.folder, self.device, self.inode, self.mtime_ns)))
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def local_version(folder: Path) -> LocalVersion:
+    """The version of the dataset in `folder` now (FileNotFoundError without index.json)."""
+    info = (folder / INDEX_NAME).stat()
+    return LocalVersion(folder, info.st_dev, info.st_ino, info.st_mtime_ns)
+
+
+def url_version_name(url: str, index_json: bytes) -> str:
+    """A folder-safe name of the dataset at `url` whose index.json holds `index_json`:
+    the URL's digest, then the index's (16 hex digits each)."""
+    where = hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:16]
+    return f"{where}-{hashlib.sha256(index_json).hexdigest()[:16]}"
 
 
 class Opened:
     """One folder's index, sample table and readers in one process."""
 
-    def __init__(self, key: Identity, wrap: Wrap | None) -> None:
+    def __init__(self, key: LocalVersion, wrap: Wrap | None) -> None:
         self.key = key
         self.folder = key.folder
         self.pid = os.getpid()
@@ -91,12 +116,12 @@ class Opened:
                 reader.close()
 
 
-_OPENED: weakref.WeakValueDictionary[Identity, Opened] = weakref.WeakValueDictionary()
-_KEPT: OrderedDict[Identity, Opened] = OrderedDict()
+_OPENED: weakref.WeakValueDictionary[LocalVersion, Opened] = weakref.WeakValueDictionary()
+_KEPT: OrderedDict[LocalVersion, Opened] = OrderedDict()
 _LOCK = threading.Lock()
 
 
-def opened(key: Identity, wrap: Wrap | None = None, *, keep: bool = False) -> Opened:
+def opened(key: LocalVersion, wrap: Wrap | None = None, *, keep: bool = False) -> Opened:
     """This process's entry for the folder, opened on first use.
 
     `wrap`: how the shared reader is built, where this call opens the entry.
@@ -119,7 +144,7 @@ def is_current(entry: Opened) -> bool:
     return entry is _OPENED.get(entry.key) and entry.pid == os.getpid()
 
 
-def release(key: Identity) -> None:
+def release(key: LocalVersion) -> None:
     """Close this process's readers of a folder, for every holder (they reopen)."""
     with _LOCK:
         entry = _OPENED.pop(key, None)

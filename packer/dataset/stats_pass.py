@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from packer.core.index import Index
-from packer.dataset.open import Opened, identity, opened
+from packer.dataset.open import Opened, local_version, opened
 from packer.errors import CorruptDatasetError
 from packer.imaging.jpeg import decode_scaled, fast_size
 from packer.imaging.pillow import load_rgb, open_image, oriented_size
@@ -77,7 +77,7 @@ def run_pass(folder: Path, index: Index, workers: int | None = None,
     n = index.num_samples
     result = PassResult(Tally(), np.zeros(n, np.int64), np.zeros(n, np.int64),
                         np.zeros(n, np.int64), frozenset())
-    entry = opened(identity(folder))
+    entry = opened(local_version(folder))
     counted = [(k, spec.name) for k, spec in enumerate(index.fields)
                if spec.type in COUNTED_TYPES]
     starts = range(0, n, CHUNK)

@@ -35,8 +35,7 @@ import simplejpeg
 from PIL import Image
 
 from packer.imaging.crop_extension import extension
-from packer.imaging.exif import UNKNOWN, exif_orientation
-from packer.imaging.jpeg_frame import native
+from packer.imaging.jpeg_frame import UNKNOWN, exif_orientation, native
 from packer.imaging.pillow import OVERSAMPLE, Fit, open_image, target_scale
 
 Buffer = bytes | bytearray | memoryview

@@ -62,7 +62,7 @@ def _shared(folder: Path, identity: str | None = None) -> dataset_open.Opened:
     """
     try:
         try:
-            key = dataset_open.identity(folder)
+            key = dataset_open.local_version(folder)
         except OSError:
             open_dataset(folder)  # raises the error that says what is wrong with the folder
             raise

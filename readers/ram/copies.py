@@ -9,7 +9,7 @@ format readers open that copy: npy, lmdb and hdf5 map it, so every process on th
 reads the same pages of RAM; wds reads its tars with `pread` from the same pages. One
 copy per node, whatever the workers, ranks and start methods.
 
-The copy is named after the dataset's version (packer.dataset.version: a folder and the
+The copy is named after the dataset's version (packer.dataset.open: a folder and the
 file identity of its index.json, so a dataset reconverted in place gets a new copy; a URL
 and the content of its index.json); a URL is downloaded straight into RAM, never into
 the disk cache. Before copying, the size is checked against the memory this process may
@@ -27,8 +27,8 @@ from typing import Any
 
 from packer.core.index import INDEX_NAME, parse_index, read_index
 from packer.dataset.files import dataset_files
+from packer.dataset.open import local_version, url_version_name
 from packer.dataset.remote import download_dataset, is_url, open_fs, remote_errors
-from packer.dataset.version import local_version, url_version_name
 from packer.errors import CorruptDatasetError
 from readers.options import RemoteOptions
 from readers.ram import _tmpfs

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from packer.core.index import INDEX_NAME, KEYS_NAME, SAMPLES_NAME
+from packer.dataset.open import url_version_name
 from packer.dataset.remote import fetch_metadata, is_url
-from packer.dataset.version import url_version_name
 from readers.options import RemoteOptions
 from readers.options.values import check_budget
 from readers.remote._fields import fetch_field_files

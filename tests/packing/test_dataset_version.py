@@ -1,4 +1,4 @@
-"""A dataset's version (packer.dataset.version), the one key of every cache and copy: a
+"""A dataset's version (packer.dataset.open), the one key of every cache and copy: a
 reconversion in place is a new version, an untouched dataset keeps its own."""
 
 from __future__ import annotations
@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from packer import ConvertOptions, convert
-from packer.dataset.open import identity
-from packer.dataset.version import local_version, url_version_name
+from packer.dataset.open import local_version, url_version_name
 from packer.testing import make_sample_folder
 
 
@@ -16,7 +15,7 @@ def test_a_reconversion_in_place_is_a_new_version(tmp_path: Path) -> None:
     dst = tmp_path / "out.lmdb"
     convert(src, dst, "lmdb", run=ConvertOptions(workers=0))
     before = local_version(dst)
-    assert local_version(dst) == before == identity(dst)
+    assert local_version(dst) == before == local_version(dst)
     assert len(before.name()) == 32 and before.name() == local_version(dst).name()
     convert(src, dst, "lmdb", run=ConvertOptions(workers=0, overwrite=True))
     after = local_version(dst)

@@ -23,7 +23,7 @@ from readers import PackedDataset, collate
 from tests.helpers import pack_wds
 
 PRODUCT = ("packer", "readers", "pack_cli")
-READ_BOUND = 30  # modules from PackedDataset(path) to a collated batch
+READ_BOUND = 27  # modules from PackedDataset(path) to a collated batch
 CONVERT_BOUND = 42  # modules from `pack convert SRC DST --to lmdb` to index.json
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from PIL import Image, ImageDraw, ImageFilter
 
-from packer.imaging.exif import exif_orientation
+from packer.imaging.jpeg_frame import exif_orientation
 from packer.testing import synthetic_image
 from readers.decoding.decode import DecodeError, decode
 

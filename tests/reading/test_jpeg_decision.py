@@ -12,8 +12,8 @@ import pytest
 import torch
 from PIL import Image
 
-from packer.imaging.exif import UNKNOWN, exif_orientation
 from packer.imaging.jpeg import fast_size, load_rgb_fast
+from packer.imaging.jpeg_frame import UNKNOWN, exif_orientation
 from packer.imaging.pillow import load_rgb
 from packer.testing import synthetic_image
 from readers.decoding.decode import decode

@@ -86,7 +86,7 @@ def test_a_dataset_reconverted_in_place_gets_a_new_entry(packed: dict[str, Path]
     pickled = pickle.dumps(source)
     old = source._opened
     (folder / "index.json").write_bytes((folder / "index.json").read_bytes() + b"\n")
-    renewed = dataset_open.opened(dataset_open.identity(folder))
+    renewed = dataset_open.opened(dataset_open.local_version(folder))
     assert renewed is not old and renewed.sha256 != old.sha256
     with pytest.raises(SourceError, match="changed during the conversion"):
         pickle.loads(pickled)
