@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader
 from readers import PackedDataset, RandomResizedCrop, RawBatch, collate, decode_on
 from readers.augment import Augment
 from readers.decoding._cuda_decode import decode_cuda
+from readers.decoding.device_decode import crop_wheres
 from readers.decoding.gpu_decoders import Decoder
 
 
@@ -48,8 +49,7 @@ class Target:
         if self.decoder is None:
             return decode_on(raw, self.device, seed=seed, **options)
         augment: Augment | None = options.get("augment")
-        crops = [(seed, 0, i) for i in raw.indices.tolist()] if augment is not None \
-            and raw.indices is not None else []
+        crops = crop_wheres(raw, augment, seed, 0, None)
         return decode_cuda(raw, self.device, options.get("size"), augment, crops, self.decoder)
 
     def sync(self) -> None:

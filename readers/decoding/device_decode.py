@@ -61,7 +61,7 @@ def decode_on(batch: RawBatch, device: torch.device | str, *,
     if size is not None and augment is not None:
         raise ValueError(f"augment sets the output size ({augment.output_size}); "
                          f"pass size=None, not {size}")
-    crops = _crop_wheres(batch, augment, seed, epoch, indices)
+    crops = crop_wheres(batch, augment, seed, epoch, indices)
     target = torch.device(device)
     if target.type == "cuda":
         from readers.decoding._cuda_decode import decode_cuda
@@ -71,7 +71,7 @@ def decode_on(batch: RawBatch, device: torch.device | str, *,
     return stacked(decode_cpu(host, size, augment, crops)).to(target)
 
 
-def _crop_wheres(batch: RawBatch, augment: Augment | None, seed: int, epoch: int,
+def crop_wheres(batch: RawBatch, augment: Augment | None, seed: int, epoch: int,
                  indices: Sequence[int] | torch.Tensor | None) -> list[Where]:
     """Each sample's (seed, epoch, index); the index is 0 where the crop ignores it."""
     if augment is None:
