@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -50,12 +51,12 @@ def info_command(dst: str | None, as_json: bool, storage_options: tuple[str, ...
         image_folder = None if is_url(dst) else not_a_dataset(Path(dst))
         if image_folder is not None:
             raise image_folder
-        facts = describe(dst, storage_options=parse_storage_options(storage_options))
-        click.echo(json.dumps(facts, indent=1, ensure_ascii=False) if as_json
-                   else render(facts))
+        description = describe(dst, storage_options=parse_storage_options(storage_options))
+        click.echo(json.dumps(description, indent=1, ensure_ascii=False) if as_json
+                   else render(description))
 
 
-def render(facts: dict[str, Any]) -> str:
+def render(facts: Mapping[str, Any]) -> str:
     words = {"image_size": image_size_text(facts), "encode": encode_text(facts["encode"])}
     lines = [f"{key}: {words.get(key, value)}" for key, value in facts.items()
              if key not in ("classes", "shards", "fields", "categories")]

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from packer.conversion.job import ConvertOptions
     from packer.core.fields import FieldSpec
     from packer.core.index import Index, SampleTable, open_dataset, read_index
+    from packer.dataset.describe import Description
     from packer.dataset.splits import SplitReport, split
     from packer.dataset.stats import DatasetStats, stats
     from packer.dataset.verify import Report
@@ -72,6 +73,7 @@ _LAZY = {
     "verify": "packer.api",
     "Report": "packer.dataset.verify",
     "describe": "packer.api",
+    "Description": "packer.dataset.describe",
     "DatasetStats": "packer.dataset.stats",
     "stats": "packer.dataset.stats",
     "SplitReport": "packer.dataset.splits",
@@ -88,6 +90,7 @@ __all__ = [
     "DatasetExistsError",
     "DatasetStats",
     "DecodeError",
+    "Description",
     "DestinationError",
     "DiskFullError",
     "EncodeOptions",

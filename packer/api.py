@@ -20,6 +20,7 @@ from packer.conversion.append import AppendResult, append
 from packer.conversion.job import ConvertOptions, convert_local
 from packer.conversion.rebuild import source_records
 from packer.core.index import INDEX_NAME, Index, open_dataset
+from packer.dataset.describe import Description
 from packer.dataset.describe import describe as describe_folder
 from packer.dataset.remote import is_url
 from packer.dataset.repair import repair_dataset, repair_targets
@@ -144,7 +145,7 @@ def _verify_url(url: str, storage_options: Mapping[str, Any] | None,
 
 
 def describe(dst: str | Path, *, storage_options: Mapping[str, Any] | None = None
-             ) -> dict[str, Any]:
+             ) -> Description:
     """What `pack info` shows: format, samples, classes, shards, options, rejects.
 
     `dst` may be a URL: its index and tables are fetched (not the shards)."""

@@ -1,16 +1,52 @@
-"""The facts `pack info` shows, as a plain dict (also its --json output)."""
+"""The facts `pack info` shows: a Description, a plain dict with typed keys (also its
+--json output)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import numpy as np
 
 from packer.core.index import Index, open_dataset, shard_json
 
 
-def describe(folder: Path) -> dict[str, Any]:
+class FieldFacts(TypedDict):
+    """A field's type and the number of samples that have a value for it."""
+
+    type: str
+    num_present: int
+
+
+class _Facts(TypedDict):
+    path: str
+    format: str
+    format_version: int
+    num_samples: int
+    num_classes: int
+    num_shards: int
+    num_bytes: int
+    image_size: list[int] | None
+    encode: dict[str, Any]
+    num_rejected: int
+    num_ignored: int
+    classes: dict[str, int]
+    shards: list[dict[str, Any]]
+
+
+class Description(_Facts, total=False):
+    """What `describe` (and `pack info --json`) returns: every key of _Facts always; the
+    wds keys `image_types` and `wids_index`, `fields` and COCO's `categories` where the
+    dataset has them."""
+
+    image_types: Any
+    wids_index: Any
+    fields: dict[str, FieldFacts]
+    categories: Any
+
+
+def describe(folder: Path) -> Description:
     """Format, counts per class, shards, sizes, options and rejects of a dataset."""
     index, table = open_dataset(folder)
     counts = np.bincount(np.asarray(table.labels), minlength=len(index.class_names))
@@ -20,7 +56,7 @@ def describe(folder: Path) -> dict[str, Any]:
     fields = {"fields": {spec.name: {"type": spec.type, "num_present": count}
                          for spec, count in zip(index.fields, counts_of, strict=True)}} \
         if index.fields else {}  # samples with a value, per field
-    return {
+    return cast(Description, {  # the order `pack info --json` prints
         "path": str(folder),
         "format": index.format,
         "format_version": index.format_version,
@@ -37,7 +73,7 @@ def describe(folder: Path) -> dict[str, Any]:
         **({"categories": index.extra["categories"]} if "categories" in index.extra else {}),
         "classes": {name: int(counts[i]) for i, name in enumerate(index.class_names)},
         "shards": [shard_json(shard) for shard in index.shards],
-    }
+    })
 
 
 def applied(encode: dict[str, Any]) -> dict[str, Any]:
@@ -92,7 +128,7 @@ def encode_text(encode: dict[str, Any]) -> str:
     return f"{what}; inputs checked: {shown.get('check', 'decode')}"
 
 
-def image_size_text(facts: dict[str, Any]) -> str:
+def image_size_text(facts: Mapping[str, Any]) -> str:
     """`224x224`, or `varies (shorter side 256)` / `varies (as in the source)`."""
     size = facts.get("image_size") or applied(facts.get("encode") or {}).get("size")
     if size:

@@ -19,7 +19,7 @@ import tempfile
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packer import formats
 from packer.core.index import (
@@ -41,6 +41,9 @@ from packer.errors import (
 from packer.errors import RemoteError as RemoteError  # defined with every error class
 from packer.storage.hashing import sha256_file
 from packer.storage.pieces import Piece, file_problem
+
+if TYPE_CHECKING:
+    from packer.dataset.describe import Description
 
 URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 INSTALL_HINT = f"run `{install_line('s3')}` (fsspec and s3fs)"
@@ -196,7 +199,7 @@ def download_dataset(url: str, storage_options: Mapping[str, Any] | None,
     return index
 
 
-def describe_remote(url: str, storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
+def describe_remote(url: str, storage_options: Mapping[str, Any] | None) -> Description:
     """`pack info` of a URL: its index and tables, fetched into a temporary folder."""
     from packer.dataset.describe import describe
 
