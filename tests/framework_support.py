@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -60,12 +61,19 @@ def write_seen(out: Path, rank: int, epochs: list[dict[str, list[str]]]) -> None
         (out / f"rank{rank}-epoch{epoch}.json").write_text(json.dumps(seen))
 
 
-def leave_process_group() -> None:
-    """Ends the default process group while the interpreter is whole.
+def end_job() -> NoReturn:
+    """Ends a torchrun child once its results are written, without interpreter shutdown.
 
-    The Trainer never ends it; gloo threads that still hold work when the interpreter
-    finalizes can abort the process ("terminate called without an active exception",
-    SIGABRT), which once failed a CI run of trainer_resume_child.
+    Gloo's worker threads can still be releasing a finished collective's tensors when
+    Python finalizes; the release takes the GIL, which a finalizing interpreter answers
+    with pthread_exit, and the process aborts ("terminate called without an active
+    exception", SIGABRT), a failed job after a finished run. torch's own account:
+    pytorch/pytorch#179291. A DDP model (Accelerate's `prepare`, the Trainer) keeps gloo's
+    threads alive past destroy_process_group, so only skipping finalization is sure; it
+    reproduced with pure torch and no readers (docs/guides/frameworks.md).
     """
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -30,7 +30,7 @@ from torch.nn import functional
 from torch.utils.data import DataLoader
 
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset
-from tests.framework_support import SIZE, WORKER_START, KeyIds, write_seen
+from tests.framework_support import SIZE, WORKER_START, KeyIds, end_job, write_seen
 
 BATCH = 10
 
@@ -83,6 +83,7 @@ def main() -> None:
         seen.append(epoch)
     write_seen(out, accelerator.process_index, seen)
     accelerator.end_training()
+    end_job()
 
 
 if __name__ == "__main__":

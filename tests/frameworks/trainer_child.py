@@ -24,7 +24,7 @@ from torch.nn import functional
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from readers import PackedDataset, PackedIterableDataset
-from tests.framework_support import SIZE, KeyIds, leave_process_group, write_seen
+from tests.framework_support import SIZE, KeyIds, end_job, write_seen
 
 BATCH = 10
 
@@ -92,7 +92,7 @@ def main() -> None:
     }
     seen = [{name: epochs[e] for name, epochs in runs.items()} for e in range(2)]
     write_seen(out, torch.distributed.get_rank(), seen)
-    leave_process_group()
+    end_job()
 
 
 if __name__ == "__main__":

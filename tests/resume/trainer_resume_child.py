@@ -41,7 +41,7 @@ from transformers import (
 )
 
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset, skip_first_batches
-from tests.framework_support import SIZE, KeyIds, leave_process_group
+from tests.framework_support import SIZE, KeyIds, end_job
 
 BATCH, SAVE_EVERY, STOP_AFTER = 4, 3, 5
 SETUPS = ("map", "iterable", "iterable_shards")
@@ -156,7 +156,7 @@ def main() -> None:
         folder = out / setup
         folder.mkdir(exist_ok=True)
         train(path, folder, setup, str(folder / sys.argv[4]) if mode == "resume" else None)
-    leave_process_group()
+    end_job()
 
 
 if __name__ == "__main__":
