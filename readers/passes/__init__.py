@@ -7,6 +7,7 @@ resumes, who owns the split, and the records it reads.
     world         the rank and world size, resolved when a pass starts
     resume        state_dict / load_state_dict: a position in an epoch, resumed
     loop          loop_state: a training loop's position, in batches
+    board         WorkerBoard: the workers' loaded counts, shared between them
     split_owner   whether the readers or the framework around the loader split the data
     skip          skip_first_batches: a loader's first batches skipped unread
     stream        one pass's records: in order, through a shuffle buffer, or resumed

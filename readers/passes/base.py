@@ -165,7 +165,7 @@ class SplitPasses:
 
     def _after_board(self, posted: Mapping[str, Any], num_workers: int) -> Iterator[Any]:
         """The pass, once the loader's workers have all posted their counts
-        (readers.passes.resume.WorkerBoard): the rest of the epoch they name, re-split."""
+        (readers.passes.board.WorkerBoard): the rest of the epoch they name, re-split."""
         states = [{**posted, "worker": worker, "samples_seen": seen}
                   for worker, seen in enumerate(self._epochs.board.gather(num_workers))]
         self._resume = from_worker_states(states, self._split[2],
@@ -241,7 +241,7 @@ class SplitPasses:
 
         Takes one worker's `state_dict()` inside that worker (StatefulDataLoader does
         this; from a pass on another world size the loader's workers pool their counts on
-        the dataset's board, readers.passes.resume.WorkerBoard), or in the main process before
+        the dataset's board, readers.passes.board.WorkerBoard), or in the main process before
         the DataLoader starts its workers either `loop_state(...)` or a whole
         StatefulDataLoader `state_dict()`, which then loads on any world size and worker
         count (the rest of its epoch, re-split). The next pass
