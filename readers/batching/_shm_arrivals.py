@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from readers.batching import _torch_private as private
 from readers.batching._columns import tensor_of, unpacked
 from readers.batching._shm_pool import FREE, GONE, KNOWN_STATES, SlotImages, views
 
@@ -81,7 +82,7 @@ def _slot_images(images: SlotImages, token: str, slot: int,
                                "arrived after its shared memory was released")
         fd = os.dup(entry[1])
     try:
-        storage = torch.UntypedStorage._new_shared_fd_cpu(fd, images.nbytes)  # type: ignore[attr-defined]
+        storage = private.storage_from_fd(fd, images.nbytes)
     finally:
         os.close(fd)
     view = torch.empty(0, dtype=images.dtype)
@@ -168,7 +169,7 @@ def _watch_hand_offs() -> None:
     os.register_at_fork(before=_before_fork, after_in_parent=_LOCK.release,
                         after_in_child=_in_child)
     for kind in (torch.Tensor, torch.UntypedStorage):
-        reducer = ForkingPickler._extra_reducers.get(kind)  # type: ignore[attr-defined]
+        reducer = private.tensor_reducer(kind)
         if reducer is not None:
             ForkingPickler.register(kind, _giving_up(reducer))
 

@@ -31,7 +31,9 @@ that arrives from it, so every batch has storage of its own whose death frees th
 The state array also records which buffer of each slot the main process holds.
 
 Limits: only with torch's default "file_descriptor" sharing strategy, and only where
-torch exposes storage reference counts. Each worker keeps up to POOL_BYTES mapped.
+torch has every private name the pool uses (storage reference counts among them; each is
+reached through readers.batching._torch_private only). Each worker keeps up to
+POOL_BYTES mapped.
 """
 
 from __future__ import annotations
@@ -40,13 +42,15 @@ import os
 import secrets
 import sys
 import threading
-from multiprocessing.reduction import DupFd, ForkingPickler
+from multiprocessing.reduction import DupFd
 from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 import torch
 import torch.multiprocessing
+
+from readers.batching import _torch_private as private
 
 POOL_BYTES = 96 << 20  # per worker: enough for the DataLoader's prefetched batches
 MIN_SLOTS = 2
@@ -55,38 +59,18 @@ FREE, BUSY, GONE = 0, 1, 2
 KNOWN_STATES = 64  # state arrays the main process remembers (one per worker lifetime)
 
 
-# The private torch names recycling rests on: where a release lacks one, the pool is off
-# and batches travel as torch moves any tensor (slower, never wrong).
-PRIVATE_NAMES: tuple[tuple[object, str], ...] = (
-    (torch._C, "_storage_Use_Count"), (torch.UntypedStorage, "_new_shared"),
-    (torch.UntypedStorage, "_share_fd_cpu_"), (torch.UntypedStorage, "_new_shared_fd_cpu"),
-    (torch.UntypedStorage, "_cdata"), (ForkingPickler, "_extra_reducers"))
-
-
 def pool_supported() -> bool:
-    """Whether this torch has every private name the pool uses."""
-    return all(getattr(owner, name, None) is not None for owner, name in PRIVATE_NAMES)
-
-
-def _has(wanted: str) -> bool:
-    return any(getattr(owner, name, None) is not None
-               for owner, name in PRIVATE_NAMES if name == wanted)
+    """Whether this torch has every private name the pool uses (_torch_private)."""
+    return private.all_present()
 
 
 def shared_buffer(shape: tuple[int, ...], dtype: torch.dtype = torch.uint8) -> torch.Tensor:
     """An uninitialized tensor in shared memory, as default_collate makes in workers."""
-    if not _has("_new_shared"):  # public API, at the cost of one copy more
+    if not private.has("_new_shared"):  # public API, at the cost of one copy more
         shared: torch.Tensor = torch.empty(shape, dtype=dtype).share_memory_()  # type: ignore[no-untyped-call]
         return shared
-    nbytes = int(np.prod(shape)) * dtype.itemsize
-    storage = torch.UntypedStorage._new_shared(nbytes)  # type: ignore[no-untyped-call]
+    storage = private.new_shared_storage(int(np.prod(shape)) * dtype.itemsize)
     return torch.empty(0, dtype=dtype).set_(storage).view(shape)
-
-
-def _references(tensor: torch.Tensor) -> int:
-    """How many tensors (views included) hold this tensor's storage, in this process."""
-    count: int = torch._C._storage_Use_Count(tensor.untyped_storage()._cdata)
-    return count
 
 
 class SlotImages(NamedTuple):
@@ -118,7 +102,7 @@ class _Slot:
 
     def _holders(self) -> tuple[int, int]:
         """(tensors holding the storage, Python references to its storage object)."""
-        return _references(self.buffer), sys.getrefcount(self.storage)
+        return private.storage_use_count(self.buffer), sys.getrefcount(self.storage)
 
     def idle(self) -> bool:
         """Nothing in this process holds the buffer but the pool (no view, no storage)."""
@@ -217,8 +201,7 @@ class SlotPool:
             raise RuntimeError(f"pool slot {slot} holds no buffer")
         handle = None
         if int(self.held[slot]) != entry.buffer_id:
-            fd, _ = entry.storage._share_fd_cpu_()
-            handle = DupFd(fd)
+            handle = DupFd(private.share_fd(entry.storage))
         return SlotImages(entry.buffer_id, handle, entry.storage.nbytes(),
                           int(images.storage_offset()), tuple(images.shape), images.stride(),
                           images.dtype)

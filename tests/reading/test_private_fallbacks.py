@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from readers import PackedDataset, RawBatch, collate
-from readers.batching import _shm_pool
+from readers.batching import _shm_pool, _torch_private
 from tests.helpers import pack_wds
 
 
@@ -37,15 +37,15 @@ def _plain(batch: Any) -> Any:
     return pixels, labels.clone()
 
 
-@pytest.mark.parametrize(("owner", "name"), _shm_pool.PRIVATE_NAMES,
-                         ids=[name for _, name in _shm_pool.PRIVATE_NAMES])
+@pytest.mark.parametrize(("owner", "name"), _torch_private.PRIVATE_NAMES,
+                         ids=[name for _, name in _torch_private.PRIVATE_NAMES])
 def test_without_a_private_name_the_pool_is_off_and_batches_are_the_same(
         wds: Path, owner: object, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     want = {decode: _epoch(wds, decode) for decode in ("rgb8", "raw")}
     assert _shm_pool.pool_supported()
     gone = tuple((object(), n) if (o, n) == (owner, name) else (o, n)
-                 for o, n in _shm_pool.PRIVATE_NAMES)
-    monkeypatch.setattr(_shm_pool, "PRIVATE_NAMES", gone)  # forked workers inherit it
+                 for o, n in _torch_private.PRIVATE_NAMES)
+    monkeypatch.setattr(_torch_private, "PRIVATE_NAMES", gone)  # forked workers inherit it
     assert not _shm_pool.pool_supported()
     for decode in ("rgb8", "raw"):
         got = _epoch(wds, decode)
@@ -61,7 +61,7 @@ def test_without_a_private_name_the_pool_is_off_and_batches_are_the_same(
 def test_a_shared_buffer_without_the_private_allocator_is_still_shared(
         monkeypatch: pytest.MonkeyPatch) -> None:
     gone = tuple((object(), n) if n == "_new_shared" else (o, n)
-                 for o, n in _shm_pool.PRIVATE_NAMES)
-    monkeypatch.setattr(_shm_pool, "PRIVATE_NAMES", gone)
+                 for o, n in _torch_private.PRIVATE_NAMES)
+    monkeypatch.setattr(_torch_private, "PRIVATE_NAMES", gone)
     buffer = _shm_pool.shared_buffer((3, 4), torch.int64)
     assert buffer.shape == (3, 4) and buffer.dtype == torch.int64 and buffer.is_shared()
