@@ -102,9 +102,12 @@ def _found_splitter(owner: object, target: object, strict: bool) -> LoaderView |
     (the owner was to be found), else passed over (the options said it)."""
     try:
         return splitter_view(owner, target)
-    except _Changed as changed:
+    except Changed as changed:
         if strict:
-            raise RuntimeError(str(changed)) from None
+            raise RuntimeError(
+                f"{changed}, which the readers read to know whether it splits the data "
+                f"across ranks (a newer release?): pass SplitOptions(by='framework') when "
+                f"it splits them, by='readers' when not") from None
         return None
 
 
@@ -126,7 +129,7 @@ def splitter_view(owner: object, target: object) -> LoaderView | None:
     package = kind.__module__.split(".")[0]
     if package not in SPLITTER_PACKAGES:
         return None
-    name = f"{package}'s {kind.__name__}"
+    name = named(owner)
     if kind.__name__ == "IterableDatasetShard" and getattr(owner, "dataset", None) is target:
         return _shard_view(owner, name)
     if kind.__name__ == "DataLoaderDispatcher" and getattr(owner, "dataset", None) is target:
@@ -137,37 +140,45 @@ def splitter_view(owner: object, target: object) -> LoaderView | None:
     return None
 
 
-class _Changed(AttributeError):
-    """A framework object lacks a constructor argument it documents."""
+def named(owner: object) -> str:
+    """"accelerate's IterableDatasetShard": the package and class of `owner`, for messages."""
+    return f"{type(owner).__module__.split('.')[0]}'s {type(owner).__name__}"
+
+
+class Changed(AttributeError):
+    """A framework object lacks a constructor argument it documents (a newer release?);
+    its message names both, and each caller says what to do about it."""
 
 
 def documented(owner: object, argument: str, name: str) -> int:
     """The documented constructor argument `argument` of the framework object `owner`
-    (`name`), as an int; an AttributeError that says what to do when a release no longer
-    keeps it."""
+    (`name`), as an int; Changed when a release no longer keeps it."""
     try:
         value = getattr(owner, argument)
     except AttributeError:
-        raise _Changed(
-            f"{name} has no `{argument}`, which the readers read to know whether it "
-            f"splits the data across ranks (a newer release?): pass "
-            f"SplitOptions(by='framework') when it splits them, by='readers' when not"
-        ) from None
+        raise Changed(f"{name} has no `{argument}`") from None
     return int(value or 0)
 
 
+def across_ranks(owner: object, batch_size: int, name: str) -> int:
+    """The samples of `batch_size`-sample batches that `owner`, a framework object with
+    `num_processes` and `split_batches`, takes at a time across its ranks: one batch split
+    among them (split_batches), else one batch each."""
+    if documented(owner, "split_batches", name):
+        return batch_size
+    return batch_size * documented(owner, "num_processes", name)
+
+
 def _shard_view(shard: object, name: str) -> LoaderView | None:
-    processes = documented(shard, "num_processes", name)
-    if processes < 2:
+    if documented(shard, "num_processes", name) < 2:
         return None
-    batch_size = documented(shard, "batch_size", name) or None
-    if batch_size is not None and not documented(shard, "split_batches", name):
-        batch_size *= processes  # the shard keeps its slice of every such run
-    return LoaderView(name, batch_size)
+    batch_size = documented(shard, "batch_size", name)
+    # the shard keeps its slice of every such run
+    return LoaderView(name, across_ranks(shard, batch_size, name) if batch_size else None)
 
 
 def _samples_from(shard: object, target: object, name: str) -> bool:
     if not hasattr(shard, "batch_sampler"):
-        documented(shard, "batch_sampler", name)
-    inner = getattr(shard, "batch_sampler", None)
+        raise Changed(f"{name} has no `batch_sampler`")
+    inner = shard.batch_sampler
     return inner is target or getattr(inner, "sampler", None) is target
