@@ -102,10 +102,10 @@ class PooledDict(dict[str, Any]):
             rest[name] = parts if parts is not None else ready.packed(value)
         self.batch[1:] = [rest, moved]
         _, args = self.batch.__reduce__()
-        return arrived_dict, args
+        return _arrived_dict, args
 
 
-def arrived_dict(images: torch.Tensor, tail: list[Any], *args: Any) -> dict[str, Any]:
+def _arrived_dict(images: torch.Tensor, tail: list[Any], *args: Any) -> dict[str, Any]:
     """In the main process: the plain dict batch (see `arrived`)."""
     head, rest, moved = arrived(images, tail, *args)
     rest = {name: unpacked(value) for name, value in rest.items()}
