@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import gc
+import json
 import os
 import pickle
 import shutil
 import stat
+import subprocess
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 import torch
 from torch.utils.data import DataLoader
@@ -241,34 +243,48 @@ def test_pickle_carries_no_handles(packed: dict[str, Path]) -> None:
     assert (it.epoch, copy.epoch) == (4, 5)
 
 
-def worker_uss() -> float:
+# Run in a fresh interpreter: fork workers of the test runner copy pages of its heap as
+# they touch them (reference counts), which grows with every test run before this one and
+# shows up as growth that is not the datasets'; gc.freeze keeps the collector from doing
+# the same in the child's own workers.
+_EPOCHS_USS = """
+import gc, json, sys
+import psutil
+from torch.utils.data import DataLoader
+from readers import ChunkSampler, PackedDataset, PackedIterableDataset
+
+path, size, num = sys.argv[1], (int(sys.argv[2]), int(sys.argv[3])), int(sys.argv[4])
+ds = PackedDataset(path, size=size)
+it = PackedIterableDataset(path, size=size)
+sampler = ChunkSampler(ds)
+loaders = [DataLoader(it, batch_size=5, num_workers=2, multiprocessing_context="fork",
+                      persistent_workers=True),
+           DataLoader(ds, batch_size=5, num_workers=2, multiprocessing_context="fork",
+                      persistent_workers=True, sampler=sampler)]
+gc.collect()
+gc.freeze()
+sizes = []
+for epoch in range(6):
+    it.set_epoch(epoch)
+    sampler.set_epoch(epoch)
+    assert [sum(len(batch[1]) for batch in dl) for dl in loaders] == [num, num]
     children = psutil.Process().children()
-    return sum(child.memory_full_info().uss for child in children)
+    sizes.append(sum(child.memory_full_info().uss for child in children))
+print(json.dumps({"workers": len(children), "sizes": sizes}))
+"""
 
 
 def test_worker_memory_stays_flat(packed: dict[str, Path]) -> None:
-    """Per-sample metadata is numpy and the cache is bounded: no growth across epochs.
-
-    gc.freeze keeps the collector in the forked workers from copying pages of the test
-    runner's own objects, which would show up as growth that is not the datasets'.
-    """
-    ds = PackedDataset(packed["wds"], size=SIZE)
-    it = PackedIterableDataset(packed["wds"], size=SIZE)
-    sampler = ChunkSampler(ds)
-    loaders = [loader(it, "fork", 2, persistent_workers=True),
-               loader(ds, "fork", 2, persistent_workers=True, sampler=sampler)]
-    gc.collect()
-    gc.freeze()
-    try:
-        sizes = []
-        for epoch in range(6):
-            it.set_epoch(epoch)
-            sampler.set_epoch(epoch)
-            assert [sum(len(batch[1]) for batch in dl) for dl in loaders] == [NUM, NUM]
-            sizes.append(worker_uss())
-    finally:
-        gc.unfreeze()
+    """Per-sample metadata is numpy and the cache is bounded: no growth across epochs."""
+    root = str(Path(__file__).resolve().parents[2])
+    path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    done = subprocess.run([sys.executable, "-c", _EPOCHS_USS, str(packed["wds"]), *map(str, SIZE),
+                           str(NUM)], env={**os.environ, "PYTHONPATH": path},
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    measured = json.loads(done.stdout.strip().splitlines()[-1])
+    sizes = measured["sizes"]
     print("worker USS by epoch, MiB:", [round(size / 2**20, 2) for size in sizes])
-    assert len(psutil.Process().children()) >= 4
+    assert measured["workers"] >= 4
     assert sizes[-1] < sizes[1] * 1.05, "workers grew over 4 epochs"
 
