@@ -13,6 +13,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 from torch.utils.data import DataLoader
@@ -241,6 +242,11 @@ def test_pickle_carries_no_handles(packed: dict[str, Path]) -> None:
     copy = pickle.loads(pickle.dumps(it))
     copy.set_epoch(5)
     assert (it.epoch, copy.epoch) == (4, 5)
+
+
+def worker_uss() -> float:
+    children = psutil.Process().children()
+    return sum(child.memory_full_info().uss for child in children)
 
 
 # Run in a fresh interpreter: fork workers of the test runner copy pages of its heap as
