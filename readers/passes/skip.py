@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from readers.passes.split_owner import Changed, across_ranks, documented, named
+from readers.passes.split_owner import _Changed, across_ranks, documented, named
 
 LoaderT = TypeVar("LoaderT")
 
@@ -71,7 +71,7 @@ def _skip_of(loader: object, num_batches: int) -> LoaderSkip:
     """What `num_batches` of `loader` are, in batches of the DataLoader under it."""
     try:
         return _batches_under(loader, num_batches)
-    except Changed as changed:
+    except _Changed as changed:
         raise RuntimeError(
             f"{changed}, which readers.skip_first_batches reads to place the skip (a newer "
             f"release?): skip with accelerate's skip_first_batches, which reads the skipped "

@@ -102,7 +102,7 @@ def _found_splitter(owner: object, target: object, strict: bool) -> LoaderView |
     (the owner was to be found), else passed over (the options said it)."""
     try:
         return splitter_view(owner, target)
-    except Changed as changed:
+    except _Changed as changed:
         if strict:
             raise RuntimeError(
                 f"{changed}, which the readers read to know whether it splits the data "
@@ -145,18 +145,18 @@ def named(owner: object) -> str:
     return f"{type(owner).__module__.split('.')[0]}'s {type(owner).__name__}"
 
 
-class Changed(AttributeError):
+class _Changed(AttributeError):
     """A framework object lacks a constructor argument it documents (a newer release?);
     its message names both, and each caller says what to do about it."""
 
 
 def documented(owner: object, argument: str, name: str) -> int:
     """The documented constructor argument `argument` of the framework object `owner`
-    (`name`), as an int; Changed when a release no longer keeps it."""
+    (`name`), as an int; _Changed when a release no longer keeps it."""
     try:
         value = getattr(owner, argument)
     except AttributeError:
-        raise Changed(f"{name} has no `{argument}`") from None
+        raise _Changed(f"{name} has no `{argument}`") from None
     return int(value or 0)
 
 
@@ -179,6 +179,6 @@ def _shard_view(shard: object, name: str) -> LoaderView | None:
 
 def _samples_from(shard: object, target: object, name: str) -> bool:
     if not hasattr(shard, "batch_sampler"):
-        raise Changed(f"{name} has no `batch_sampler`")
+        raise _Changed(f"{name} has no `batch_sampler`")
     inner = shard.batch_sampler
     return inner is target or getattr(inner, "sampler", None) is target
