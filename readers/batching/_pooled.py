@@ -11,7 +11,7 @@ import torch
 from readers.batching._columns import tensor_of, unpacked
 from readers.batching._prepared import Prepared
 from readers.batching._shm_arrivals import Rebuild, arrived
-from readers.batching._shm_pool import SlotPool
+from readers.batching._shm_pool import SlotImages, SlotPool
 
 __all__ = ["PooledBatch", "PooledDict"]
 
@@ -55,8 +55,7 @@ class PooledBatch(list[Any]):
         by_value = labels is not None
         if labels is not None:
             tail[0] = labels
-        state = None if self.pool.state_sent else self.pool.state_tensor
-        self.pool.state_sent = True
+        state = self.pool.state_handle()
         images = self.pool.outgoing(self.slot, self.images)
         return arrived, (images, tail, by_value, self.pool.token, state, self.slot,
                           self.rebuild)
@@ -105,7 +104,7 @@ class PooledDict(dict[str, Any]):
         return _arrived_dict, args
 
 
-def _arrived_dict(images: torch.Tensor, tail: list[Any], *args: Any) -> dict[str, Any]:
+def _arrived_dict(images: SlotImages, tail: list[Any], *args: Any) -> dict[str, Any]:
     """In the main process: the plain dict batch (see `arrived`)."""
     head, rest, moved = arrived(images, tail, *args)
     rest = {name: unpacked(value) for name, value in rest.items()}

@@ -9,35 +9,41 @@ npy batches are gathered straight into such a buffer; other batches of equal-siz
 tensors (decoded JPEGs) are stacked into one, which is what default_collate does into
 fresh memory.
 
+Public ground: a buffer is an anonymous shared memory file (`os.memfd_create`) mapped
+with `mmap`; a batch is a tensor over the mapping from `torch.frombuffer`, whose storage
+holds one reference to the mapping object for as long as any view of it lives.
+
 Safety: a buffer is reused only when nothing views it any more, in either process.
-- In the worker: torch's count of references to the buffer's storage is back to the
-  pool's own one (a sample, a cached batch, a batch not yet pickled all hold one).
+- In the worker: the Python reference count of the slot's mapping object is back to the
+  pool's own (a sample, a cached batch, a batch not yet pickled each hold one through
+  their storage).
 - In the main process: the worker marks the slot busy when it sends the batch; the main
-  process, when it unpickles it, ties a finalizer to the storage of the images tensor
-  (torch keeps one Python storage object per storage, alive as long as any view of it),
-  and the finalizer marks the slot free in a small state array both processes map.
-- Beyond the main process: when the main process pickles a tracked tensor or storage
-  (a multiprocessing queue, a Process argument) or forks while holding one, that
-  batch's slot is given up (GONE): the worker forgets the buffer, which then lives as
-  long as anyone maps it, like any torch shared memory.
+  process maps the slot's file afresh for each batch, and a finalizer on that mapping
+  object (alive while any view of the batch is) marks the slot free in a small state
+  array both processes map.
+- Beyond the main process: torch moves a tensor it pickles for another process
+  (a multiprocessing queue, a Process argument) into shared memory of its own, so the
+  batch stops viewing the slot, which is then free; a fork while the main process holds
+  batches gives their slots up (GONE): the worker forgets those buffers, which live on as
+  long as anyone maps them.
 A batch that cannot be tracked (its list was rebuilt in the worker, the state array
 never arrived) keeps its slot busy; once every slot is busy the worker falls back to a
 fresh buffer per batch, as torch does: slower, never wrong.
 
 Hand-over: a slot's file descriptor crosses to the main process once, with the first
 batch sent from it (torch hands one over for every batch, through a socket and a thread
-in each process); the main process keeps it, and maps the slot afresh for each batch
-that arrives from it, so every batch has storage of its own whose death frees the slot.
-The state array also records which buffer of each slot the main process holds.
+in each process); the state array also records which buffer of each slot the main
+process holds.
 
-Limits: only with torch's default "file_descriptor" sharing strategy, and only where
-torch has every private name the pool uses (storage reference counts among them; each is
-reached through readers.batching._torch_private only). Each worker keeps up to
-POOL_BYTES mapped.
+Limits: Linux (`memfd_create`) with torch's default "file_descriptor" sharing strategy;
+elsewhere batches travel as torch moves any tensor. Each worker keeps up to POOL_BYTES
+mapped.
 """
 
 from __future__ import annotations
 
+import math
+import mmap
 import os
 import secrets
 import sys
@@ -50,27 +56,36 @@ import numpy.typing as npt
 import torch
 import torch.multiprocessing
 
-from readers.batching import _torch_private as private
-
 POOL_BYTES = 96 << 20  # per worker: enough for the DataLoader's prefetched batches
 MIN_SLOTS = 2
 MAX_SLOTS = 16
+STATE_SLOTS = 16  # room in the state array: at least MAX_SLOTS
+STATE_BYTES = STATE_SLOTS * 9  # a state byte and a held buffer id (int64) a slot
 FREE, BUSY, GONE = 0, 1, 2
 KNOWN_STATES = 64  # state arrays the main process remembers (one per worker lifetime)
 
 
 def pool_supported() -> bool:
-    """Whether this torch has every private name the pool uses (_torch_private)."""
-    return private.all_present()
+    """Whether this platform has anonymous shared memory files (Linux)."""
+    return hasattr(os, "memfd_create")
 
 
 def shared_buffer(shape: tuple[int, ...], dtype: torch.dtype = torch.uint8) -> torch.Tensor:
-    """An uninitialized tensor in shared memory, as default_collate makes in workers."""
-    if not private.has("_new_shared"):  # public API, at the cost of one copy more
-        shared: torch.Tensor = torch.empty(shape, dtype=dtype).share_memory_()  # type: ignore[no-untyped-call]
-        return shared
-    storage = private.new_shared_storage(int(np.prod(shape)) * dtype.itemsize)
-    return torch.empty(0, dtype=dtype).set_(storage).view(shape)
+    """An uninitialized tensor in torch's shared memory, as default_collate makes in
+    workers."""
+    shared: torch.Tensor = torch.empty(shape, dtype=dtype).share_memory_()  # type: ignore[no-untyped-call]
+    return shared
+
+
+def shared_file(nbytes: int) -> tuple[int, mmap.mmap]:
+    """A new anonymous shared memory file of `nbytes` and its mapping."""
+    fd = os.memfd_create("readers-batch", os.MFD_CLOEXEC)
+    try:
+        os.ftruncate(fd, nbytes)
+        return fd, mmap.mmap(fd, nbytes)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 class SlotImages(NamedTuple):
@@ -89,24 +104,33 @@ class SlotImages(NamedTuple):
 def views(state: npt.NDArray[np.uint8]) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
     """(the slots' states, the id of the buffer the main process holds for each slot)
     of one shared state array."""
-    return state[:MAX_SLOTS], state[MAX_SLOTS:].view(np.int64)
+    return state[:STATE_SLOTS], state[STATE_SLOTS:].view(np.int64)
 
 
 class _Slot:
-    """One recycled buffer, and what holds it when only the pool does."""
+    """One recycled buffer: its file, its mapping, and the pool's own references to it."""
 
-    def __init__(self, buffer: torch.Tensor, buffer_id: int) -> None:
-        self.buffer, self.buffer_id = buffer, buffer_id
-        self.storage = buffer.untyped_storage()  # the one Python object of this storage
-        self.own_references, self.own_holders = self._holders()
+    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype, buffer_id: int) -> None:
+        self.nbytes = max(1, math.prod(shape)) * dtype.itemsize
+        self.fd, self.map = shared_file(self.nbytes)
+        self.buffer_id = buffer_id
+        self.buffer = self.view(shape, dtype)  # the shape and dtype it was made for
+        self.address = self.buffer.data_ptr()
+        self.own_references = sys.getrefcount(self.map)
 
-    def _holders(self) -> tuple[int, int]:
-        """(tensors holding the storage, Python references to its storage object)."""
-        return private.storage_use_count(self.buffer), sys.getrefcount(self.storage)
+    def view(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """A new tensor over the start of the buffer: storage of its own, which holds the
+        mapping for as long as any view of it lives."""
+        count = math.prod(shape)
+        return torch.frombuffer(self.map, dtype=dtype, count=count).view(shape)
 
     def idle(self) -> bool:
-        """Nothing in this process holds the buffer but the pool (no view, no storage)."""
-        return self._holders() == (self.own_references, self.own_holders)
+        """Nothing in this process views the buffer but the pool's own tensor."""
+        return sys.getrefcount(self.map) == self.own_references
+
+    def close(self) -> None:
+        """Forget the buffer here; views of it keep the mapping until they die."""
+        os.close(self.fd)
 
 
 class SlotPool:
@@ -115,8 +139,8 @@ class SlotPool:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.token = f"{self.pid}-{secrets.token_hex(8)}"
-        self.state_tensor = shared_buffer((MAX_SLOTS * 9,)).zero_()
-        self.state, self.held = views(self.state_tensor.numpy())
+        self.state_fd, self.state_map = shared_file(STATE_BYTES)
+        self.state, self.held = views(np.frombuffer(self.state_map, dtype=np.uint8))
         self.slots: list[_Slot | None] = []  # None: given up, its place free for a new one
         self.state_sent = False
         self._lock = threading.Lock()
@@ -127,6 +151,14 @@ class SlotPool:
         """The buffers the pool holds now."""
         return [slot.buffer for slot in self.slots if slot is not None]
 
+    def state_handle(self) -> Any:
+        """The state array's file descriptor, picklable, the first time it is asked for;
+        None after."""
+        if self.state_sent:
+            return None
+        self.state_sent = True
+        return DupFd(self.state_fd)
+
     def take(self, shape: tuple[int, ...], dtype: torch.dtype = torch.uint8) -> torch.Tensor:
         """A shared buffer of `shape`: a slot nobody views, a new slot, or an unpooled one.
 
@@ -136,17 +168,18 @@ class SlotPool:
         with self._lock:
             for index, slot in enumerate(self.slots):
                 if slot is not None and self._reusable(index, slot, shape, dtype):
-                    return slot.buffer.view(shape)
-            buffer = shared_buffer(shape, dtype)
-            free = self._free_index(buffer.untyped_storage().nbytes())
+                    return slot.view(shape, dtype)
+            nbytes = max(1, math.prod(shape)) * dtype.itemsize
+            free = self._free_index(nbytes)
             if free is None:
-                return buffer
+                return shared_buffer(shape, dtype)
             self.state[free] = FREE
             if free == len(self.slots):
                 self.slots.append(None)
             self._buffers_made += 1
-            self.slots[free] = _Slot(buffer, self._buffers_made)
-            return buffer.view(shape)
+            slot = _Slot(shape, dtype, self._buffers_made)
+            self.slots[free] = slot
+            return slot.view(shape, dtype)
 
     def take_bytes(self, nbytes: int) -> torch.Tensor:
         """A 1-D uint8 shared buffer of `nbytes` (a raw batch):
@@ -158,22 +191,29 @@ class SlotPool:
             for index, slot in enumerate(self.slots):
                 if slot is None or not self._reusable(index, slot, None, torch.uint8):
                     continue
-                if slot.buffer.numel() >= nbytes:
-                    return slot.buffer[:nbytes]
+                if slot.nbytes >= nbytes:
+                    return slot.view((nbytes,), torch.uint8)
                 small = index if small is None else small
             if small is not None:
-                self.slots[small] = None  # its place goes to a larger buffer
+                self._forget(small)  # its place goes to a larger buffer
         room = -(-(nbytes + nbytes // 4) // 4096) * 4096
         return self.take((max(room, 1 << 16),))[:nbytes]
 
     def _reusable(self, index: int, slot: _Slot, shape: tuple[int, ...] | None,
                   dtype: torch.dtype) -> bool:
         if self.state[index] == GONE:  # given up by the main process: forget it
-            self.slots[index] = None
+            self._forget(index)
             return False
-        same = slot.buffer.dim() == 1 if shape is None else tuple(slot.buffer.shape) == shape
-        return (self.state[index] == FREE and same and slot.buffer.dtype == dtype
+        buffer = slot.buffer
+        same = buffer.dim() == 1 if shape is None else tuple(buffer.shape) == shape
+        return (self.state[index] == FREE and same and buffer.dtype == dtype
                 and slot.idle())
+
+    def _forget(self, index: int) -> None:
+        slot = self.slots[index]
+        if slot is not None:
+            slot.close()
+        self.slots[index] = None
 
     def _free_index(self, nbytes: int) -> int | None:
         """Where a new slot goes (a forgotten one's place first), or None: pool full."""
@@ -188,7 +228,7 @@ class SlotPool:
             return None
         pointer = images.untyped_storage().data_ptr()
         for index, slot in enumerate(self.slots):
-            if slot is not None and slot.storage.data_ptr() == pointer:
+            if slot is not None and slot.address == pointer:
                 return index
         return None
 
@@ -201,8 +241,8 @@ class SlotPool:
             raise RuntimeError(f"pool slot {slot} holds no buffer")
         handle = None
         if int(self.held[slot]) != entry.buffer_id:
-            handle = DupFd(private.share_fd(entry.storage))
-        return SlotImages(entry.buffer_id, handle, entry.storage.nbytes(),
+            handle = DupFd(entry.fd)
+        return SlotImages(entry.buffer_id, handle, entry.nbytes,
                           int(images.storage_offset()), tuple(images.shape), images.stride(),
                           images.dtype)
 
@@ -219,7 +259,7 @@ _POOL: SlotPool | None = None
 
 def worker_pool() -> SlotPool | None:
     """This worker process's pool; None where recycling is off (another sharing strategy,
-    or a torch without one of PRIVATE_NAMES)."""
+    or no anonymous shared memory files)."""
     global _POOL
     strategy = torch.multiprocessing.get_sharing_strategy()  # type: ignore[no-untyped-call]
     if strategy != "file_descriptor" or not pool_supported():

@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, default_collate
 
 from packer.core.index import open_dataset
 from readers import PackedDataset, PackedIterableDataset, collate
+from readers.batching._shm_pool import worker_pool
 from readers.batching.gathered import GatheredRows
 from readers.ram.chunk_cache import CachedReader
 from readers.sampling.sampler import PAD_LABEL, PaddedIndex
@@ -45,13 +46,19 @@ def test_collate_gives_the_default_batch_channels_last(packed: dict[str, Path],
         assert keys == want_keys
 
 
+def _in_a_slot(image: torch.Tensor) -> bool:
+    """Whether `image` lies in a buffer of this worker's pool (recycled shared memory)."""
+    pool = worker_pool()
+    return pool is not None and pool.slot_of(image) is not None
+
+
 def _collate_noting_shared(batch: Sequence[tuple[torch.Tensor, int]]) -> tuple[bool, list[Any]]:
     """readers.collate, also saying whether the samples were already in shared memory."""
-    return batch[0][0].is_shared(), collate(batch)
+    return _in_a_slot(batch[0][0]), collate(batch)
 
 
 def _default_noting_shared(batch: Sequence[tuple[torch.Tensor, int]]) -> bool:
-    return batch[0][0].is_shared()
+    return _in_a_slot(batch[0][0]) or batch[0][0].is_shared()
 
 
 @pytest.mark.parametrize("context", ["fork", "spawn"])

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import gc
 import os
+import pickle
 import time
 from collections.abc import Sequence
-from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any
 
@@ -93,27 +93,45 @@ def test_the_slot_frees_when_the_last_view_dies_in_the_receiving_process() -> No
     assert pool.take((2, 3, 4, 4)).data_ptr() == pointer
 
 
-@pytest.mark.parametrize("hand_off", ["fork", "pickle"])
-def test_a_batch_handed_to_another_process_gives_up_its_slot(hand_off: str) -> None:
-    """Another process may read it after the receiver dropped it: never reuse that slot."""
+def test_a_batch_held_across_a_fork_gives_up_its_slot() -> None:
+    """The child maps it too and may read it after the receiver dropped it: never reuse
+    that slot."""
     pool = SlotPool()
     batch, slot = support.sent(pool, (2, 3, 4, 4))
     pointer = batch.images.data_ptr()
     received = support.received(batch)
     del batch
-    if hand_off == "fork":
-        pid = os.fork()
-        if pid == 0:
-            os._exit(0)
-        os.waitpid(pid, 0)
-    else:
-        ForkingPickler.dumps(received[0][1:])  # e.g. put on a multiprocessing queue
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
     assert pool.state[slot] == shm_pool.GONE
     del received
     gc.collect()
     assert pool.state[slot] == shm_pool.GONE  # the finalizer was detached
     again = pool.take((2, 3, 4, 4))
     assert again.data_ptr() != pointer and pool.slot_of(again) == slot  # a new buffer
+
+
+def test_a_batch_pickled_for_another_process_leaves_the_slot_free_and_unchanged() -> None:
+    """torch moves a tensor it pickles (a multiprocessing queue, a Process argument) into
+    shared memory of its own: the batch stops viewing the slot, which the worker may then
+    reuse without touching what the other process reads."""
+    pool = SlotPool()
+    batch, slot = support.sent(pool, (2, 3, 4, 4))
+    batch.images.copy_(torch.arange(96, dtype=torch.uint8).view(2, 3, 4, 4))
+    received = support.received(batch)
+    del batch
+    pickled = support.pickled_for_another_process(received[0][1:])
+    gc.collect()
+    assert pool.state[slot] == FREE  # nothing here views the slot any more
+    expected = torch.arange(48, 96, dtype=torch.uint8).view(1, 3, 4, 4)
+    assert torch.equal(received[0][1:], expected)
+    reused = pool.take((2, 3, 4, 4))
+    assert pool.slot_of(reused) == slot
+    reused.fill_(255)
+    assert torch.equal(pickle.loads(pickled), expected)
+    assert torch.equal(received[0][1:], expected)
 
 
 def test_a_batch_changed_in_the_worker_is_never_recycled() -> None:

@@ -1,8 +1,9 @@
 """Hand-offs of the recycled shared memory (readers.batching._shm_pool) between a worker,
 the main process, the garbage collector and a fork. Each test pins one way it can fail:
 - a slot sent again while it is still out (a worker that keeps its samples) is tracked
-  twice: the first finalizer is orphaned, survives a give-up and later frees the slot's
-  next buffer while the main process holds it; and the re-send turns GONE back to BUSY;
+  twice: the first finalizer is orphaned and later frees the slot's next buffer while
+  the main process holds it; and a batch handed to another process must stop viewing
+  its slot before the worker reuses it;
 - a finalizer that runs while `_LOCK` is held by the same thread (a garbage collection
   inside `arrived`) deadlocks;
 - a forked child can inherit `_LOCK` held and `_LIVE` filled (a batch unpickled by
@@ -32,7 +33,8 @@ from torch.utils.data import DataLoader, Dataset
 from readers import PackedDataset, collate
 from readers.batching import _shm_arrivals as arrivals
 from readers.batching._pooled import PooledBatch
-from readers.batching._shm_pool import BUSY, FREE, GONE, SlotPool
+from readers.batching._shm_arrivals import from_a_slot
+from readers.batching._shm_pool import BUSY, FREE, SlotPool
 from readers.batching.collate import _pooled
 from tests import shm_pool_support as support
 
@@ -66,12 +68,11 @@ class _KeepsOneBatch(Dataset[Any]):
 
 def test_a_slot_sent_again_while_held_does_not_free_its_next_buffer(
         npy: Path, tmp_path: Path) -> None:
-    """Epoch 2 sends the kept batch again from the same slot while the main process still
-    holds epoch 1's copy: both arrivals map one storage, `_LIVE` keeps only the second
-    finalizer. Handing the batch off gives the slot up but leaves the first finalizer
-    attached; once the worker has put a new buffer in that slot and the main process
-    holds a batch in it, the old batch dying marks the slot FREE and the worker
-    overwrites the held batch."""
+    """Epoch 2 collates the kept samples again while the main process still holds epoch
+    1's batch from their slot (the slot is out, so the batch is copied into another);
+    epoch 1's batch is then handed to another process, the worker drops what it kept and
+    epoch 3 is held whole: no finalizer of an earlier batch may free a slot under a held
+    batch, which the worker would then overwrite."""
     want = {key: image.clone()
             for images, _, keys in DataLoader(PackedDataset(npy, with_keys=True), batch_size=8)
             for key, image in zip(keys, images, strict=True)}
@@ -102,8 +103,8 @@ def test_a_given_up_buffer_is_not_reused_when_its_batch_is_sent_again() -> None:
     slot = pool.slot_of(images)
     assert slot is not None
     handed_off = support.received(_pooled(partial(list, images), images, pool, [torch.arange(2)]))
-    ForkingPickler.dumps(handed_off[0])  # another process gets it (here: this own mapping)
-    assert pool.state[slot] == GONE
+    ForkingPickler.dumps(handed_off[0])  # another process gets it: torch moves it first
+    assert not from_a_slot(handed_off[0]), "a handed-off batch still views its slot"
     again = support.received(_pooled(partial(list, images), images, pool, [torch.arange(2)]))
     assert torch.equal(again[0], images)
     del again, images  # the main process and the worker drop theirs
@@ -203,7 +204,7 @@ def during_fork():  # registered first, so it runs after shm_pool's before-fork 
         inside.wait(2)
 
 os.register_at_fork(before=during_fork)
-arrivals._watch_hand_offs()
+arrivals._watch_forks()
 os.environ["RACE"] = "1"
 pid = os.fork()
 if pid == 0:  # a DataLoader worker: its queue pickles every batch it sends
