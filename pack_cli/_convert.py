@@ -161,7 +161,7 @@ def convert_command(src: str, dst: str, fmt: str | None, shard_size: str | None,
             rejects = f"{where}/rejects.jsonl" if remote else str(Path(dst) / "rejects.jsonl")
             summary += f"; {index.num_rejected} rejected inputs listed in {rejects}"
         click.echo(summary)
-        for note in wds_notes(index):
+        for note in wds_notes(index) if index.format == "wds" else ():
             click.echo(f"note: {note}", err=True)
 
 

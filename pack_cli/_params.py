@@ -35,7 +35,8 @@ def parse_fields(types: tuple[str, ...], keep: str | None, none: bool,
     try:
         names = tuple(n.strip() for n in keep.split(",") if n.strip()) if keep is not None \
             else None
-        LabelChoice.parse(label)  # refused here, before anything is scanned
+        if label is not None:
+            LabelChoice.parse(label)  # refused here, before anything is scanned
         return FieldChoice(keep=names, enabled=not none,
                            types=tuple(parse_spec(text) for text in types),
                            annotations=None if annotations is None else str(annotations),

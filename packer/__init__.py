@@ -1,6 +1,7 @@
 """Offline side of the toolkit: turn a folder of small images into one packed dataset.
 
     from packer import convert, ConvertOptions, EncodeOptions, ShardOptions, verify
+    from packer.errors import SourceError   # every error class lives there, each a PackError
 
 `packer` never imports torch at import time, so converting works on machines without it
 (npy's resize loads it when an npy conversion starts). Names load lazily (PEP 562), so
@@ -22,33 +23,14 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from packer.errors import (
-    AppendInterrupted,
-    ArrayValueError,
-    BadInputError,
-    CorruptDatasetError,
-    DatasetExistsError,
-    DecodeError,
-    DestinationError,
-    DiskFullError,
-    ExtensionMissingError,
-    FieldValueError,
-    IncompleteDatasetError,
-    MissingDependencyError,
-    PackError,
-    RayClusterError,
-    RemoteError,
-    ResumeRefused,
-    SourceError,
-    UnsupportedImageError,
-)
+from packer.errors import PackError
 
 if TYPE_CHECKING:
     from packer.api import append, convert, describe, verify
     from packer.conversion.append import AppendResult
     from packer.conversion.job import ConvertOptions
     from packer.core.fields import FieldSpec
-    from packer.core.index import Index, SampleTable, open_dataset, read_index
+    from packer.core.index import Index
     from packer.dataset.describe import Description
     from packer.dataset.splits import SplitReport, split
     from packer.dataset.stats import DatasetStats, stats
@@ -67,9 +49,6 @@ _LAZY = {
     "FieldSpec": "packer.core.fields",
     "ShardOptions": "packer.formats.base",
     "Index": "packer.core.index",
-    "SampleTable": "packer.core.index",
-    "open_dataset": "packer.core.index",
-    "read_index": "packer.core.index",
     "verify": "packer.api",
     "Report": "packer.dataset.verify",
     "describe": "packer.api",
@@ -81,41 +60,21 @@ _LAZY = {
 }
 
 __all__ = [
-    "AppendInterrupted",
     "AppendResult",
-    "ArrayValueError",
-    "BadInputError",
     "ConvertOptions",
-    "CorruptDatasetError",
-    "DatasetExistsError",
     "DatasetStats",
-    "DecodeError",
     "Description",
-    "DestinationError",
-    "DiskFullError",
     "EncodeOptions",
-    "ExtensionMissingError",
     "FieldChoice",
     "FieldSpec",
-    "FieldValueError",
-    "IncompleteDatasetError",
     "Index",
-    "MissingDependencyError",
     "PackError",
-    "RayClusterError",
-    "RemoteError",
     "Report",
-    "ResumeRefused",
-    "SampleTable",
     "ShardOptions",
-    "SourceError",
     "SplitReport",
-    "UnsupportedImageError",
     "append",
     "convert",
     "describe",
-    "open_dataset",
-    "read_index",
     "split",
     "stats",
     "verify",

@@ -79,11 +79,11 @@ class ResumeRefused(PackError, ValueError):
     """The interrupted job does not match this one."""
 
 
-class ArrayValueError(ValueError):
+class ArrayValueError(PackError, ValueError):
     """A value that is not an array of its field's type."""
 
 
-class FieldValueError(ValueError):
+class FieldValueError(PackError, ValueError):
     """A value that is not of its field's type (a bad manifest cell, a bad sidecar)."""
 
 

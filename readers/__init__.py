@@ -10,40 +10,32 @@
     from readers import loop_state, skip_first_batches   # resume mid-epoch, nothing read twice
 
 `readers` depends on `packer`, never the reverse. Its errors are packer's classes
-(packer.errors): `readers.DecodeError` is `packer.DecodeError`.
+(`from packer.errors import DecodeError`).
 """
 
-from readers.augment import Box, CenterCrop, RandomResizedCrop
+from readers.augment import CenterCrop, RandomResizedCrop
 from readers.batching.collate import collate
 from readers.batching.raw_batch import RawBatch
-from readers.concat import ConcatDataset
-from readers.datasets import PackedDataset, PackedIterableDataset, Sample
-from readers.decoding.decode import DecodeError
+from readers.datasets import PackedDataset, PackedIterableDataset
 from readers.decoding.device_decode import decode_on
 from readers.diagnostics.monitor import LoaderMonitor  # numpy and logging only: adds nothing heavy
 from readers.mix import Mix
 from readers.options import OnError, RemoteOptions, SplitOptions
 from readers.passes.loop import loop_state
 from readers.passes.skip import skip_first_batches
-from readers.sampling.sampler import PAD_LABEL, ChunkSampler, PaddedIndex
+from readers.sampling.sampler import ChunkSampler
 
 __all__ = [
-    "PAD_LABEL",
-    "Box",
     "CenterCrop",
     "ChunkSampler",
-    "ConcatDataset",
-    "DecodeError",
     "LoaderMonitor",
     "Mix",
     "OnError",
     "PackedDataset",
     "PackedIterableDataset",
-    "PaddedIndex",
     "RandomResizedCrop",
     "RawBatch",
     "RemoteOptions",
-    "Sample",
     "SplitOptions",
     "collate",
     "decode_on",

@@ -196,7 +196,7 @@ class _PackedBase:
     def _choose_fields(self, fields: FieldNames, in_memory: bool) -> None:
         """The fields samples carry (readers.fields), read once into memory with
         `in_memory` (readers.held_fields)."""
-        self.fields = chosen_fields(self.index, fields, self.path)
+        self.fields = None if fields is None else chosen_fields(self.index, fields, self.path)
         if not in_memory:
             return
         if self.fields is None:

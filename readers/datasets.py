@@ -114,7 +114,8 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
         self.seed = seed
         self._epochs = PassEpochs()  # only its named epoch: map-style has no passes
         self._choose_fields(fields, fields_in_memory)
-        self.subset = Subset.open(path, self.index, subset)  # ds[i]: the subset's i-th sample
+        # ds[i]: the subset's i-th sample
+        self.subset = None if subset is None else Subset.open(path, self.index, subset)
 
     @property
     def epoch(self) -> int:

@@ -53,10 +53,9 @@ def dataset_fields(index: Index) -> tuple[str, ...]:
     return tuple(spec.name for spec in index.fields)
 
 
-def chosen_fields(index: Index, fields: FieldNames, where: Path) -> tuple[str, ...] | None:
-    """The names a dataset returns (None: plain tuple samples); an unknown one is refused."""
-    if fields is None:
-        return None
+def chosen_fields(index: Index, fields: str | Sequence[str], where: Path) -> tuple[str, ...]:
+    """The names a dataset returns for `fields=` ("all" or names); an unknown one is
+    refused."""
     available = dataset_fields(index)
     if isinstance(fields, str) and fields != "all":
         raise ValueError(f"fields must be a sequence of names or 'all', not the string "

@@ -85,7 +85,8 @@ class PackedIterableDataset(SplitPasses, _PackedBase, IterableDataset[Sample]):
                          on_error=on_error)
         self.split = split
         self._init_passes(split, shuffle=shuffle, seed=seed, batch_size=batch_size)
-        self.subset = Subset.open(path, self.index, subset)  # plans count its positions
+        # plans count its positions
+        self.subset = None if subset is None else Subset.open(path, self.index, subset)
         self._weights = weighted_split(self, class_weights, None, self.chunk_size)
         self._check_plan()
         self._choose_fields(fields, fields_in_memory)

@@ -32,11 +32,8 @@ class Subset:
         self.indices = indices
 
     @classmethod
-    def open(cls, path: str | Path, index: Index, name: str | None) -> Subset | None:
-        """Split `name` of the local dataset at `path` (whose index is `index`); None
-        without a name."""
-        if name is None:
-            return None
+    def open(cls, path: str | Path, index: Index, name: str) -> Subset:
+        """Split `name` of the local dataset at `path` (whose index is `index`)."""
         if is_url(str(path)):
             raise ValueError(f"subset={name!r}: {path} is a URL; subset= reads the splits of "
                              "a local dataset folder (run `pack split` there, then upload)")

@@ -317,7 +317,8 @@ def finalize(folder: Path, fmt: str, source: Source, options: EncodeOptions, job
                   shards=tuple(shards), encode=options.to_json(), num_rejected=len(rejects),
                   num_ignored=source.num_ignored,
                   image_size=options.size if options.pixels else None, extra=extra,
-                  fields=source.fields, field_counts=present_counts(source.fields, table))
+                  fields=source.fields,
+                  field_counts=present_counts(source.fields, table) if source.fields else ())
     index = write_index(folder, index)  # as written: with the table's digest
     journal.remove()
     return index

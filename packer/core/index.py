@@ -180,7 +180,7 @@ def index_from_json(data: Any, path: Path) -> Index:
         image_size=checks.image_size(data, path),
         sample_hash=checks.text(data, "sample_hash", path),
         extra=checks.mapping(data, "extra", path),
-        **fields_from_json(data, path),
+        **(fields_from_json(data, path) if "fields" in data else {}),
     )
     if index.sample_hash != SAMPLE_HASH:
         raise CorruptDatasetError(

@@ -49,7 +49,8 @@ from readers.batching._shm_pool import FREE, SlotPool, shared_buffer, worker_poo
 from readers.batching.field_batch import FieldBatch
 from readers.batching.fields_collate import collate_dicts
 from readers.batching.gathered import GatheredRows
-from readers.batching.raw_collate import collate_raw, is_raw
+from readers.batching.raw_batch import RAW_TYPES
+from readers.batching.raw_collate import collate_raw
 
 Sample = tuple[Any, ...]
 
@@ -120,7 +121,7 @@ def collate(batch: Sequence[Sample]) -> Any:
     if not _plain_samples(batch):
         return default_collate(list(batch))
     images = [sample[0] for sample in batch]
-    if is_raw(images):
+    if all(type(image) in RAW_TYPES for image in images):  # stored bytes: decode="raw"
         return collate_raw(batch, getattr(batch, "indices", None))
     whole = _whole_batch(images) if isinstance(images[0], torch.Tensor) else _whole_rows(images)
     if get_worker_info() is None:

@@ -17,14 +17,9 @@ from torch.utils.data import default_collate, get_worker_info
 
 from readers.batching._pooled import PooledBatch
 from readers.batching._shm_pool import shared_buffer, worker_pool
-from readers.batching.raw_batch import RAW_TYPES, RawBatch
+from readers.batching.raw_batch import RawBatch
 
 Sample = tuple[Any, ...]
-
-
-def is_raw(images: Sequence[Any]) -> bool:
-    """Every value bytes, bytearray or memoryview: stored bytes of decode="raw"."""
-    return bool(images) and all(type(image) in RAW_TYPES for image in images)
 
 
 def collate_raw(batch: Sequence[Sample], indices: Sequence[int] | None) -> list[Any]:

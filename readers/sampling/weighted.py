@@ -116,9 +116,9 @@ class ClassSplit:
 
     @classmethod
     def of_sources(cls, dataset: Any, source_weights: Sequence[float]) -> ClassSplit:
-        """The sources of a readers.ConcatDataset as the groups, mixed as readers.Mix does."""
+        """The sources of a ConcatDataset (readers.concat) as groups, mixed as readers.Mix does."""
         if not hasattr(dataset, "source_groups"):
-            raise TypeError(f"source_weights needs a readers.ConcatDataset, not "
+            raise TypeError(f"source_weights needs a readers.concat.ConcatDataset, not "
                             f"{type(dataset).__name__}")
         groups = dataset.source_groups()
         if len(source_weights) != len(groups):

@@ -19,8 +19,9 @@ from packer import ConvertOptions, convert
 from packer.core.index import open_dataset
 from packer.formats.base import ShardOptions
 from packer.testing import make_sample_folder
-from readers import PAD_LABEL, ChunkSampler, PackedDataset, PackedIterableDataset
+from readers import ChunkSampler, PackedDataset, PackedIterableDataset
 from readers.options import SplitOptions
+from readers.sampling.sampler import PAD_LABEL
 from tests.helpers import run_ranks
 
 NUM = 45  # odd: two ranks must drop or pad one sample

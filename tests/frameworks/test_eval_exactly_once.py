@@ -14,7 +14,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from packer.core.index import open_dataset
-from readers import PAD_LABEL, ChunkSampler, PackedDataset, PackedIterableDataset, SplitOptions
+from readers import ChunkSampler, PackedDataset, PackedIterableDataset, SplitOptions
+from readers.sampling.sampler import PAD_LABEL
 from tests.helpers import pack_wds
 
 NUM, BATCH = 61, 4  # 61 samples: no world size here divides them

@@ -187,7 +187,8 @@ def test_splits_stay_put_across_a_real_append(sources: tuple[Path, Path], tmp_pa
                                               stratify: bool) -> None:
     """split, append, split again with the same settings: no old sample changes split,
     and until the rerun the readers refuse the splits made for the smaller dataset."""
-    from packer import IncompleteDatasetError, split
+    from packer import split
+    from packer.errors import IncompleteDatasetError
 
     dst = tmp_path / "ds.lmdb"
     pack(sources[0], dst, "lmdb")

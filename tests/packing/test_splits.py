@@ -88,7 +88,7 @@ def test_no_sample_moves_when_keys_are_added(tmp_path: Path, stratify: bool) -> 
         synthetic_image(rng, 16, 16).save(folder / f"new_{k:03d}.png")
     after = pack(src, tmp_path / "after.wds")
     shutil.copytree(before / "splits", after / "splits")  # as an append leaves them
-    with pytest.raises(packer.IncompleteDatasetError, match="rerun `pack split"):
+    with pytest.raises(packer.errors.IncompleteDatasetError, match="rerun `pack split"):
         keys_of(after, "val")  # made for fewer samples: refused, not silently partial
     report = split(after, 0.2, 0.2, stratify=stratify, seed=3)
     assert report.kept_thresholds == (3 if stratify else 1)
@@ -155,7 +155,7 @@ def test_class_weights_draw_from_the_subset(fresh: Path) -> None:
 
 
 def test_unknown_or_missing_splits_are_named(fresh: Path) -> None:
-    with pytest.raises(packer.IncompleteDatasetError, match="pack split"):
+    with pytest.raises(packer.errors.IncompleteDatasetError, match="pack split"):
         PackedDataset(fresh, subset="val")
     split(fresh, 0.25)
     with pytest.raises(ValueError, match="has train, val"):

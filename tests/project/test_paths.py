@@ -23,8 +23,8 @@ from readers import PackedDataset, collate
 from tests.helpers import pack_wds
 
 PRODUCT = ("packer", "readers", "pack_cli")
-READ_BOUND = 27  # modules from PackedDataset(path) to a collated batch
-CONVERT_BOUND = 42  # modules from `pack convert SRC DST --to lmdb` to index.json
+READ_BOUND = 23  # modules from PackedDataset(path) to a collated batch
+CONVERT_BOUND = 40  # modules from `pack convert SRC DST --to lmdb` to index.json
 
 
 def modules_crossed(action: Callable[[], object]) -> list[str]:

@@ -23,15 +23,9 @@ from torch.utils.data import DataLoader
 from packer.core.index import open_dataset
 from packer.errors import CorruptDatasetError, DecodeError
 from packer.formats.base import ShardOptions
-from readers import (
-    PAD_LABEL,
-    LoaderMonitor,
-    OnError,
-    PackedDataset,
-    PackedIterableDataset,
-    collate,
-)
+from readers import LoaderMonitor, OnError, PackedDataset, PackedIterableDataset, collate
 from readers.options import SplitOptions
+from readers.sampling.sampler import PAD_LABEL
 from tests.helpers import FORMATS, pack_every_format, pack_with_fields
 
 COUNT = 40

@@ -20,9 +20,10 @@ from torch.utils.data import DataLoader
 
 from packer.core.index import INDEX_NAME, open_dataset
 from packer.errors import CorruptDatasetError, IncompleteDatasetError
-from readers import PAD_LABEL, ChunkSampler, PackedDataset, PackedIterableDataset
+from readers import ChunkSampler, PackedDataset, PackedIterableDataset
 from readers.decoding.decode import decode
 from readers.options import SplitOptions
+from readers.sampling.sampler import PAD_LABEL
 from tests.helpers import pack_every_format
 
 NUM = 48

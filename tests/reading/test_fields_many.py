@@ -17,9 +17,9 @@ import pytest
 from packer import formats
 from packer.core.index import open_dataset
 from packer.errors import CorruptDatasetError
-from readers import PAD_LABEL, PackedDataset
+from readers import PackedDataset
 from readers.fields import natural
-from readers.sampling.sampler import PaddedIndex
+from readers.sampling.sampler import PAD_LABEL, PaddedIndex
 from tests.helpers import FIELD_NAMES, FORMATS, pack_with_fields
 
 

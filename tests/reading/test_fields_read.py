@@ -17,9 +17,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from readers import PAD_LABEL, ChunkSampler, PackedDataset, PackedIterableDataset, collate
+from readers import ChunkSampler, PackedDataset, PackedIterableDataset, collate
 from readers.fields import natural
 from readers.options import RemoteOptions, SplitOptions
+from readers.sampling.sampler import PAD_LABEL
 from tests.helpers import FIELD_NAMES, pack_every_format, pack_with_fields
 
 FORMATS = ("wds", "lmdb", "hdf5", "npy")

@@ -15,14 +15,8 @@ from torch.utils.data import DataLoader
 from packer import ConvertOptions, convert
 from packer.formats.base import ShardOptions
 from packer.testing import make_sample_folder
-from readers import (
-    ChunkSampler,
-    ConcatDataset,
-    Mix,
-    PackedDataset,
-    PackedIterableDataset,
-    loop_state,
-)
+from readers import ChunkSampler, Mix, PackedDataset, PackedIterableDataset, loop_state
+from readers.concat import ConcatDataset
 from readers.mix import _MixedReader
 from readers.options import SplitOptions
 

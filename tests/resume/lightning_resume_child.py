@@ -30,7 +30,8 @@ from torch.nn import functional
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader  # type: ignore[import-untyped]
 
-from readers import PAD_LABEL, ChunkSampler, PackedDataset, PackedIterableDataset, SplitOptions
+from readers import ChunkSampler, PackedDataset, PackedIterableDataset, SplitOptions
+from readers.sampling.sampler import PAD_LABEL
 from tests.framework_support import WORKER_START  # the clone's root is on PYTHONPATH
 
 BATCH, SAVE_EVERY, STOP_AFTER = 4, 3, 5

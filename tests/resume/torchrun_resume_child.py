@@ -28,14 +28,8 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
-from readers import (
-    PAD_LABEL,
-    ChunkSampler,
-    PackedDataset,
-    PackedIterableDataset,
-    SplitOptions,
-    loop_state,
-)
+from readers import ChunkSampler, PackedDataset, PackedIterableDataset, SplitOptions, loop_state
+from readers.sampling.sampler import PAD_LABEL
 from tests.framework_support import WORKER_START
 
 EPOCH, BATCH, STOP = 1, 4, 3
