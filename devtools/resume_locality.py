@@ -40,12 +40,12 @@ from readers import (
     ChunkSampler,
     PackedDataset,
     PackedIterableDataset,
-    SplitOptions,
+    PartitionOptions,
     collate,
     loop_state,
 )
 from readers.options import DEFAULT_BUFFER_SIZE
-from readers.plan.chunks import ShardPlan, Spans
+from readers.plan.chunks import ChunkPlan, Spans
 
 EPOCH, SAVED_WORLD, SIZE = 1, 2, (224, 224)
 
@@ -64,7 +64,7 @@ class Recording(PackedIterableDataset):
 
     log: Path
 
-    def _stream(self, spans: Spans, plan: ShardPlan, where: tuple[int, int, int],
+    def _stream(self, spans: Spans, plan: ChunkPlan, where: tuple[int, int, int],
                 skip: int) -> Iterator[Any]:
         samples, runs = mean_run(spans)
         with self.log.open("a") as out:
@@ -77,7 +77,7 @@ class RecordingSampler(ChunkSampler):
 
     log: Path
 
-    def _spans(self, plan: ShardPlan, epoch: int, rank: int) -> tuple[Spans, int]:
+    def _spans(self, plan: ChunkPlan, epoch: int, rank: int) -> tuple[Spans, int]:
         spans, skip = super()._spans(plan, epoch, rank)
         samples, runs = mean_run(spans)
         with self.log.open("a") as out:
@@ -121,21 +121,21 @@ def one_run(kind: str, path: Path, resumed: bool, args: argparse.Namespace,
             log: Path) -> tuple[float, float, int, float]:
     """(rate, seconds to the first batch, images, mean run length) of one pass."""
     log.unlink(missing_ok=True)
-    split = SplitOptions(rank=0, world_size=1, buffer_size=args.buffer)
-    saved = SplitOptions(rank=0, world_size=SAVED_WORLD, buffer_size=args.buffer)
+    partition = PartitionOptions(rank=0, world_size=1, buffer_size=args.buffer)
+    saved = PartitionOptions(rank=0, world_size=SAVED_WORLD, buffer_size=args.buffer)
     options: dict[str, Any] = {"batch_size": args.batch, "num_workers": args.workers,
                                "collate_fn": collate}
     if kind == "iterable":
-        data: Any = Recording(path, size=SIZE, split=split)
+        data: Any = Recording(path, size=SIZE, partition=partition)
         data.log = log
         holder: Any = data
-        per_rank = len(PackedIterableDataset(path, decode="raw", split=saved))
+        per_rank = len(PackedIterableDataset(path, decode="raw", partition=saved))
     else:
         data = PackedDataset(path, size=SIZE)
-        holder = RecordingSampler(data, split=split)
+        holder = RecordingSampler(data, partition=partition)
         holder.log = log
         options["sampler"] = holder
-        per_rank = len(ChunkSampler(data, split=saved))
+        per_rank = len(ChunkSampler(data, partition=saved))
     if resumed:  # half the batches of a saved rank: at most half of what its workers make
         holder.load_state_dict(state_after_half(-(-per_rank // args.batch), args.batch,
                                                 args.workers))
@@ -156,7 +156,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--buffer", type=int, default=DEFAULT_BUFFER_SIZE,
-                        help="the shuffle buffer (SplitOptions.buffer_size)")
+                        help="the shuffle buffer (PartitionOptions.buffer_size)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/resume-locality"))
     return parser.parse_args(argv)
 

@@ -1,5 +1,5 @@
 """The `pack` console script, above both libraries: thin click commands over packer and
-readers.diagnostics (`pack bench/tune/profile` import torch inside the command).
+the diagnostics of `readers` (`pack bench/tune/profile` import torch inside the command).
 
     pack convert SRC DST --to wds|lmdb|hdf5|npy     pack_cli._convert
     pack append SRC DST                             pack_cli._append

@@ -82,7 +82,7 @@ def megabytes(count: int) -> str:
 class Reused:
     """Wraps the progress callbacks to learn what a --resume reused: a conversion reports
     its number of inputs (`on_total`), then, as its first count, the inputs an interrupted
-    run already packed (packer.conversion.job.convert_local)."""
+    run already packed (`convert_local` reports them)."""
 
     def __init__(self, advance: Callable[[int], None],
                  on_total: Callable[[int], None]) -> None:

@@ -21,9 +21,9 @@ _CONVERTING: list[bool] = []  # a conversion began and has not returned
 @contextmanager
 def converting() -> Iterator[None]:
     """Mark a conversion under way until it returns. A second Ctrl-C that lands while
-    the first one winds down (after ctrl_c restored Python's handler, before user_errors
-    printed the hint) escapes both; `run` then still gives the --resume hint, since the
-    conversion's state is left for a resume."""
+    the first one winds down (after `ctrl_c_watched` restored Python's handler, before
+    `user_errors` printed the hint) escapes both; `run` then still gives the --resume
+    hint, since the conversion's state is left for a resume."""
     _CONVERTING[:] = [True]
     yield
     _CONVERTING.clear()

@@ -18,7 +18,7 @@ def progress_bar(desc: str, quiet: bool) -> Iterator[tuple[Count, Count]]:
     """(advance, on_total) for the library's `progress` and `on_total` callbacks, drawing
     a bar on a terminal (none when `quiet` or stderr is not one), closed when the block
     ends. `advance` raises KeyboardInterrupt for a Ctrl-C that the code it landed in
-    dropped (packer.errors.ctrl_c_watched noted it)."""
+    dropped (`ctrl_c_watched` noted it)."""
     bar = tqdm(unit="img", disable=quiet or not sys.stderr.isatty(), desc=desc)
 
     def on_total(total: int) -> None:

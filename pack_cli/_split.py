@@ -33,7 +33,7 @@ def split_command(dst: Path, val: float, test: float, stratify: bool, seed: int,
     when its group (its label, with --stratify) is first split so that the group gets
     its fraction within rounding; a rerun with the same settings, after samples were
     appended, keeps the thresholds: no sample already split moves. Read a split with
-    readers.PackedDataset(DST, subset="val").
+    readers.PackedDataset(DST, split="val").
 
     \b
     pack split photos.wds --val 0.05

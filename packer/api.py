@@ -2,10 +2,10 @@
 
 `convert`, `verify` and `describe` each take a folder or a URL, and are the one place
 that tells the two apart (the CLI calls them too): a URL DST of `convert` goes through a
-staging folder and an upload (packer.conversion.upload), which itself runs the local
+staging folder and an upload (`convert_remote`), which itself runs the local
 conversion, so the conversion engine never asks where its output ends up.
 `verify` lives here, above both what it checks and what it compares with: a dataset's own
-checks (packer.dataset.verify) and the comparison with its source (packer.source.compare),
+checks (`check_dataset`) and the comparison with its source (`check_against_source`),
 which needs the scanners.
 """
 
@@ -45,7 +45,7 @@ def convert(src: str | Path, dst: str | Path, fmt: str, options: EncodeOptions |
     `dst` is a folder, or a URL (s3://bucket/prefix, file:///path) written through a
     staging folder (`staging`, default a temporary one) with fsspec `storage_options`.
     A URL `src` names webdataset shards (a brace list or their folder), downloaded once
-    into the shard cache (packer.source.wds_remote) with the same `storage_options`.
+    into the shard cache (`fetch_shards`) with the same `storage_options`.
     `progress` gets a count of inputs done, `on_total` the number of inputs.
     """
     remote_src = is_url(src)
@@ -80,7 +80,7 @@ def verify(folder: str | Path, source: str | Path | None = None,
     """Re-read every shard and sample, listing every damaged one in the report; compare
     with the source when given (and with the COCO `annotations` file it was converted with).
 
-    `repair`: rewrite the damaged files from `source` first (packer.dataset.repair),
+    `repair`: rewrite the damaged files from `source` first (`repair_dataset`),
     then verify again; the report's `repaired` names the files rewritten. A source whose
     item for a damaged key is missing or differs is refused (PackError naming the key).
     `folder` may be a URL (s3://bucket/prefix, file:///path): the dataset is downloaded

@@ -4,8 +4,8 @@ Runs in the worker threads. Every failure becomes a Reject with a reason a perso
 understands, so the writer decides (skip or fail) and nothing vanishes silently.
 
 An item's bytes come from its file, or `item.origin` reads them: an archive member
-(packer.source.members), encoded exactly as the extracted file would be, or a sample
-of a packed dataset (packer.source.packed): an encoded image, or raw RGB pixels (npy),
+(`ArchiveSource`), encoded exactly as the extracted file would be, or a sample of a
+packed dataset (`PackedSource`): an encoded image, or raw RGB pixels (npy),
 which are re-encoded (PNG unless asked otherwise) or resized as the options say.
 """
 

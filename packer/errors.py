@@ -122,7 +122,7 @@ def ctrl_c_watched() -> Iterator[None]:
     code drops the KeyboardInterrupt for an error of its own (numpy loading a file, h5py
     converting strings) or Python can only print it (a weakref callback during a lazy
     import), the error still ends as KeyboardInterrupt here, a broad `except` never turns
-    it into a rejected input (packer.encode: `interrupted`), and the next progress report
+    it into a rejected input (encoding asks `interrupted`), and the next progress report
     can raise it again (`ctrl_c_pressed`). The previous handler and a clear state are
     restored when the block ends. `pack convert` runs each conversion in one.
     """

@@ -5,7 +5,7 @@
     from readers import RandomResizedCrop, CenterCrop   # train-time crops, fused into decode
     from readers import Mix   # several packed datasets as one, in chosen proportions
     from readers import LoaderMonitor   # times how long a training loop waits for data
-    from readers import SplitOptions, RemoteOptions   # sharding and URL-cache settings
+    from readers import PartitionOptions, RemoteOptions   # sharding and URL-cache settings
     from readers import OnError   # on_error=: raise (default) or skip a damaged sample
     from readers import loop_state, skip_first_batches   # resume mid-epoch, nothing read twice
 
@@ -20,7 +20,7 @@ from readers.datasets import PackedDataset, PackedIterableDataset
 from readers.decoding.device_decode import decode_on
 from readers.diagnostics.monitor import LoaderMonitor  # numpy and logging only: adds nothing heavy
 from readers.mix import Mix
-from readers.options import OnError, RemoteOptions, SplitOptions
+from readers.options import OnError, PartitionOptions, RemoteOptions
 from readers.passes.loop import loop_state
 from readers.passes.skip import skip_first_batches
 from readers.sampling.sampler import ChunkSampler
@@ -33,10 +33,10 @@ __all__ = [
     "OnError",
     "PackedDataset",
     "PackedIterableDataset",
+    "PartitionOptions",
     "RandomResizedCrop",
     "RawBatch",
     "RemoteOptions",
-    "SplitOptions",
     "collate",
     "decode_on",
     "loop_state",

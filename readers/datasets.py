@@ -19,7 +19,7 @@ resolved when a pass starts (readers.passes.world).
 
 Samples are `(image, label)` or, with `with_keys=True`, `(image, label, key)`; with
 `fields=` a dict with the sample's fields too (readers.fields). A repeat added to even
-out the ranks (`split=SplitOptions(drop_last=False)`) has label `PAD_LABEL` (-1): mask it
+out the ranks (`partition=PartitionOptions(drop_last=False)`) has label `PAD_LABEL` (-1): mask it
 with `labels >= 0`, or train with `CrossEntropyLoss(ignore_index=PAD_LABEL)`.
 """
 
@@ -76,8 +76,9 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
     `in_memory=True` copies the dataset (a URL: downloads it) once per node into shared
     RAM that every worker and rank reads (readers.ram.copies); no chunk cache then.
 
-    `subset="val"` reads one split that `pack split` wrote into the dataset folder:
-    `ds[i]` is the split's i-th sample (readers.subset).
+    `split="val"` reads one split that `pack split` wrote into the dataset folder:
+    `ds[i]` is the split's i-th sample. (How an epoch is dealt to ranks and workers is
+    the sampler's `partition=`.)
 
     `fields_in_memory=True` reads the `fields=` of every sample once, here, checked
     against their digests, into a few buffers per field that batches gather from
@@ -101,7 +102,7 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
                  chunk_size: int = DEFAULT_CHUNK_SIZE,
                  remote: RemoteOptions | None = None, in_memory: bool = False,
                  fields: FieldNames = None, fields_in_memory: bool = False,
-                 subset: str | None = None, on_error: OnError | str = "raise") -> None:
+                 split: str | None = None, on_error: OnError | str = "raise") -> None:
         check_budget("max_cache_bytes", max_cache_bytes, "off")
         if seed < 0:
             raise ValueError(f"seed must be a non-negative integer, not {seed}")
@@ -114,8 +115,8 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
         self.seed = seed
         self._epochs = PassEpochs()  # only its named epoch: map-style has no passes
         self._choose_fields(fields, fields_in_memory)
-        # ds[i]: the subset's i-th sample
-        self.subset = None if subset is None else Subset.open(path, self.index, subset)
+        # ds[i]: the split's i-th sample
+        self.subset = None if split is None else Subset.open(path, self.index, split)
 
     @property
     def epoch(self) -> int:

@@ -18,25 +18,25 @@ from readers.decoding.decode import Mode
 from readers.fields import FieldNames, fields_ahead, with_fields
 from readers.options import (
     DEFAULT_CHUNK_SIZE,
-    DEFAULT_SPLIT,
+    DEFAULT_PARTITION,
     OnError,
+    PartitionOptions,
     RemoteOptions,
-    SplitOptions,
 )
-from readers.passes.base import SplitPasses
+from readers.passes.base import PartitionPasses
 from readers.passes.stream import SpanRecord, pass_records
-from readers.plan.chunks import ShardPlan, Spans, epoch_rng
+from readers.plan.chunks import ChunkPlan, Spans, epoch_rng
 from readers.ram.copies import in_memory_copy
 from readers.remote import remote_source
 from readers.sampling.weighted import ClassWeights, weighted_split
 from readers.subset import Subset
 
 
-class PackedIterableDataset(SplitPasses, _PackedBase, IterableDataset[Sample]):
+class PackedIterableDataset(PartitionPasses, _PackedBase, IterableDataset[Sample]):
     """Streams this rank's share of chunks, split among DataLoader workers.
 
     Chunks are read in order with `read_range` (tar shards sequentially) and shuffled
-    within `split=SplitOptions(buffer_size=...)` samples; the buffer then holds about
+    within `partition=PartitionOptions(buffer_size=...)` samples; the buffer then holds about
     buffer_size / chunk_size chunks, which sets how well classes mix (index order is
     sorted by key). `len()` is the exact number of samples this rank yields per epoch.
 
@@ -48,7 +48,7 @@ class PackedIterableDataset(SplitPasses, _PackedBase, IterableDataset[Sample]):
     `batch_size` deals each DataLoader worker whole batches (without it, the batch size
     of the loader that iterates it), so the loader makes exactly `len(loader)` batches.
     Under Accelerate's `prepare` (and transformers' Trainer) the framework splits across
-    ranks and the dataset gives it the whole epoch (readers.passes.split_owner).
+    ranks and the dataset gives it the whole epoch (readers.passes.partition_owner).
 
     `augment` (readers.RandomResizedCrop or CenterCrop) crops every sample at decode, the
     box a pure function of (seed, epoch of the pass, sample index).
@@ -56,8 +56,8 @@ class PackedIterableDataset(SplitPasses, _PackedBase, IterableDataset[Sample]):
     `in_memory=True` copies the dataset (a URL: downloads it) once per node into shared
     RAM that every worker and rank reads (readers.ram.copies).
 
-    `subset="val"` streams one split that `pack split` wrote into the dataset folder,
-    split exactly once across ranks and workers like a whole dataset (readers.subset).
+    `split="val"` streams one split that `pack split` wrote into the dataset folder,
+    partitioned exactly once across ranks and workers like a whole dataset.
 
     `fields_in_memory=True` reads the `fields=` of every sample once, here, into
     columns the stream takes them from (readers.held_fields), as PackedDataset does.
@@ -72,33 +72,33 @@ class PackedIterableDataset(SplitPasses, _PackedBase, IterableDataset[Sample]):
                  decode: Mode = "rgb8", size: tuple[int, int] | None = None,
                  augment: Augment | None = None, transform: Transform | None = None,
                  with_keys: bool = False, batch_size: int | None = None,
-                 split: SplitOptions = DEFAULT_SPLIT,
+                 partition: PartitionOptions = DEFAULT_PARTITION,
                  remote: RemoteOptions | None = None, in_memory: bool = False,
                  class_weights: ClassWeights | None = None,
                  fields: FieldNames = None, fields_in_memory: bool = False,
-                 subset: str | None = None, on_error: OnError | str = "raise") -> None:
+                 split: str | None = None, on_error: OnError | str = "raise") -> None:
         sample = SampleSettings(decode, size, augment, transform, with_keys)
         self._ram = in_memory_copy(path, remote) if in_memory else None  # readers.ram.copies
         source = None if self._ram else remote_source(path, remote)
         super().__init__(self._ram.folder if self._ram else path, sample=sample,
-                         chunk_size=split.chunk_size_or(DEFAULT_CHUNK_SIZE), remote=source,
+                         chunk_size=partition.chunk_size_or(DEFAULT_CHUNK_SIZE), remote=source,
                          on_error=on_error)
-        self.split = split
-        self._init_passes(split, shuffle=shuffle, seed=seed, batch_size=batch_size)
+        self.partition = partition
+        self._init_passes(partition, shuffle=shuffle, seed=seed, batch_size=batch_size)
         # plans count its positions
-        self.subset = None if subset is None else Subset.open(path, self.index, subset)
+        self.subset = None if split is None else Subset.open(path, self.index, split)
         self._weights = weighted_split(self, class_weights, None, self.chunk_size)
         self._check_plan()
         self._choose_fields(fields, fields_in_memory)
 
-    def _plan_for(self, world_size: int) -> ShardPlan:
+    def _plan_for(self, world_size: int) -> ChunkPlan:
         shuffle, drop_last, seed = self._split
         n = self.index.num_samples if self.subset is None else len(self.subset)
         if self._weights is not None:  # readers.sampling.weighted: a per-class chunk schedule
             return self._weights.plan(n, self.chunk_size, world_size, shuffle, drop_last, seed)
-        return ShardPlan(n, self.chunk_size, world_size, shuffle, drop_last, seed)
+        return ChunkPlan(n, self.chunk_size, world_size, shuffle, drop_last, seed)
 
-    def _stream(self, spans: Spans, plan: ShardPlan, where: tuple[int, int, int],
+    def _stream(self, spans: Spans, plan: ChunkPlan, where: tuple[int, int, int],
                 skip: int) -> Iterator[Sample]:
         """`where`: (epoch, rank, worker) of the pass, which seed its shuffle buffer."""
         if self.subset is not None:  # positions -> samples (readers.subset)

@@ -27,10 +27,10 @@ from torch.utils.data import IterableDataset
 
 from packer.formats.base import RecordReader
 from readers._base import Sample, _PackedBase
-from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_SPLIT, SplitOptions
-from readers.passes.base import SplitPasses
+from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_PARTITION, PartitionOptions
+from readers.passes.base import PartitionPasses
 from readers.passes.stream import pass_records
-from readers.plan.chunks import ShardPlan, Spans, chunk_spans, epoch_rng
+from readers.plan.chunks import ChunkPlan, Spans, chunk_spans, epoch_rng
 from readers.plan.groups import GroupPlan, largest_remainder
 
 
@@ -74,7 +74,7 @@ class _MixedReader:
         return out
 
 
-class Mix(SplitPasses, IterableDataset[Sample]):
+class Mix(PartitionPasses, IterableDataset[Sample]):
     """Reads `sources` as one dataset, `weights` deciding how many samples come from each.
 
     `epoch_size` (default: the sum of the sources' sizes) samples per epoch over all ranks,
@@ -86,15 +86,16 @@ class Mix(SplitPasses, IterableDataset[Sample]):
 
     def __init__(self, sources: Sequence[_PackedBase], weights: Sequence[float] | None = None,
                  *, epoch_size: int | None = None, seed: int = 0, with_source: bool = False,
-                 batch_size: int | None = None, split: SplitOptions = DEFAULT_SPLIT) -> None:
-        if split.chunk_size is not None:
+                 batch_size: int | None = None,
+                 partition: PartitionOptions = DEFAULT_PARTITION) -> None:
+        if partition.chunk_size is not None:
             raise ValueError("Mix reads each source in that source's own chunks: give "
                              "chunk_size to the sources, not to the Mix's split")
         if not sources:
             raise ValueError("Mix needs at least one source dataset")
         self.sources = list(sources)
         if any(getattr(source, "subset", None) is not None for source in self.sources):
-            raise ValueError("Mix reads whole sources: a source with subset= is not supported")
+            raise ValueError("Mix reads whole sources: a source with split= is not supported")
         sizes = [source.index.num_samples for source in self.sources]
         weights = sizes if weights is None else weights
         if len(weights) != len(sizes):
@@ -105,15 +106,15 @@ class Mix(SplitPasses, IterableDataset[Sample]):
         self._groups = tuple(_shifted(chunk_spans(n, source.chunk_size), int(base))
                              for n, source, base in zip(sizes, self.sources, self.offsets[:-1],
                                                         strict=True))
-        self.seed, self.drop_last, self.with_source = seed, split.drop_last, with_source
-        self._init_passes(split, shuffle=True, seed=seed, batch_size=batch_size)
+        self.seed, self.drop_last, self.with_source = seed, partition.drop_last, with_source
+        self._init_passes(partition, shuffle=True, seed=seed, batch_size=batch_size)
         self._check_plan()
 
-    def _plan_for(self, world_size: int) -> ShardPlan:
+    def _plan_for(self, world_size: int) -> ChunkPlan:
         return GroupPlan(self.epoch_size, DEFAULT_CHUNK_SIZE, world_size, True, self.drop_last,
                          self.seed, groups=self._groups, counts=self.counts)
 
-    def _stream(self, spans: Spans, plan: ShardPlan, where: tuple[int, int, int],
+    def _stream(self, spans: Spans, plan: ChunkPlan, where: tuple[int, int, int],
                 skip: int) -> Iterator[Sample]:
         handles = [source.handles() for source in self.sources]
         reader = _MixedReader([h.reader for h in handles], self.offsets)

@@ -1,7 +1,7 @@
-"""`subset="val"`: a reader over one split of DST/splits (packer.dataset.splits).
+"""`split="val"`: a reader over one split of DST/splits, as `pack split` writes them.
 
 A subset is an index map: position p of the reader is sample `indices[p]` of the
-dataset. Every plan (ShardPlan, the weighted ones, resume and its re-split) works on
+dataset. Every plan (ChunkPlan, the weighted ones, resume and its re-split) works on
 positions 0..len(subset)-1 as it works on a whole dataset, so the exactly-once split
 across ranks and workers holds for the subset unchanged; only the reading side maps
 positions to samples: `PackedDataset` per index, `PackedIterableDataset` per span
@@ -27,15 +27,19 @@ class Subset:
 
     def __init__(self, name: str, indices: npt.NDArray[np.int64]) -> None:
         if not len(indices):
-            raise ValueError(f"subset {name!r} holds no samples; split with a larger fraction")
+            raise ValueError(f"split {name!r} holds no samples; split with a larger fraction")
         self.name = name
         self.indices = indices
 
     @classmethod
     def open(cls, path: str | Path, index: Index, name: str) -> Subset:
         """Split `name` of the local dataset at `path` (whose index is `index`)."""
+        if not isinstance(name, str):
+            raise TypeError(f"split= names a split that `pack split` wrote ('train', 'val', "
+                            f"...), not a {type(name).__name__}: how an epoch is dealt to "
+                            "ranks goes in partition=PartitionOptions(...)")
         if is_url(str(path)):
-            raise ValueError(f"subset={name!r}: {path} is a URL; subset= reads the splits of "
+            raise ValueError(f"split={name!r}: {path} is a URL; split= reads the splits of "
                              "a local dataset folder (run `pack split` there, then upload)")
         return cls(name, load_subset(Path(path).resolve(), index, name))
 

@@ -31,7 +31,7 @@ from pack_cli._params import parse_bytes
 from packer import ConvertOptions, convert
 from packer.formats.base import ShardOptions
 from readers import PackedIterableDataset
-from readers.options import RemoteOptions, SplitOptions
+from readers.options import PartitionOptions, RemoteOptions
 
 
 def free_port() -> int:
@@ -63,7 +63,7 @@ def read_all(path: str | Path, decode: Any, size: tuple[int, int] | None, worker
     remote = None if cache_dir is None else RemoteOptions(cache_dir=cache_dir,
                                                           prefetch_shards=prefetch_shards)
     ds = PackedIterableDataset(path, shuffle=True, decode=decode, size=size,
-                               split=SplitOptions(drop_last=False), remote=remote)
+                               partition=PartitionOptions(drop_last=False), remote=remote)
     loader = DataLoader(ds, batch_size=64, num_workers=workers, collate_fn=len)
     start = time.perf_counter()
     count = sum(loader)

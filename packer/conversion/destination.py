@@ -33,10 +33,10 @@ LOW_SPACE_BYTES = 64 << 20
 
 @functools.cache
 def _our_names(with_state: bool) -> frozenset[str]:
-    """Every dataset file name (core.layout), each format's own files as it declares them
+    """Every dataset file name (`DATASET_FILES`), each format's own files as it declares them
     (wds' are patterns: `is_wds_file`), and the resume state when asked."""
     names = set(DATASET_FILES) | ({STATE_DIR} if with_state else set())
-    for fmt in FORMAT_NAMES:  # without importing each format (formats.FILES)
+    for fmt in FORMAT_NAMES:  # without importing each format (`formats.FILES`)
         names |= {f for f in formats.FILES[fmt] if "*" not in f}
     return frozenset(names)
 

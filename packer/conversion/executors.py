@@ -1,12 +1,11 @@
 """Run encode work in parallel and hand results back in order.
 
-Threads are the default. The per-image work is file reads, JPEG decoding, resizing
+The work runs on threads. The per-image work is file reads, JPEG decoding, resizing
 and hashing, all of which release the GIL, so N threads keep N cores busy; and a
-result (an image's bytes, or 150 KB of pixels) reaches the writer without being
-pickled, piped and unpickled (three copies that cost more than a 1/8-scale JPEG
-decode on this hardware), with no pool start-up (~0.5 s for a forkserver pool).
-A process pool remains for work that holds the GIL. `--executor ray` sends the same
-batches to Ray tasks on a cluster instead (packer/executor_ray.py, imported only then).
+result (an image's bytes, or a row of pixels) reaches the writer without being
+pickled, piped and unpickled (three copies that can cost more than a scaled-down JPEG
+decode), with no pool start-up. `--executor ray` sends the same batches to Ray tasks
+on a cluster instead (Ray is imported only then).
 
 Tasks are submitted through a bounded window, so memory stays flat however large the
 source is, and results come back in submission order, so the output is identical for
@@ -18,9 +17,7 @@ workers ignore SIGINT and are terminated.
 from __future__ import annotations
 
 import collections
-import multiprocessing
 import os
-import signal
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -32,7 +29,6 @@ from packer.encode import EncodeOptions, encode_batch
 
 Task = TypeVar("Task")
 Result = TypeVar("Result")
-Kind = Literal["threads", "processes"]
 Executor = Literal["local", "ray"]
 EXECUTORS: tuple[Executor, ...] = ("local", "ray")
 
@@ -66,7 +62,7 @@ def encode_ordered(batches: Iterable[list[SourceItem]], options: EncodeOptions,
     return map_ordered(func, batches, threads)
 
 
-FAST_ITEM_S = 50e-6  # reading one input from the page cache takes ~10 µs here
+FAST_ITEM_S = 50e-6  # above what reading one input from the page cache takes
 
 
 def batch_size(options: EncodeOptions) -> int:
@@ -88,11 +84,10 @@ def map_ordered_adaptive(func: Callable[[Task], Result], tasks: Iterable[Task],
     that which tasks count as slow does not depend on how busy the machine is.
 
     Why: pass-through with `--check none` only reads each file and hashes it. From the
-    page cache that is ~10 µs, less than handing it to a thread costs: the threads
-    contend with the writer for the GIL (10,000 photos: 28.5k images/s inline against
-    23.4k on 2 threads). From a cold disk or a network file system each read waits,
-    and only threads overlap the waits: such a source switches within a few tasks, and
-    for good, while one preempted task on a busy machine does not.
+    page cache that costs less than handing it to a thread: the threads contend with
+    the writer for the GIL, so inline is faster. From a cold disk or a network file
+    system each read waits, and only threads overlap the waits: such a source switches
+    within a few tasks, and for good, while one preempted task on a busy machine does not.
     """
     pending = iter(tasks)
     recent: collections.deque[bool] = collections.deque(maxlen=SLOW_WINDOW)
@@ -110,16 +105,14 @@ SLOW_WINDOW, SLOW_TO_SWITCH = 4, 2
 
 
 def map_ordered(func: Callable[[Task], Result], tasks: Iterable[Task], workers: int,
-                window: int | None = None, kind: Kind = "threads") -> Iterator[Result]:
-    """Yield func(task) for each task, in order, using `workers` threads or processes.
+                window: int | None = None) -> Iterator[Result]:
+    """Yield func(task) for each task, in order, using `workers` threads.
 
     `workers=0` runs inline; `window` bounds the tasks in flight (default 4 per worker).
     """
     if workers <= 0:
         return map(func, tasks)
     limit = window or 4 * workers
-    if kind == "processes":
-        return _map_processes(func, tasks, workers, limit)
     return _map_threads(func, tasks, workers, limit)
 
 
@@ -138,26 +131,3 @@ def _map_threads(func: Callable[[Task], Result], tasks: Iterable[Task], workers:
         for future in pending:
             future.cancel()
         pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def _map_processes(func: Callable[[Task], Result], tasks: Iterable[Task], workers: int,
-                   limit: int) -> Iterator[Result]:
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["packer.encode"])
-    pool = context.Pool(workers, initializer=_ignore_sigint)
-    pending: collections.deque[multiprocessing.pool.AsyncResult[Result]] = collections.deque()
-    try:
-        for task in tasks:
-            pending.append(pool.apply_async(func, (task,)))
-            if len(pending) >= limit:
-                yield pending.popleft().get()
-        while pending:
-            yield pending.popleft().get()
-        pool.close()
-    finally:
-        pool.terminate()
-        pool.join()

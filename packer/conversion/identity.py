@@ -5,7 +5,8 @@ While a conversion runs, `.pack-state/job.json` holds the job's fingerprint and 
 refuses another job. Once the dataset is complete the state is gone, so index.json's
 `extra["job"]` keeps the fingerprint and its parts: `--resume` on a complete DST is then
 a no-op when the job is the same, and is refused naming what differs when it is not.
-Datasets written before this record existed cannot be matched: --resume refuses them.
+A complete dataset whose index.json keeps no job record cannot be matched: --resume
+refuses it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from packer.source.scan import Source
 from packer.storage.atomic import write_atomic
 
 JOB_KEY = "job"  # in index.json's `extra`
-STATE_JOB = "job.json"  # the resume state's record of its job (packer.conversion.journal)
+STATE_JOB = "job.json"  # the resume state's record of its job (`Journal`)
 # Settings, flattened, as the `pack convert` options that set them; the others
 # (encode.pixels, encode.mode) follow from these and from the format.
 OPTION_NAMES = {"format": "--to", "encode.check": "--check", "encode.resize": "--resize",
@@ -66,7 +67,7 @@ def identify(source: Source, settings: dict[str, Any]) -> JobIdentity:
     update(json.dumps(source.class_names).encode())
     if source.origin is not None:
         update(f"packed:{source.origin.identity}\n".encode())
-    if source.archive is not None:  # size, mtime and member table (source.archive)
+    if source.archive is not None:  # size, mtime and member table
         update(f"archive:{source.archive.identity}\n".encode())
     for key, path, label in source.items.rows():
         update(f"{key}\0{path}\0{label}\0{_facts(source, path)}\n".encode())
@@ -116,7 +117,7 @@ def check_same_job(where: str, index: Index, job: JobIdentity,
     """Refuse, naming what differs, unless the complete dataset at `where` is this job.
 
     `state_fingerprint`: from resume state left beside the index (a run killed while
-    removing it), the only record a dataset written before index.json kept one has.
+    removing it), the only record of the job where index.json keeps none.
     """
     recorded = index.extra.get(JOB_KEY)
     if not isinstance(recorded, dict):

@@ -162,9 +162,9 @@ def convert_local(src: str | Path, dst: str | Path, fmt: str,
                          drop_duplicates=run.drop_duplicates)
         with aborted_on_failure(writer), source_open(source):
             # The generators are closed here, whatever ends the loop: one left to the
-            # garbage collector (a traceback kept by the caller holds it) shut its
-            # thread pool down wherever the collection ran, once inside a new thread's
-            # start, which deadlocked on threading's own lock.
+            # garbage collector (a traceback kept by the caller holds it) shuts its
+            # thread pool down wherever the collection runs, which can be inside a new
+            # thread's start, where it deadlocks on threading's own lock.
             if isinstance(writer, CommittedShards):  # parallel: Ray tasks write the shards
                 assert limits.max_samples is not None  # use_parallel_writers checked it
                 with closed_after(written_groups(
@@ -213,7 +213,7 @@ def encoded(items: Sequence[SourceItem], options: EncodeOptions, workers: int | 
             ) -> Iterator[Record | Reject]:
     """Encode items in order on `workers` threads (see executors for why threads), or Ray.
 
-    A task is a batch of executors.batch_size inputs.
+    A task is a batch of `batch_size(options)` inputs.
     """
     size = batch_size(options)
     # Slices of the scan's SourceItems are views: each batch builds its SourceItem

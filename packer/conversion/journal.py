@@ -1,6 +1,6 @@
 """Resume state of an unfinished conversion, kept in `DST/.pack-state/`.
 
-    job.json            fingerprint of source + format + options (conversion.identity); resume
+    job.json            fingerprint of source + format + options (`JobIdentity`); resume
                         refuses a mismatch
     parts.jsonl         one line per durable part: where the source was consumed up to,
                         the shards so far, the rejects of the part
@@ -8,7 +8,7 @@
 
 A line is appended (and fsynced) only after the writer made the part durable, so a
 line always describes data on disk; a torn last line is ignored. The folder is
-removed once index.json exists (which keeps the job's identity: packer.conversion.identity).
+removed once index.json exists (which keeps the job's identity in its `extra`).
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ class Journal:
         job = self.state / "job.json"
         with contextlib.suppress(FileNotFoundError):
             for path in self.state.iterdir():
-                if path.is_dir() and not path.is_symlink():  # packer.conversion.parallel's groups
+                if path.is_dir() and not path.is_symlink():  # a parallel wds run's groups
                     shutil.rmtree(path, ignore_errors=True)
                 elif path != job:
                     path.unlink(missing_ok=True)

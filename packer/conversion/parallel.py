@@ -8,13 +8,13 @@
       the wids index, index.json last
 
 Why groups of inputs: which shard a sample lands in must not depend on who wrote it.
-With `--shard-samples N`, shard boundaries fall every N *inputs* (packer.conversion.job rolls
-a local run the same way), so a task knows its shards before any other task has run,
-and the result is byte-identical to a local run: same bytes, same names, same index.
+With `--shard-samples N`, shard boundaries fall every N *inputs* (a local run rolls the
+same way), so a task knows its shards before any other task has run, and the result is
+byte-identical to a local run: same bytes, same names, same index.
 Within a group a shard still rolls at --shard-size.
 
 DST must be a folder that every node mounts at the same path (like SRC); a URL DST is
-written by the driver (packer.conversion.upload). Resume works as for a local run: every committed
+written and uploaded by the driver. Resume works as for a local run: every committed
 group is a journalled part; a group's unfinished folder is simply written again.
 """
 

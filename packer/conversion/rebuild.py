@@ -1,9 +1,9 @@
 """The source records of a dataset's keys, encoded as its conversion encoded them.
 
-`pack verify --repair` (packer.dataset.repair) rebuilds damaged shards from these: the
-source is scanned as `convert` scans it, each asked key is found by key, and it is
-encoded with the options index.json's `extra["job"]` recorded, so an unchanged source
-gives the packed bytes back exactly.
+`pack verify --repair` rebuilds damaged shards from these: the source is scanned as
+`convert` scans it, each asked key is found by key, and it is encoded with the options
+index.json's `extra["job"]` recorded, so an unchanged source gives the packed bytes back
+exactly.
 """
 
 from __future__ import annotations

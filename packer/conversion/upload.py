@@ -17,12 +17,12 @@ A temporary staging folder drops each shard once uploaded, so the local disk hol
 one shard at a time (lmdb, hdf5 and npy stage their whole file).
 
 Resume: on a URL that holds a complete dataset, `--resume` checks that it is the same job
-(packer.conversion.identity) and does nothing. Otherwise `--staging DIR` is an ordinary resumable
-conversion, so `--resume --staging DIR` continues it and uploads what the URL lacks (same
-name and size: not sent again). Without `--staging` nothing of an interrupted run
-survives locally: `--resume` is refused and `--overwrite` starts over.
+(by the job record in its index.json) and does nothing. Otherwise `--staging DIR` is an
+ordinary resumable conversion, so `--resume --staging DIR` continues it and uploads what
+the URL lacks (same name and size: not sent again). Without `--staging` nothing of an
+interrupted run survives locally: `--resume` is refused and `--overwrite` starts over.
 
-Endpoint, credentials and `storage_options`: see packer.dataset.remote.
+Endpoint, credentials and `storage_options`: as for every URL (`open_fs`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """The one writer loop: records and rejects in, parts out (journalled where there is a journal).
 
 Every path that writes records into a format Writer goes through `WriterLoop`: a local
-or remote conversion (packer.conversion.job; a URL DST stages locally through the same
-call) and each Ray task of a parallel wds run (packer.conversion.parallel), whose
-shards the driver then commits group by group, also here (`commit_groups`). So the
-rules of a shard's end, of a record the format cannot store and of a part's rows exist
-once.
+or remote conversion (`convert_local`; a URL DST stages locally through the same call)
+and each Ray task of a parallel wds run, whose shards the driver then commits group by
+group, also here (`commit_groups`). So the rules of a shard's end, of a record the
+format cannot store and of a part's rows exist once.
 """
 
 from __future__ import annotations
@@ -27,8 +26,8 @@ PROGRESS_EVERY = 64
 
 @dataclass(frozen=True)
 class GroupResult:
-    """What a Ray task sends back (packer.conversion.parallel): no image bytes, only
-    what the driver commits as one part."""
+    """What a Ray task of a parallel wds run sends back: no image bytes, only what the
+    driver commits as one part."""
 
     group: int
     src_stop: int
@@ -45,7 +44,7 @@ class WriterLoop:
     table row per sample (the part's; parts join the whole table when they end) and
     progress reported every PROGRESS_EVERY samples. With `group` (wds --shard-samples),
     a shard also ends every `group` inputs, so shard boundaries do not depend on who
-    writes the shards (packer.conversion.parallel): input i belongs to group i // `group`.
+    writes the shards (Ray tasks or this loop): input i belongs to group i // `group`.
     Without a `journal` (a Ray task), ended parts are kept but not journalled.
     """
 
@@ -131,7 +130,7 @@ class WriterLoop:
 
     def end_part(self, src_stop: int) -> None:
         self.writer.end_part()
-        if self.on_part is not None:  # e.g. upload the finished shards (packer.conversion.upload)
+        if self.on_part is not None:  # e.g. upload the finished shards (a URL DST)
             self.on_part(tuple(getattr(self.writer, "shards", ())))
         part = self.part.build()
         if len(self.table):
@@ -150,7 +149,7 @@ class WriterLoop:
 
     def commit_groups(self, results: Iterator[GroupResult],
                       commit: Callable[[GroupResult], None]) -> None:
-        """Commit the shards Ray tasks wrote (packer.conversion.parallel), group by group:
+        """Commit the shards Ray tasks wrote (a parallel wds run), group by group:
         each group is one part. `commit` moves a group's shards to their final names."""
         try:
             for result in results:

@@ -5,7 +5,7 @@ types, negative or huge counts, `Infinity`, shard names that climb out of the fo
 key positions past the end of keys.npy. Readers, `pack info` and `pack verify` trust
 what passes here (a reader never opens a file outside the dataset folder, and a label
 is always a class of the dataset); everything else is one line that names the file.
-The per-sample checks are vectorised: a million rows take milliseconds.
+The per-sample checks are vectorised, so they stay cheap however many rows there are.
 """
 
 from __future__ import annotations

@@ -3,14 +3,14 @@
     fields.npy   structured (N,): offset, size (where the format keeps the sample's field
                  bytes, when it needs to know: the span of a wds sample's field members;
                  -1 / 0 elsewhere) and the xxh3-128 digest of the sample's fields record
-                 (packer.core.fields)
+                 (`pack_record`)
 
-Written beside samples.npy only by a dataset with fields, so a dataset without them
-has exactly the files it had before. While a conversion runs, the table also holds
-every sample's fields record (`records`, one blob + bounds): the journal keeps it with
-each part (so a resumed npy or hdf5 run still has the fields of the parts it kept),
-and the writers of one-shot files build their field columns from it at the end. The
-dataset folder never stores the records: the format's files hold the values.
+Written beside samples.npy only by a dataset with fields: a dataset without them has no
+fields.npy. While a conversion runs, the table also holds every sample's fields record
+(`records`, one blob + bounds): the journal keeps it with each part (so a resumed npy or
+hdf5 run still has the fields of the parts it kept), and the writers of one-shot files
+build their field columns from it at the end. The dataset folder never stores the
+records: the format's files hold the values.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class FieldRows:
         self.records = records
         self.bounds = bounds
         # Plain ndarray views of the columns (no copy): indexing a memmap makes a memmap
-        # object each time, which cost more than the rest of reading a sample's fields.
+        # object each time, which costs more than the rest of reading a sample's fields.
         plain = rows.view(np.ndarray)
         self._digests, self._offsets, self._sizes = plain["digest"], plain["offset"], \
             plain["size"]

@@ -6,8 +6,8 @@
     float   float                              repr, e.g. b"0.1", b"NaN", b"-Infinity"
     json    None/bool/int/float/str/list/dict  compact JSON, UTF-8 (json.dumps, no spaces)
     bytes   bytes                              the bytes as they are
-    floats  list of numbers (nested, rectan-   a .npy file of float32 (packer.core.
-            gular) or a numpy array            field_arrays): boxes, keypoints
+    floats  list of numbers (nested, rectan-   a .npy file of float32 (an array field):
+            gular) or a numpy array            boxes, keypoints
     ints    the same, integers                 a .npy file of int64: per-box class ids
 
 Every format stores a field's value in this byte form (or, for numeric columns of
@@ -178,7 +178,7 @@ def records_match(batch: Sequence[Sequence[bytes | None]], digests: Sequence[byt
     """The position of the first sample whose fields record does not hash to its
     digest, or -1: the check of a whole batch, pack_record inlined (the calls cost
     more than the hashing), the length prefixes of short values looked up, not packed
-    (half the time of a batch of captions and boxes)."""
+    (packing them is a large share of a batch's time)."""
     pack, prefixes, short = _LENGTH.pack, _PREFIXES, len(_PREFIXES)
     for k, (values, expected) in enumerate(zip(batch, digests, strict=True)):
         parts: list[bytes | memoryview] = []

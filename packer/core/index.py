@@ -37,11 +37,11 @@ from packer.errors import CorruptDatasetError, IncompleteDatasetError
 from packer.storage.atomic import write_atomic
 from packer.storage.pieces import Piece
 
-FORMAT_VERSION = 2  # written; 2 added shard pieces and lmdb/hdf5 parts (pack append)
-READ_VERSIONS = (1, 2)  # read: a version-1 index means what it always meant
+FORMAT_VERSION = 2  # written; version 2 has shard pieces and lmdb/hdf5 parts (pack append)
+READ_VERSIONS = (1, 2)  # read: a version-1 index is one without pieces or parts
 SAMPLE_HASH = "xxh3-128"
 # index.json's `extra` holds the digest of samples.npy + keys.npy, so a damaged label
-# or key is refused like damaged image bytes (datasets written before it lack it).
+# or key is refused like damaged image bytes (an index without it is not checked).
 TABLE_DIGEST = "table_xxh3_128"
 
 

@@ -2,7 +2,7 @@
 
 One list, so that what counts as "ours" (to clear with --overwrite, keep with --resume,
 upload, or recognise as a dataset folder) cannot drift between the modules that ask.
-Each format declares its own data files (`FILES` in packer.formats).
+Each format declares its own data files (its module's `FILES`).
 """
 
 INDEX_NAME = "index.json"  # written last: its presence means the conversion finished
@@ -11,12 +11,12 @@ KEYS_NAME = "keys.npy"  # the keys, as one blob and offsets
 FIELDS_NAME = "fields.npy"  # per-sample field locations and digests (datasets with fields)
 REJECTS_NAME = "rejects.jsonl"  # every input that was skipped, with its reason
 STATE_DIR = ".pack-state"  # the journal of an unfinished conversion (resume)
-SPLITS_DIR = "splits"  # train/val/test sample indices (packer.dataset.splits)
+SPLITS_DIR = "splits"  # train/val/test sample indices (`pack split`)
 NEAR_NAME = "near-hashes.npy"  # each sample's dHash, kept by `pack dedup --near`
 
 DATASET_FILES = (INDEX_NAME, SAMPLES_NAME, KEYS_NAME, REJECTS_NAME, FIELDS_NAME, SPLITS_DIR,
                  NEAR_NAME)
-# The formats an index.json may name; packer.formats maps each to its module.
+# The formats an index.json may name; the formats package maps each to its module.
 FORMAT_NAMES = ("wds", "lmdb", "hdf5", "npy")
 
 __all__ = ["DATASET_FILES", "FIELDS_NAME", "FORMAT_NAMES", "INDEX_NAME", "KEYS_NAME",

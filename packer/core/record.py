@@ -11,8 +11,8 @@ class Origin(Protocol):
 
     `read` returns the stored bytes of the sample `item.position` (raw RGB at
     `pixel_size` when the dataset stores pixels, else an encoded image) and raises
-    `packer.encode.RejectReason` when that sample is damaged. Objects travel to worker
-    processes by pickle, so they open their file handles lazily where they read.
+    `RejectReason` when that sample is damaged. Objects travel to worker processes by
+    pickle, so they open their file handles lazily where they read.
     """
 
     @property
@@ -42,7 +42,7 @@ class SourceItem:
     key: str
     label: int
     origin: Origin | None = None
-    fields: bytes = b""  # the fields record (packer.core.fields); b"": no fields
+    fields: bytes = b""  # the fields record (`pack_record`); b"": no fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +51,7 @@ class Record:
 
     `data` is the stored bytes: the original file (pass-through), a re-encoded image,
     or raw RGB pixels for npy. `digest` is the xxh3-128 of `data`. `fields` is the
-    sample's fields record (packer.core.fields), b"" when the dataset has no fields.
+    sample's fields record (`pack_record`), b"" when the dataset has no fields.
     """
 
     position: int

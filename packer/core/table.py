@@ -43,7 +43,7 @@ class SampleTable:
 
     The rows and each column are plain ndarray views of the (memory-mapped) arrays: a
     reader looks up several values a sample, and indexing an np.memmap builds a memmap
-    object each time, several times the cost of the lookup itself.
+    object each time, which costs more than the lookup itself.
     """
 
     def __init__(self, rows: npt.NDArray[np.void], keys_blob: npt.NDArray[np.uint8],

@@ -1,11 +1,11 @@
 """`pack dedup`: samples whose stored bytes are equal, found by the digests of the table.
 
-Exact duplicates cost no data read: every sample's xxh3-128 digest is in samples.npy,
-so one sort of the digests groups them (a million samples in well under a second). A
-group lists its keys in index order, the first being the one `pack convert
---drop-duplicates` keeps. When DST/splits holds splits made for the dataset as it is
-(packer.dataset.splits), each key's split is given and a group that spans splits (a
-train image that is also in val) is flagged: that is the leak to fix first.
+Exact duplicates cost no data read: every sample's xxh3-128 digest is in samples.npy, so
+one sort of the digests groups them. A group lists its keys in index order, the first
+being the one `pack convert --drop-duplicates` keeps. When DST/splits holds splits made
+for the dataset as it is (`pack split`), each key's split is given and a group that
+spans splits (a train image that is also in val) is flagged: that is the leak to fix
+first.
 """
 
 from __future__ import annotations

@@ -4,10 +4,10 @@
     the shards               index.json's list
     side files               the format's (npy: labels.npy and the field files)
 
-What a copy read in place of the original holds (readers.ram.copies). Not the files kept
-for other tools (the wids index: `kept_files`) nor rejects.jsonl: a download
-(packer.dataset.remote), which makes a dataset to keep, fetches those too, each file with
-its own checks. Each format says its own (packer.formats.base.FormatModule).
+What a copy read in place of the original holds (the readers' in-RAM copies). Not the
+files kept for other tools (the wids index: `kept_files`) nor rejects.jsonl: a download
+(`download_dataset`), which makes a dataset to keep, fetches those too, each file with
+its own checks. Each format says its own (`side_files`, `kept_files` of `FormatModule`).
 """
 
 from __future__ import annotations

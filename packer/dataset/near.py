@@ -18,8 +18,8 @@ into distance + 1 bands, and two hashes within `distance` bits agree exactly on 
 one band, so only samples that share a band value are compared. Groups are the connected
 sets of near pairs (so a group's ends may differ by more than `distance`).
 A flat image (one colour, a smooth sky: too little detail for its hash to mean anything)
-is compared by colour instead, only with other flat images (packer.dataset.flat); each
-sample's detail, and a flat one's colour thumbnail, are kept beside its hash.
+is compared by colour instead, only with other flat images; each sample's detail, and a
+flat one's colour thumbnail, are kept beside its hash.
 """
 
 from __future__ import annotations
@@ -57,9 +57,9 @@ MAX_DISTANCE = 16
 
 
 def dhash(gray: Image.Image) -> tuple[int, int]:
-    """The 64-bit difference hash of a grayscale image (module docstring) and its detail
-    (packer.dataset.flat): of its 64 comparisons, those brighter by more than FLAT_STEP
-    gray levels or those darker by as much, whichever are fewer."""
+    """The 64-bit difference hash of a grayscale image (module docstring) and its detail:
+    of its 64 comparisons, those brighter by more than FLAT_STEP gray levels or those
+    darker by as much, whichever are fewer."""
     small = np.asarray(gray.resize(HASH_SIZE, Image.Resampling.BILINEAR), dtype=np.int16)
     steps = small[:, 1:] - small[:, :-1]
     bits = (steps > 0).ravel()
@@ -120,7 +120,7 @@ def _kept(folder: Path, digests: npt.NDArray[np.uint8]
     try:
         kept = np.load(folder / NEAR_NAME, allow_pickle=False)
         if kept.dtype != KEPT_DTYPE or kept["digest"].shape[1:] != digests.shape[1:]:
-            return out, todo  # another hash, or an older file's columns: computed again
+            return out, todo  # another hash, or a file of other columns: computed again
     except (OSError, ValueError, EOFError):  # none yet, or damaged: computed again
         return out, todo
     m = min(len(kept), len(digests))
@@ -190,7 +190,7 @@ def components(pairs: npt.NDArray[np.int64], n: int) -> list[npt.NDArray[np.int6
 def near_duplicates(path: str | Path, distance: int = 4,
                     workers: int | None = None) -> DuplicateReport:
     """Groups of samples of the dataset at `path` whose dHashes are within `distance`,
-    flat samples grouped by colour among themselves (packer.dataset.flat)."""
+    flat samples grouped by colour among themselves."""
     folder = Path(path)
     index, table = open_dataset(folder)
     rows = hashes_of(folder, workers)

@@ -1,5 +1,5 @@
 """One per-process registry of opened packed datasets, shared by every reader of a folder:
-the datasets of `readers` and a conversion that reads a packed dataset (packer.source.packed).
+the datasets of `readers` and a conversion that reads a packed dataset (`PackedSource`).
 
 Why one: py-lmdb refuses to open an environment twice in a process, so a DataLoader
 worker that reads a dataset and also converts from it must use one reader, not two.
@@ -7,8 +7,8 @@ worker that reads a dataset and also converts from it must use one reader, not t
 An entry is keyed by the dataset's version: for a local folder, its index.json's file
 identity (device, inode, mtime: a conversion writes index.json last, by rename, so a
 reconverted dataset has a new one); for a URL, its index.json's content as fetched. The
-in-RAM copies (readers.ram) and the remote mirror (readers.remote) key on the same
-versions, so a dataset reconverted in place is never served from a stale reader or copy.
+in-RAM copies and the remote mirror of `readers` key on the same versions, so a dataset
+reconverted in place is never served from a stale reader or copy.
 Entries live while someone holds them (a weak registry), the last few that a conversion
 source asked for longer (`keep=True`: a worker process unpickles a source with every batch
 it is sent).
@@ -37,7 +37,7 @@ from packer.formats.base import RecordReader
 __all__ = ["LocalVersion", "Opened", "Wrap", "is_current", "local_version", "opened", "release",
            "url_version_name"]
 
-# Builds the shared reader from the format's opener (readers.remote: a URL's mirror).
+# Builds the shared reader from the format's opener (the readers' remote mirror of a URL).
 Wrap = Callable[[Callable[[], RecordReader], Index], RecordReader]
 KEPT = 4  # entries a conversion source keeps open after its last holder is gone
 
@@ -78,7 +78,7 @@ class Opened:
         self.folder = key.folder
         self.pid = os.getpid()
         self.index, self.table = open_dataset(self.folder)
-        # what a converted dataset records as its source (packer.source.packed)
+        # what a converted dataset records as its source (`PackedSource.lineage`)
         self.sha256 = hashlib.sha256((self.folder / INDEX_NAME).read_bytes()).hexdigest()
         self._wrap = wrap
         self._lock = threading.Lock()
@@ -95,7 +95,7 @@ class Opened:
 
     def reader(self) -> RecordReader:
         """A reader this thread may use: the shared one where the format allows every
-        thread to share it (formats.base.Format.THREAD_SAFE_READER), else this thread's."""
+        thread to share it (`THREAD_SAFE_READER`), else this thread's."""
         if formats.load(self.index.format).THREAD_SAFE_READER:
             return self.shared()
         reader: RecordReader | None = getattr(self._local, "reader", None)

@@ -5,7 +5,7 @@
     DST/splits/train.npy    int64 sample indices, ascending; val.npy, test.npy alike
                             (test.npy only with a test fraction)
 
-No data is copied: readers open a split with `subset="val"` (readers.PackedDataset,
+No data is copied: readers open a split with `split="val"` (readers.PackedDataset,
 readers.PackedIterableDataset).
 
 Which split a sample is in depends on h = xxh3_64(key, seed) and a pair of thresholds

@@ -11,11 +11,11 @@
     field values     counts of each value of str and int fields (up to MAX_DISTINCT
                      distinct values; a field with more is listed as not categorical)
 
-One parallel pass reads every sample (packer.dataset.stats_pass) and decodes all of
-them, or, with `max_pixel_samples=N`, the N whose xxh3_64(key) is smallest: mean and std
-are then those of a fixed, key-chosen sample (the same one on every run, and one that
-`pack split`'s key hashes do not favour), while sizes, classes, bytes and field values
-stay exact over all samples, at about the cost of `pack verify`.
+One parallel pass reads every sample (`run_pass`) and decodes all of them, or, with
+`max_pixel_samples=N`, the N whose xxh3_64(key) is smallest: mean and std are then those
+of a fixed, key-chosen sample (the same one on every run, and one that `pack split`'s
+key hashes do not favour), while sizes, classes, bytes and field values stay exact over
+all samples, at about the cost of `pack verify`.
 """
 
 from __future__ import annotations

@@ -11,10 +11,10 @@ add up in any order, so the result does not depend on the number of threads.
 Pillow's lazy open with the EXIF orientation applied), at about the cost of `pack
 verify`'s digest check.
 
-Pixels are the stored ones, decoded to RGB at their stored size exactly as
-`readers.decoding.decode.decode(data, "rgb8")` decodes them (libjpeg-turbo where it may, else
-Pillow; npy rows are the pixels themselves). Sums are exact integers: a channel's sum of
-squares of uint8 values fits a uint16 per pixel and a uint32 per column.
+Pixels are the stored ones, decoded to RGB at their stored size exactly as the readers'
+`decode(data, "rgb8")` decodes them (libjpeg-turbo where it may, else Pillow; npy rows
+are the pixels themselves). Sums are exact integers: a channel's sum of squares of uint8
+values fits a uint16 per pixel and a uint32 per column.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def run_pass(folder: Path, index: Index, workers: int | None = None,
     with ThreadPoolExecutor(threads, thread_name_prefix="pack-stats") as pool:
         for tally in pool.map(lambda s: _chunk(entry, s, min(s + CHUNK, n), result, counted,
                                                decode), starts):
-            for name in uncounted:  # no longer categorical: not merged any more
+            for name in uncounted:  # past MAX_DISTINCT values: not categorical, not merged
                 tally.values.pop(name, None)
             result.tally.add(tally)
             uncounted.update(name for name, counts in result.tally.values.items()

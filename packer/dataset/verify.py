@@ -1,10 +1,10 @@
-"""Check a packed dataset against its index (`packer.api.verify` adds the source comparison).
+"""Check a packed dataset against its index (`packer.verify` adds the source comparison).
 
 Every damaged sample is listed (index, key, file, offset, what failed), not only the
 first: the user learns which samples a damaged file costs, and `pack verify --repair`
-(packer.dataset.repair) knows which files to rewrite. A file whose size or sha256 is
-wrong is read sample by sample in a child interpreter: a damaged LMDB page can crash
-the process that reads it, and a crash there becomes one line about the file.
+knows which files to rewrite. A file whose size or sha256 is wrong is read sample by
+sample in a child interpreter: a damaged LMDB page can crash the process that reads it,
+and a crash there becomes one line about the file.
 """
 
 from __future__ import annotations

@@ -12,9 +12,9 @@ FORMATS = {"wds": "_wds", "lmdb": "_lmdb", "hdf5": "_hdf5", "npy": "_npy"}
 REQUIRES = {"lmdb": "lmdb", "hdf5": "h5py", "wds": "webdataset", "npy": "numpy"}
 # Each format's files at the top of a dataset folder (wds' shards as a pattern), kept
 # here as well as in each module's FILES: telling which files in a DST are ours
-# (packer.conversion.destination) must not import every format's library, which a
-# conversion to another format may not have. tests/packing/test_formats_files.py checks that
-# each module's FILES is this.
+# (before a conversion, to clear or keep them) must not import every format's library,
+# which a conversion to another format may not have. tests/packing/test_formats_files.py
+# checks that each module's FILES is this.
 FILES: dict[str, tuple[str, ...]] = {
     "wds": ("*-[0-9][0-9][0-9][0-9][0-9]*.tar",), "lmdb": ("data.lmdb",),
     "hdf5": ("data.h5", "data.parts"), "npy": ("images.npy", "labels.npy", "fields")}

@@ -7,10 +7,10 @@
                            no value
     present  bool (N,)     which samples have a value (an empty string is a value)
 
-Built from the field records the conversion's table holds (packer.core.field_table),
-so a resumed npy run gets the fields of the parts it kept too. Numbers are stored as
-numbers, which stock tools read directly; `value_bytes` turns one back into the byte
-form, which is what the digest checks (repr of the float64, the decimal int).
+Built from the field records the conversion's table holds (`FieldRows`), so a resumed
+npy run gets the fields of the parts it kept too. Numbers are stored as numbers, which
+stock tools read directly; `value_bytes` turns one back into the byte form, which is
+what the digest checks (repr of the float64, the decimal int).
 """
 
 from __future__ import annotations

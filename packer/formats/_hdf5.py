@@ -16,7 +16,7 @@ where the blob will be from the start and builds the HDF5 metadata around them a
 end. Timestamps are off, so the same input gives the same bytes.
 
 `pack append` adds the new samples as one more such file, `data.parts/data-00001.h5`
-and so on (packer.formats._parts), each laid out as data.h5 with its own samples:
+and so on (its *parts*), each laid out as data.h5 with its own samples:
 HDF5 cannot grow a contiguous dataset, and rewriting data.h5 would copy and hash the
 old data again.
 """
@@ -48,7 +48,7 @@ from packer.formats.base import (
 
 NAME = "hdf5"
 FILE = "data.h5"
-PARTS = "data.parts"  # the files appends add (packer.formats._parts)
+PARTS = "data.parts"  # the files appends add (`part_name`)
 FILES = (FILE, PARTS)
 # Capabilities, declared here so that no caller branches on the format name:
 THREAD_SAFE_READER = True  # one reader may serve every thread
@@ -67,10 +67,10 @@ def open_writer(plan: WriterPlan) -> Hdf5Writer:
 class Hdf5Reader(DecodedFields):
     """Finds each part's contiguous blob once with h5py, then reads it through a memmap.
 
-    Parts (packer.formats._parts): data.h5, then one file an append each; sample i is
-    in the part index.json's shards say, at its offset in that part's blob."""
+    Parts: data.h5, then one file an append each; sample i is in the part index.json's
+    shards say, at its offset in that part's blob."""
 
-    memory_mapped = True  # the page cache is the cache (readers.ram.chunk_cache)
+    memory_mapped = True  # the page cache is the cache: readers skip their chunk cache
 
     def __init__(self, folder: Path, index: Index, table: SampleTable) -> None:
         self.path = folder / FILE

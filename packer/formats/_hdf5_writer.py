@@ -1,6 +1,6 @@
 """The HDF5 writer: image bytes go once, straight to where HDF5 will keep them.
 
-    data.h5.partial   [hole: HDF5 metadata, BLOB_START bytes][images ...][hole: the rest]
+    data.h5.partial   [hole: HDF5 metadata, `blob_start` bytes][images ...][hole: the rest]
     data.h5.meta.partial   the same HDF5 file built by h5py at the end, blob left unwritten
 
 The blob's size is known only at the end, but its file offset is not: h5py puts a

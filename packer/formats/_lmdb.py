@@ -10,9 +10,8 @@
 A field key sorts right after its sample's key (NUL is the smallest byte, and keys
 hold none), so the keys still go in with one append-only pass. Why a key per field
 and not one value per sample: `txn.get(key + b"\0caption")` reads one field with
-stock py-lmdb, and it is not slower than one value holding every field and unpacked in
-Python (`python -m devtools.bench.lmdb_fields`); either is small beside decoding the
-image.
+stock py-lmdb, and it costs no more than one value holding every field and unpacked in
+Python; either is small beside decoding the image.
 
 Writes are batched in large transactions; when the map fills, the map size doubles
 and the transaction is replayed, so there is no user-visible `map_size`. The folder

@@ -10,8 +10,8 @@
 
 Stock numpy: `np.load("fields/score.npy")` is the scores; a caption is
 `bytes(data[offsets[i]:offsets[i + 1]]).decode()`. Written at the end from the
-conversion's field records (packer.formats._field_columns), so a resumed run gets the
-fields of the parts it kept; every file goes through a temporary name and a rename.
+conversion's field records (as `columns`), so a resumed run gets the fields of the parts
+it kept; every file goes through a temporary name and a rename.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class FieldArrays:
         for spec in self.specs:
             paths = [self.folder.parent / name for name in field_files([spec])]
             # Plain ndarray views of the memmaps: indexing a memmap makes a memmap object
-            # each time, which cost more than the rest of reading a value.
+            # each time, which costs more than the rest of reading a value.
             arrays[spec.name] = tuple(load_array(path).view(np.ndarray) for path in paths)
             if len(arrays[spec.name][0]) != self.count:
                 raise CorruptDatasetError(f"{paths[0]}: not one row per sample; reconvert")

@@ -1,6 +1,6 @@
 """WebDataset: POSIX tar shards that stock `webdataset` reads.
 
-    <name>-00000.tar     (names: packer.formats._wds_names; older datasets: shard-00000.tar)
+    <name>-00000.tar     (<name>: the dataset's name, see `shard_stem`)
       [512 B header (+ pax header for long or non-ASCII names)] <key>.<ext>
                                                         image bytes, padded to 512
       [512 B header] <key>.cls   label as decimal text, padded to 512
@@ -14,7 +14,7 @@ name, so keys are percent-encoded (`%` -> `%25`, `.` -> `%2E`): stock webdataset
 the encoded key as `__key__`, and `urllib.parse.unquote` gives the original back.
 The per-sample table records the byte offset of each image inside its shard, so the
 map-style reader seeks straight to it. Beside the shards, `<name>.wids.json` indexes
-them for wids (packer.formats._wids).
+them for wids.
 """
 
 from __future__ import annotations
@@ -169,8 +169,8 @@ def open_writer(plan: WriterPlan) -> WdsWriter:
 
 class WdsReader(DecodedFields):
     """Reads images from tar shards by the offsets recorded at pack time, and field
-    values from the field spans (packer.formats._wds_shards: which shards stay open, the
-    bounds checks, the memory maps and their SIGBUS risk)."""
+    values from the field spans (`OpenShards`: which shards stay open, the bounds
+    checks, the memory maps and their SIGBUS risk)."""
 
     def __init__(self, folder: Path, index: Index, table: SampleTable) -> None:
         self.folder = folder

@@ -13,7 +13,7 @@
 A field named like its extension keeps the plain webdataset name: a `txt` str field
 is `<key>.txt`, a `json` json field `<key>.json` (the sidecar names of image folders
 and of img2dataset). A sample without a value for a field has no member for it. The
-member bytes are the field's byte form (packer.core.fields), so the digest of the
+member bytes are the field's byte form (`encode_value`), so the digest of the
 fields record covers exactly what the shard holds. The per-sample field table
 (fields.npy) records the byte span of a sample's field members, which the reader
 walks header by header (`walked`, in a shard's map; `span_values` for anything else).

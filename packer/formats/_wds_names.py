@@ -3,13 +3,14 @@
     photos.wds/                 DST (a folder or a URL); its name without the suffix,
       photos-00000.tar          sanitised, is the stem of every shard
       photos-00001.tar ...
-      photos.wids.json          the wids shard index (packer.formats._wids)
+      photos.wids.json          the wids shard index
 
 Why the name: caches keyed by a shard's base name (wids' `cache_dir`, a `cp` of
 several datasets into one folder) would serve one dataset's `shard-00000.tar` for
-another's. Datasets written before carry the stem `shard`; index.json lists every
-shard by name, so readers and verify follow it and never guess names, and a resumed
-conversion goes on with the names its shards already have.
+another's. A dataset's shards may carry another stem (`shard`, or a name DST had at
+conversion); index.json lists every shard by name, so readers and verify follow it and
+never guess names, and a resumed conversion goes on with the names its shards already
+have.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path, PurePosixPath
 from packer.core.index import ShardInfo
 from packer.storage.atomic import PARTIAL_SUFFIX
 
-DEFAULT_STEM = "shard"  # every shard's stem before shard names carried the dataset's
+DEFAULT_STEM = "shard"  # the stem when nothing of the dataset's name is left
 MAX_STEM = 64  # bytes: leaves room for -NNNNN.tar(.partial) within any file system's 255
 WIDS_SUFFIX = ".wids.json"
 _SHARD = re.compile(r"(?P<stem>[A-Za-z0-9_-]+)-[0-9]{5,}\.tar")
@@ -69,8 +70,8 @@ def is_wids_index(name: str) -> bool:
 def continued_stem(done: Sequence[ShardInfo], stem: str) -> str:
     """The stem a (resumed) run writes with: that of the shards already kept, else `stem`.
 
-    A run started before shard names carried the dataset's name goes on with `shard-`,
-    so a dataset never mixes two names.
+    Kept shards of another stem (`shard-`, or a DST renamed since) set the stem, so a
+    dataset never mixes two names.
     """
     match = _SHARD.fullmatch(done[0].name) if done else None
     return match["stem"] if match else stem
@@ -78,7 +79,7 @@ def continued_stem(done: Sequence[ShardInfo], stem: str) -> str:
 
 def remove_strays(folder: Path, kept: Sequence[ShardInfo]) -> None:
     """Delete shard files an interrupted run left beyond the shards resume keeps (one
-    being written, one committed but not journalled, one of an older name): the run
+    being written, one committed but not journalled, one of another stem): the run
     writes them again, and no stray file may outlive it."""
     names = {shard.name for shard in kept}
     for path in folder.iterdir():

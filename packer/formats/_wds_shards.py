@@ -22,9 +22,9 @@ kills the process (no Python exception can catch it). A mapped shard's size is c
 again (lseek to its end) once per batch that reads it, and spans are refused against the
 smaller of that and its size at open, with the "truncated" error a pread would have
 given; no access goes past that bound. What remains is an in-place truncation of a shard
-while one batch is walked (well under a millisecond), the risk the npy and hdf5
-readers' memmaps carry too. Packing never truncates a shard in place (it writes a
-partial file and renames it, and a renamed-over shard keeps its old inode mapped).
+during the short walk of one batch, the risk the npy and hdf5 readers' memmaps carry too.
+Packing never truncates a shard in place (it writes a partial file and renames it, and a
+renamed-over shard keeps its old inode mapped).
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ MAX_OPEN_SHARDS = 16  # per reader, so per DataLoader worker
 
 
 class _ShardName:
-    """A shard's path, joined only when an error message prints it (per read, joining
-    a Path cost as much as the rest of reading a sample's fields)."""
+    """A shard's path, joined only when an error message prints it (joining a Path per
+    read would cost as much as the rest of reading a sample's fields)."""
 
     __slots__ = ("folder", "name")
 

@@ -35,7 +35,7 @@ from packer.storage.atomic import write_atomic
 
 KIND = "wids-shard-index-v1"
 LABEL_EXT = "cls"
-CHUNK_KEYS = 1 << 12  # keys checked at a time: ~20 bytes of arrays a key byte, so ~2 MB
+CHUNK_KEYS = 1 << 12  # keys checked at a time: the work arrays stay small, whatever N
 
 
 def index_extra(folder: Path, stem: str, shards: tuple[ShardInfo, ...], table: SampleTable,
@@ -65,8 +65,8 @@ def _shardlist(shards: Iterable[ShardInfo]) -> list[dict[str, Any]]:
 
 
 def indexed_name(index: Index) -> str | None:
-    """The wids index a complete dataset has (None: written before there was one, or
-    skipped); a name that is not ours is refused."""
+    """The wids index a complete dataset has (None: index.json names none, as when it
+    was skipped); a name that is not ours is refused."""
     name = index.extra.get("wids_index")
     if name is None:
         return None
@@ -137,7 +137,7 @@ def member_types(folder: Path, shards: Iterable[ShardInfo]) -> set[str]:
     """The image extensions in shards already written (a resumed run did not see them).
 
     A sample's image is its first member; its label and field members (`.txt`, `.npy`,
-    ...) follow under the same key, which holds no dot (packer.formats._wds.encode_key)."""
+    ...) follow under the same key, which holds no dot (`encode_key`)."""
     types: set[str] = set()
     for shard in shards:
         path = folder / shard.name

@@ -2,7 +2,7 @@
 
 A conversion is a sequence of *parts*. A part is the unit that resume keeps: when a
 writer ends a part, everything in it is durable on disk. wds ends a part at each
-shard; npy every few thousand samples; lmdb and hdf5 are one file each, so their only
+shard; npy every PART_SAMPLES samples; lmdb and hdf5 are one file each, so their only
 part ends with the file and an interrupted run redoes them.
 """
 
@@ -71,7 +71,7 @@ class ShardOptions:
 
     def to_json(self) -> dict[str, int | None]:
         """The options as a job records them; min_shards only when set, so that a job of
-        given limits has the fingerprint it always had."""
+        given limits records those limits alone (and its fingerprint depends on them only)."""
         limits = {"max_bytes": self.max_bytes, "max_samples": self.max_samples}
         return limits if self.min_shards is None else {**limits, "min_shards": self.min_shards}
 
@@ -235,7 +235,7 @@ def checked_fields(index: Index, table: SampleTable, i: int, values: Sequence[by
                    ) -> dict[str, object]:
     """Decode sample i's field values (all of the dataset's, in its order), checked against
     its field digest; only `names` when given. `where` may be a function that names the
-    file, called only for the error (building a shard's Path per sample cost more than
+    file, called only for the error (building a shard's Path per sample costs more than
     checking the digest)."""
     if table.fields is None or digest_of(pack_record(values)) != table.fields.digest(i):
         place = where() if callable(where) else where
@@ -251,7 +251,7 @@ def checked_values(index: Index, table: SampleTable, indices: Sequence[int],
                    where: Path | Callable[[int], Path]) -> Sequence[Sequence[bytes | None]]:
     """`batch` (each sample's field values in byte form, every field of the dataset in its
     order) once every sample matches its digest; what `field_values_many` returns, for
-    a caller that decodes a whole batch column by column (readers.field_batch)."""
+    a caller that decodes a whole batch column by column (the readers' field batches)."""
     if table.fields is None:
         raise CorruptDatasetError(f"{where if isinstance(where, Path) else where(indices[0])}:"
                                   " the dataset's field table is missing; reconvert")

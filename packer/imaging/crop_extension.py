@@ -3,13 +3,13 @@
 The optional extension `_cropjpeg` (packer/imaging/_cropjpeg.c, libjpeg-turbo) decodes only
 a box of a JPEG. It is used only if it imports and its self-test passes: crops whose top
 edge lies inside an iMCU row, at every DCT scale, must equal the full decode cut to the
-box (libjpeg-turbo's jpeg_skip_scanlines returned stale rows for skips off a row-group
-boundary before its 2026-09 fix; the extension never skips from there, and the self-test
-proves the pair of extension and library on this machine). Otherwise decode_box takes the
-full decode cut to the box: the same pixels, slower. The decode handed out checks each
-stream's frame header first (packer.imaging.jpeg_frame) and refuses, as libjpeg's own
-errors are refused, any stream the native path is not known to handle. `status()` says
-which decode runs in one line (`pack info --env`, `pack profile`).
+box (some libjpeg-turbo versions' jpeg_skip_scanlines return stale rows for skips off a
+row-group boundary; the extension never skips from there, and the self-test proves the
+pair of extension and library in this process). Otherwise decode_box takes the full decode
+cut to the box: the same pixels, slower. The decode handed out checks each stream's frame
+header first (`native`) and refuses, as libjpeg's own errors are refused, any stream the
+native path is not known to handle. `status()` says which decode runs in one line
+(`pack info --env`, `pack profile`).
 
 Configuration, not a switch: `PACKER_CROP_DECODE=full` in the environment turns the
 extension off for this process and its DataLoader workers (fork or spawn alike);

@@ -20,9 +20,8 @@ extension `_cropjpeg` (libjpeg-turbo's jpeg_skip_scanlines / jpeg_crop_scanline,
 whether it runs here and why): the same pixels as the full decode cut to the box, without
 the inverse DCT and colour conversion outside it. Every row is still entropy-decoded
 (those below the box too), so damaged data anywhere fails, or goes to Pillow, whichever
-box an epoch draws, as with the full decode (checked against it on 244 damaged files: the
-same outcome and pixels in every epoch). Without the extension it is that full decode,
-cut.
+box an epoch draws, as with the full decode. Without the extension it is that full
+decode, cut.
 """
 
 from __future__ import annotations

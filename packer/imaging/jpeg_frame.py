@@ -6,7 +6,7 @@ that guards every native decode: may libjpeg-turbo's fast paths see this stream?
     SOFn FFCn LLLL P HHHH WWWW N (id, HV, Tq) x N
     SOS  FFDA ...                 entropy-coded data follows; a frame must come before
 
-Why: simplejpeg and the compiled crop decode (packer.imaging._cropjpeg) drive libjpeg
+Why: simplejpeg and the compiled crop decode (the `_cropjpeg` extension) drive libjpeg
 with DCT scaling, cropping and skipped rows, paths that are sound for ordinary
 photographs and not for every stream libjpeg-turbo accepts (a lossless stream decoded
 with min_height kills the process). So a native decoder sees only what `native` accepts
@@ -24,7 +24,7 @@ so each JPEG needs a cheap "is it rotated?" check, and opening it with Pillow ju
 costs more than a small decode. That walk reads tag 0x0112 of IFD0 in the first APP1
 "Exif" segment, the one Pillow's exif_transpose uses. Pillow also takes the orientation
 from an XMP packet (another APP1) when EXIF has none, so any other APP1 means "ask Pillow"
-(packer.imaging.jpeg asks it only where this walk cannot tell).
+(the JPEG fast path asks it only where this walk cannot tell).
 
     FFE1 len "Exif\0\0" TIFF: "II*\0" or "MM\0*", IFD0 offset(4) -> count(2), entries of
     12 bytes: tag(2) type(2) count(4) value(4); orientation is a SHORT in the value field

@@ -2,7 +2,7 @@
 
 JPEGs are opened with `draft`, which lets libjpeg scale in the DCT domain (1/2, 1/4,
 1/8) before the final antialiased resize: far less work for large photos, same result
-within rounding. Only DCT-based streams are drafted (packer.imaging.jpeg_frame): libjpeg
+within rounding. Only DCT-based streams are drafted (`Frame.dct_scalable`): libjpeg
 refuses to scale a lossless one ("broken data stream"), and a drafted decode that fails
 anyway is retried whole, so a JPEG decodes here whenever Pillow can decode it at all.
 """
@@ -24,7 +24,7 @@ Fit = Literal["stretch", "crop", "pad"]
 ALPHA_MODES = frozenset({"RGBA", "LA", "PA", "RGBa", "La"})
 WIDE_MODES = frozenset({"I", "I;16", "I;16L", "I;16B", "I;16N", "F"})
 # A DCT-scaled decode stays at least this many times what the final resize needs, at pack
-# time and train time alike (readers.decoding.decode)
+# time and train time alike (the readers' decode uses it too)
 OVERSAMPLE = 2
 
 

@@ -4,21 +4,20 @@ The archive is read as the folder it extracts to: class names are its top-level
 folders (a top-level `n01440764.tar` in a tar is the folder `n01440764`), keys are
 member paths without extension, hidden and non-image members are ignored and counted
 as the folder scan counts them. Converting an archive therefore gives the same samples,
-bytes and index as converting the extracted folder (packer.source.scan).
+bytes and index as converting the extracted folder.
 
-One pass over the member headers (packer.source.tarheaders reads a tar's headers,
-seeking past the data; packer.source.zipdirectory reads a zip's central directory)
-fills the scan's compact storage plus a member table of offsets (packer.source.members):
-no Python object is kept per member, and items are read later by offset, in any
-order, on any thread.
+One pass over the member headers (`tar_entries` reads a tar's headers, seeking past the
+data; `zip_entries` reads a zip's central directory) fills the scan's compact storage
+plus a member table of offsets (`MemberTable`): no Python object is kept per member,
+and items are read later by offset, in any order, on any thread.
 
 A member is a reject naming `ARCHIVE:MEMBER` when its path escapes the archive (`..`,
 absolute), it is a link, a device or an encrypted or unsupported zip member, or its
 name repeats another's; a truncated archive is fatal, naming the last good member.
 A .tar.gz cannot seek: tarfile streams it once for the listing (offsets are then
-uncompressed offsets), and packer.source.gzcursor reads the members in one forward
-pass, in whatever order the archive holds them. bzip2 and xz tars are refused with
-how to decompress.
+uncompressed offsets), and a `GzipCursor` reads the members in one forward pass, in
+whatever order the archive holds them. bzip2 and xz tars are refused with how to
+decompress.
 """
 
 from __future__ import annotations
@@ -116,8 +115,8 @@ S = TypeVar("S", bound=Sink)
 
 def list_members(path: Path, kind: str, before: ArchiveStat, make: Callable[[], S]) -> S:
     """Every member into a fresh `make()`; a tar by its headers, or by tarfile (into
-    another fresh one) when they hold something rare (packer.source.tarheaders) or it
-    is compressed."""
+    another fresh one) when they hold something rare (one `tar_entries` leaves to
+    tarfile) or it is compressed."""
     sink = make()
     if kind != "tar":
         entries = zip_entries(path) if kind == "zip" else _tar_entries(path, None, "r|gz")

@@ -1,12 +1,11 @@
 """Sidecar fields of archive members: `x.txt` / `x.json` beside `x.jpg`, as in a folder.
 
-An archive is read as the folder it extracts to (packer.source.archive), so the
-sidecars the folder scan takes as fields (packer.source.fields.SIDECARS) are fields
-here too. They are collected while the members are listed and read once the items
-are sorted, through the same member reader as the images (tar by offset, .tgz in one
-forward pass, zip inflated and CRC-checked). A sidecar that cannot be read as its type
-(not UTF-8, not JSON) is listed as a reject naming the member; its image is packed
-without that field.
+An archive is read as the folder it extracts to, so the sidecars the folder scan takes
+as fields (`SIDECARS`) are fields here too. They are collected while the members are
+listed and read once the items are sorted, through the same member reader as the images
+(tar by offset, .tgz in one forward pass, zip inflated and CRC-checked). A sidecar that
+cannot be read as its type (not UTF-8, not JSON) is listed as a reject naming the
+member; its image is packed without that field.
 """
 
 from __future__ import annotations

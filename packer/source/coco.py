@@ -8,9 +8,8 @@
                     annotation has one, segmentation (json: its polygons or RLE);
                     an image without annotations has boxes of shape (0, 4), empty
                     ids and an empty segmentation list; `--field boxes:json` (or
-                    any base field's name) keeps it as json lists, the layout of
-                    datasets packed before the array types, which `pack verify
-                    --source` rescans with
+                    any base field's name) keeps it as json lists; `pack verify
+                    --source` rescans with the types the dataset was packed with
     categories      {id: name} in index.json's `extra["categories"]` (pack info shows it)
     label           0 for every image: one class named after the image folder
 
@@ -48,7 +47,7 @@ from packer.source.members import ArchiveSource
 from packer.storage.hashing import sha256_file
 
 # Arrays, not JSON text: what a detection model takes, and read without parsing text
-# (packer.core.field_arrays); only the segmentation's polygons and RLE need JSON.
+# (array fields); only the segmentation's polygons and RLE need JSON.
 BASE_FIELDS = (FieldSpec("boxes", "floats"), FieldSpec("category_ids", "ints"),
                FieldSpec("annotation_ids", "ints"), FieldSpec("iscrowd", "ints"))
 SEGMENTATION = FieldSpec("segmentation", "json")
@@ -57,7 +56,7 @@ ANNOTATIONS_KEY = "annotations"  # in index.json's `extra`: the file's name and 
 
 
 class CocoScan:
-    """What a COCO scan found (packer.source.scan turns it into a Source)."""
+    """What a COCO scan found (the scan turns it into a Source)."""
 
     def __init__(self, items: SourceItems, class_names: tuple[str, ...],
                  rejects: list[Reject], fields: tuple[FieldSpec, ...],
@@ -72,7 +71,7 @@ class CocoScan:
 
 def read_coco(images_in: ImageFiles, annotations: Path, choice: FieldChoice) -> CocoScan:
     """The images that `annotations` lists, found in a folder or an archive
-    (packer.source.coco_images), with their annotations as fields."""
+    (`images_in`), with their annotations as fields."""
     data = _load(annotations)
     images = _section(data, "images", annotations)
     anns = _section(data, "annotations", annotations, required=False)
@@ -265,14 +264,14 @@ def _shown(value: Any) -> str:
 
 def _typed(spec: FieldSpec, choice: FieldChoice) -> FieldSpec:
     """A base field as an array, or as json where `choice` says so: a dataset packed
-    before the array types held json lists, and `pack verify --source` rescans the
-    annotations with the dataset's own types (packer.source.compare)."""
+    with json base fields holds json lists, and `pack verify --source` rescans the
+    annotations with the dataset's own types."""
     return FieldSpec(spec.name, "json") if choice.type_of(spec.name, spec.type) == "json" \
         else spec
 
 
 def _as_json(value: Any) -> Any:
-    """The lists that json fields held (float boxes, int ids, [] for none)."""
+    """The lists that json fields hold (float boxes, int ids, [] for none)."""
     return value.tolist() if isinstance(value, np.ndarray) else value
 
 

@@ -2,7 +2,7 @@
 
     FolderImages    `file_name` relative to an image folder, a file on disk
     ArchiveImages   `file_name` a member path of a .tar, tar of tars, .tgz or .zip,
-                    read in place (packer.source.archive); when every member lies in one
+                    read in place (as an archive source); when every member lies in one
                     top-level folder (COCO's train2017.zip holds `train2017/...`), a name
                     that is not a member is looked up in that folder too
 
@@ -14,7 +14,7 @@ the COCO scan turns into a reject naming the image id.
 
 The archive's members are kept as a {name: row} dict while the JSON is matched: a
 COCO scan holds the parsed JSON anyway, an object per image, so this costs no more in
-kind; the member table kept for reading is compact (packer.source.members).
+kind; the member table kept for reading is compact (`MemberTable`).
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ def _label_option(index: Index) -> str | None:
 
 def _appended_order(index: Index, source: Source) -> bool:
     """Whether the dataset holds the source's classes in the order appends gave them
-    (packer.conversion.append: new classes after the old ones), so labels compare by name."""
+    (an append puts new classes after the old ones), so labels compare by name."""
     return bool(index.extra.get("appended")) and \
         sorted(index.class_names) == sorted(source.class_names)
 

@@ -45,10 +45,10 @@ class FieldChoice:
     enabled: bool = True  # False: no fields at all
     types: tuple[FieldSpec, ...] = ()  # the types of CSV columns that are not str
     # A COCO-style annotations file whose boxes, categories, ... become the fields of
-    # an image folder's images (packer.source.coco; the CLI's --annotations)
+    # an image folder's images (the COCO source; the CLI's --annotations)
     annotations: str | None = None
     # Where a WebDataset sample's label comes from: cls, json:KEY or none (the CLI's
-    # --label; packer.source.wds_labels); None: `.cls` when the shards have it
+    # --label; `LabelChoice`); None: `.cls` when the shards have it
     label: str | None = None
 
     def __post_init__(self) -> None:

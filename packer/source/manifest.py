@@ -1,7 +1,7 @@
 """Scan a CSV or JSONL manifest: `path,label` rows, and per-sample fields beside them.
 
-CSV: a header row naming `path` and `label` (other columns are fields, see
-packer.source.fields); JSONL: one object a line with `path` and `label` keys. Labels are
+CSV: a header row naming `path` and `label` (other columns are fields, str unless
+--field types them); JSONL: one object a line with `path` and `label` keys. Labels are
 class names (sorted into class ids) or integer ids. Paths are relative to the manifest's
 folder unless absolute; the key is the path relative to it, without the extension.
 """
@@ -41,7 +41,7 @@ def key_of(relative: str) -> str:
 def read_manifest(manifest: Path, choice: FieldChoice
                   ) -> tuple[SourceItems, tuple[str, ...], list[Reject], tuple[FieldSpec, ...]]:
     """The items, class names, rejects and fields of a manifest of `path,label` rows (and
-    fields: packer.source.fields); labels are class names or integers.
+    fields beside them); labels are class names or integers.
 
     A few passes over the rows (class names, field types, items), so no list of rows
     is kept.

@@ -10,7 +10,7 @@
 
 A tar member's data lies uncompressed at its offset, also inside a tar nested in a
 tar (offsets are absolute in the outer file); in a .tar.gz the offsets are into the
-uncompressed stream, read forward by packer.source.gzcursor. A zip member's offset is its local
+uncompressed stream, read forward by a `GzipCursor`. A zip member's offset is its local
 header, whose name and extra lengths are read at read time (the central directory
 does not repeat them), then the data is inflated and its CRC-32 checked, so a damaged
 member is a reject, not silently different bytes.
@@ -120,9 +120,9 @@ class ArchiveSource:
     def __init__(self, path: Path, kind: str, table: MemberTable, identity: str,
                  stat: ArchiveStat) -> None:
         self.path = path
-        self.kind = kind  # "tar", "zip" or "tgz" (read forward: packer.source.gzcursor)
+        self.kind = kind  # "tar", "zip" or "tgz" (read forward: `GzipCursor`)
         self.table = table
-        self.identity = identity  # size, mtime and member table (conversion.identity)
+        self.identity = identity  # size, mtime and member table (the job's identity)
         self.stat = stat
         self._lock = threading.Lock()
         self._fd: int | None = None
@@ -186,7 +186,7 @@ class ArchiveSource:
             return self._fd
 
     def _cursor(self) -> GzipCursor:
-        """This process's forward reader of a .tar.gz (packer.source.gzcursor)."""
+        """This process's forward reader of a .tar.gz (`GzipCursor`)."""
         with self._lock:
             if self._gzip is None or self._pid != os.getpid():
                 self._gzip = GzipCursor(self.path, self.table.offsets, self.table.sizes)

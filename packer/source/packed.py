@@ -8,7 +8,7 @@ key) only names the sample in rejects.jsonl.
 
 Readers open lazily where they read and never travel through pickle (a pickled source
 is its folder and the hash of its index.json). They come from the process's one registry
-(packer.dataset.open), shared with `readers`' datasets on the same folder: one reader per
+of opened datasets, shared with `readers`' datasets on the same folder: one reader per
 process for lmdb (py-lmdb refuses to open an environment twice in a process), hdf5 and npy
 (their reads are thread-safe), one per thread for wds (its reader keeps an LRU of open
 shards).
@@ -55,7 +55,7 @@ def is_packed(path: Path) -> bool:
 
 
 def _shared(folder: Path, identity: str | None = None) -> dataset_open.Opened:
-    """This process's entry for a packed dataset (packer.dataset.open), shared with every
+    """This process's entry for a packed dataset (`opened`), shared with every
     PackedSource and every `readers` dataset on it in the process.
 
     `identity`: the index.json hash the dataset must still have.
@@ -81,7 +81,7 @@ def _shared(folder: Path, identity: str | None = None) -> dataset_open.Opened:
 class PackedSource:
     """Reads the samples of a packed dataset for encoding (see the module docstring)."""
 
-    whole_files = False  # stored samples, not files (core.record.Origin)
+    whole_files = False  # stored samples, not files (`Origin.whole_files`)
 
     def __init__(self, folder: Path, fields: tuple[FieldSpec, ...] = ()) -> None:
         self.folder = Path(os.path.abspath(folder))

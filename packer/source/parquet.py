@@ -3,20 +3,20 @@ Face Hub's `data/train-00000-of-00002.parquet`), a quoted glob (`'data/train-*.p
 or a folder `datasets.Dataset.save_to_disk` wrote (Arrow IPC files + state.json).
 
 Each row is a sample: its image from the image column, its label from the label column,
-its other columns as fields (packer.source.parquet_columns). The key is the file's path
-relative to SRC without its suffix, then the row number, zero-padded
-(`data/train-00000-of-00002/00000012`), so key order is file and row order and sample i
-is the same row every time. An item's path names the file and the row
-(`data/train-00000-of-00002.parquet:row 12`, rows counted from 0), which is what a
-reject names.
+its other columns as fields (`layout_of`). The key is the file's path relative to SRC
+without its suffix, then the row number, zero-padded
+(`data/train-00000-of-00002/00000012`), so key order is file and row order and sample i is
+the same row every time. An item's path names the file and the row
+(`data/train-00000-of-00002.parquet:row 12`, rows counted from 0), which is what a reject
+names.
 
-The scan reads the footers and the label and field columns, never the images; the
-images are read in place, a row group at a time (packer.source.parquet_read). A row
-without a label (null, or a class id out of range) or with a field that is not its
-type is a reject here; a null or undecodable image is one when it is encoded. Without a
-label column every sample is class 0 of one class, `unlabelled`, and a warning says so.
-Which SRC is one, and its files: packer.source.parquet_files. pyarrow is an optional
-extra, imported when a Parquet source is scanned.
+The scan reads the footers and the label and field columns, never the images; the images
+are read in place, a row group at a time (`ParquetSource`). A row without a label (null,
+or a class id out of range) or with a field that is not its type is a reject here; a
+null or undecodable image is one when it is encoded. Without a label column every sample
+is class 0 of one class, `unlabelled`, and a warning says so. Which SRC is one, and its
+files: `is_parquet_source`, `listing`. pyarrow is an optional extra, imported when a
+Parquet source is scanned.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ParquetScan:
-    """What scan_parquet found (packer.source.scan makes it a Source)."""
+    """What scan_parquet found (the scan makes it a Source)."""
 
     items: SourceItems
     class_names: tuple[str, ...]

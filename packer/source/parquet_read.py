@@ -1,5 +1,5 @@
 """Read the image cells of Parquet files (and `datasets` Arrow files) in place: the
-`origin` of Parquet items (packer.source.parquet scans them).
+`origin` of Parquet items (`scan_parquet` scans them).
 
     TableFile      one file: its kind, size and mtime, where each row group starts
                    (a Parquet row group, or a record batch of an Arrow IPC file)
@@ -123,7 +123,7 @@ class ParquetSource:
     """Reads the image cells of the items (see the module docstring).
 
     `whole_files` False: the bytes are an encoded image with no file name, so its
-    extension comes from the bytes (packer.encode), as a packed sample's does.
+    extension comes from the bytes when it is encoded, as a packed sample's does.
     """
 
     whole_files = False
@@ -134,7 +134,7 @@ class ParquetSource:
         self.files = files
         self.column = column
         self.rows = rows
-        self.identity = identity  # sizes, mtimes, schema and rows (conversion.identity)
+        self.identity = identity  # sizes, mtimes, schema and rows (the job's identity)
         self.fields = fields  # each item's fields record, for appends (read_fields)
         self._lock = threading.Lock()
         self._pid = os.getpid()

@@ -1,7 +1,7 @@
 """Find the inputs: an image folder (class sub-folders), a CSV/JSONL manifest, an archive
-(.tar, tar of tars, .zip: see packer.source.archive), a packed dataset (a folder with
-index.json: format to format, see packer.source.packed), or COCO images (a folder or
-archive with --annotations, or the .json as the manifest: packer.source.coco).
+(.tar, tar of tars, .zip), webdataset shards, Parquet files with image bytes, a packed
+dataset (a folder with index.json: format to format), or COCO images (a folder or
+archive with --annotations, or the .json as the manifest).
 
 Items come back sorted by key, so sample i is the same image in every format made from
 the same source. The key is the path relative to the root, without its extension,
@@ -50,11 +50,11 @@ NO_SIDECARS = sidecar_record("", set())  # the fields record of an image without
 class Source:
     """What a scan found: items to encode, class names, early rejects, ignored files.
 
-    `archive` is set when SRC is a .tar or .zip (packer.source.archive): its items are
-    its members, read as the extracted files would be. `origin` is set when SRC is a
-    packed dataset: its items are that dataset's samples, in its order, and `origin`
-    reads their bytes; `inherited` are the rejects of the conversion that made it (they
-    carry over, so the lineage to the images stays whole).
+    `archive` is set when SRC's items are read in place: the members of a .tar or .zip (read
+    as the extracted files would be), webdataset shards or Parquet files. `origin` is set
+    when SRC is a packed dataset: its items are that dataset's samples, in its order, and
+    `origin` reads their bytes; `inherited` are the rejects of the conversion that made it
+    (they carry over, so the lineage to the images stays whole).
     """
 
     root: Path
@@ -66,14 +66,14 @@ class Source:
     inherited: list[Reject] = field(default_factory=list)
     # SRC is an archive (or webdataset shards, or Parquet files): reads its items in place
     archive: ArchiveSource | ShardSet | ParquetSource | None = None
-    fields: tuple[FieldSpec, ...] = ()  # per-sample fields (packer.source.fields)
+    fields: tuple[FieldSpec, ...] = ()  # per-sample fields (`FieldChoice` chose them)
     extra: dict[str, Any] = field(default_factory=dict)  # for index.json's extra (COCO)
 
 
 def scan(src: str | Path, fields: FieldChoice | None = None) -> Source:
     """Scan an image folder, a manifest file, an archive (.tar, .zip) or a packed dataset.
 
-    `fields`: which per-sample fields to take (packer.source.fields; default: all)."""
+    `fields`: which per-sample fields to take (default: all)."""
     path = Path(src)
     choice = fields or FieldChoice()
     try:
@@ -85,7 +85,7 @@ def scan(src: str | Path, fields: FieldChoice | None = None) -> Source:
         shards = wds_shards(src)
         if shards is not None:
             return scan_wds(shards, choice)
-        if is_parquet_source(path):  # Parquet with image bytes (packer.source.parquet)
+        if is_parquet_source(path):  # Parquet with image bytes
             tabled = scan_parquet(path, choice)
             return Source(path, tabled.items, tabled.class_names, tabled.rejects, 0,
                           archive=tabled.origin, fields=tabled.fields)
@@ -117,8 +117,8 @@ def scan(src: str | Path, fields: FieldChoice | None = None) -> Source:
 
 
 def wds_shards(src: str | Path) -> list[Path] | None:
-    """The shards SRC names when it is webdataset shards (packer.source.wds_paths): a
-    brace list, a .tar/.tgz of samples, a folder of shards that is not a packed dataset."""
+    """The shards SRC names when it is webdataset shards: a brace list, a .tar/.tgz of
+    samples, a folder of shards that is not a packed dataset."""
     path = Path(src)
     if has_braces(str(src)):
         return brace_shards(str(src))
@@ -131,7 +131,7 @@ def wds_shards(src: str | Path) -> list[Path] | None:
 
 def scan_wds(shards: list[Path], choice: FieldChoice) -> Source:
     """WebDataset shards: samples grouped by key, labels and fields from their members
-    (packer.source.wds_scan)."""
+    (`scan_shards`)."""
     try:
         label = LabelChoice.parse(choice.label)
     except ValueError as exc:
@@ -143,7 +143,7 @@ def scan_wds(shards: list[Path], choice: FieldChoice) -> Source:
 
 
 def scan_coco(root: Path, choice: FieldChoice) -> Source:
-    """An image folder or archive whose images a COCO file lists (packer.source.coco)."""
+    """An image folder or archive whose images a COCO file lists (`read_coco`)."""
     images: ImageFiles
     if root.is_file() and archive_kind(root) is not None:
         images = ArchiveImages(root)
@@ -352,6 +352,6 @@ def _add_file(found: ItemsBuilder, rel: str, label: int, fields: bytes = b"") ->
 
 
 def scan_manifest(manifest: Path, choice: FieldChoice | None = None) -> Source:
-    """Scan a CSV/JSONL manifest (packer.source.manifest)."""
+    """Scan a CSV/JSONL manifest (`read_manifest`)."""
     items, class_names, rejects, fields = read_manifest(manifest, choice or FieldChoice())
     return Source(manifest.parent, items, class_names, rejects, 0, fields=fields)

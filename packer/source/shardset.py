@@ -2,14 +2,14 @@
 
     ShardSet          items (sorted by key) whose bytes lie in several shards; reads
                       item i from its shard by offset, through one ArchiveSource per
-                      shard (packer.source.members: pread for a .tar, one forward
-                      pass for a .tgz), opened lazily in the process that reads
-    ShardSet.builder  collects rows shard by shard while packer.source.wds_scan lists
+                      shard (pread for a .tar, one forward pass for a .tgz), opened
+                      lazily in the process that reads
+    ShardSet.builder  collects rows shard by shard while the webdataset scan lists
                       them, then sorts them and lays the member tables out in item order
 
 Every fields record is stored with a leading marker byte while the scan runs, so a
 sample that has no field yet still has a record (the items keep one per row), and is
-laid out over the final fields when the scan ends (packer.source.wds_records).
+laid out over the final fields when the scan ends (`FieldNames.remapper`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ Remap = Callable[[bytes], bytes]
 
 
 class ShardSet:
-    """The reader of a shards source's items (the Origin protocol of packer.core.record)."""
+    """The reader of a shards source's items (the `Origin` protocol)."""
 
     whole_files = True
     pixel_size: tuple[int, int] | None = None
@@ -178,7 +178,7 @@ def _pread_members(path: Path, entries: list[Entry]) -> list[bytes]:
 
 def member_reader(path: Path, kind: str, before: ArchiveStat, table: MemberTable
                   ) -> ArchiveSource:
-    """The reader of one shard's members (packer.source.shardset), its identity the
+    """The reader of one shard's members (an `ArchiveSource`), its identity the
     shard's size, mtime and member table."""
     if stat_archive(path) != before:
         raise SourceError(f"{path}: the shard changed while it was scanned; convert again")

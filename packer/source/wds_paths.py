@@ -9,7 +9,7 @@
                                   beside it, which are not samples)
     one .tar / .tgz               an archive whose samples lie at its top level
                                   (`KEY.jpg`, `KEY.cls`) or that holds `.cls` members:
-                                  packer.source.archive decides, and a class-folder
+                                  the archive scan decides, and a class-folder
                                   archive stays one
 
 Shards are taken in name order, so the scan (and sample i) is the same on every run.

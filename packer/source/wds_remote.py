@@ -2,12 +2,12 @@
 folder of shards (`s3://bucket/train/`), through fsspec (the `s3` extra).
 
 The shards are downloaded once into a local cache folder named after the URL
-(PACKER_SHARD_CACHE, default ~/.cache/packer-readers/shards), each under a temporary
-name and renamed once its size is the remote size, and then read as a local folder of
-shards (packer.source.wds_scan). A shard already there at its remote size is not
-downloaded again, so `--resume` of an interrupted conversion finds the same files (the
-job fingerprint covers their size and mtime) and an interrupted download resumes at the
-next shard. The cache is the user's to delete once the conversion is done.
+(PACKER_SHARD_CACHE, default ~/.cache/packer-readers/shards), each under a temporary name
+and renamed once its size is the remote size, and then read as a local folder of shards.
+A shard already there at its remote size is not downloaded again, so `--resume` of an
+interrupted conversion finds the same files (the job fingerprint covers their size and
+mtime) and an interrupted download resumes at the next shard. The cache is the user's to
+delete once the conversion is done.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ A sample with no image, a second sample with a key already seen, a member whose 
 escapes the shard, a label that cannot be read: each is a reject naming
 `SHARD:MEMBER` and why. The small members (labels, fields) are read during the scan,
 one shard at a time (a .tgz in one forward pass); images are read at encode time by
-packer.source.shardset, by offset.
+offset (`ShardSet`).
 """
 
 from __future__ import annotations

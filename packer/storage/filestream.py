@@ -72,8 +72,8 @@ class Hasher(threading.Thread):
         """End the thread without hashing what is still queued (a failed run).
 
         Never blocks: a Ctrl-C landing inside queue.Queue's own code can leave its lock
-        held (scripts/soak.py caught abort() waiting for it forever); then the thread,
-        a daemon, is left to end with the process.
+        held, and waiting for it would hang abort() forever; then the thread, a daemon,
+        is left to end with the process.
         """
         if not self.queue.mutex.acquire(timeout=1.0):
             return

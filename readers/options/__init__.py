@@ -1,6 +1,6 @@
 """Option values the readers take, grouped by what they set.
 
-    SplitOptions   how an epoch is split into chunks, ranks and a shuffle window:
+    PartitionOptions   how an epoch is split into chunks, ranks and a shuffle window:
                    one value for PackedIterableDataset and ChunkSampler alike
     RemoteOptions  where a URL dataset's shards are cached on disk, and the fsspec options
     OnError        what a dataset does with a damaged or undecodable sample: raise, skip
@@ -13,11 +13,17 @@ plain keyword arguments of the datasets.
 from readers.options.values import (
     DEFAULT_BUFFER_SIZE,
     DEFAULT_CHUNK_SIZE,
-    DEFAULT_SPLIT,
+    DEFAULT_PARTITION,
     OnError,
+    PartitionOptions,
     RemoteOptions,
-    SplitOptions,
 )
 
-__all__ = ["DEFAULT_BUFFER_SIZE", "DEFAULT_CHUNK_SIZE", "DEFAULT_SPLIT", "OnError", "RemoteOptions",
-           "SplitOptions"]
+__all__ = [
+    "DEFAULT_BUFFER_SIZE",
+    "DEFAULT_CHUNK_SIZE",
+    "DEFAULT_PARTITION",
+    "OnError",
+    "PartitionOptions",
+    "RemoteOptions",
+]

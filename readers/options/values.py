@@ -17,13 +17,13 @@ def check_budget(name: str, value: int, zero: str) -> int:
     return value
 
 DEFAULT_CHUNK_SIZE = 64
-SplitBy = Literal["auto", "readers", "framework"]
-SPLIT_BY: tuple[SplitBy, ...] = get_args(SplitBy)
+PartitionBy = Literal["auto", "readers", "framework"]
+PARTITION_BY: tuple[PartitionBy, ...] = get_args(PartitionBy)
 DEFAULT_BUFFER_SIZE = 1024
 
 
 @dataclass(frozen=True, slots=True)
-class SplitOptions:
+class PartitionOptions:
     """How an epoch's samples are cut into chunks and dealt to ranks.
 
     `drop_last`: drop the tail that would leave ranks uneven (True), or pad the short
@@ -32,7 +32,7 @@ class SplitOptions:
     unit of locality; None is PackedDataset's own chunk size for ChunkSampler, and 64 for
     PackedIterableDataset. `buffer_size`: the shuffle window, in samples (0: chunk order).
     `by`: who splits across ranks: "auto" finds out (a framework splitter that asks, as
-    Accelerate's prepare makes them, else the readers; readers.passes.split_owner),
+    Accelerate's prepare makes them, else the readers; readers.passes.partition_owner),
     "readers" or "framework" say it where finding out cannot work.
     """
 
@@ -41,7 +41,7 @@ class SplitOptions:
     world_size: int | None = None
     chunk_size: int | None = None
     buffer_size: int = DEFAULT_BUFFER_SIZE
-    by: SplitBy = "auto"
+    by: PartitionBy = "auto"
 
     def __post_init__(self) -> None:
         if self.chunk_size is not None and self.chunk_size < 1:
@@ -49,15 +49,15 @@ class SplitOptions:
         if self.buffer_size < 0:
             raise ValueError(f"buffer_size must be 0 (chunk order only) or more, "
                              f"not {self.buffer_size}")
-        if self.by not in SPLIT_BY:
-            raise ValueError(f"by must be one of {', '.join(map(repr, SPLIT_BY))}, "
+        if self.by not in PARTITION_BY:
+            raise ValueError(f"by must be one of {', '.join(map(repr, PARTITION_BY))}, "
                              f"not {self.by!r}")
 
     def chunk_size_or(self, default: int) -> int:
         return default if self.chunk_size is None else self.chunk_size
 
 
-DEFAULT_SPLIT = SplitOptions()
+DEFAULT_PARTITION = PartitionOptions()
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +97,7 @@ class OnError:
     `action`: "raise" (the default) stops the read with the error that names the sample,
     its file and where in it. "skip" logs one warning a sample (logger "readers": key,
     file, reason), counts it (the dataset's `num_skipped`, summed over its workers) and
-    serves a flagged pad in its place, exactly as `SplitOptions(drop_last=False)` pads: a
+    serves a flagged pad in its place, exactly as `PartitionOptions(drop_last=False)` pads: a
     nearby good sample with label PAD_LABEL, so every other sample is still read exactly
     once and every rank makes the same number of batches. `max_skipped`: with "skip",
     the most samples a dataset may skip (all its workers and epochs together) before

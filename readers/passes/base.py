@@ -1,15 +1,15 @@
-"""SplitPasses: the passes of a reader that streams a split plan (PackedIterableDataset, Mix).
+"""PartitionPasses: the passes of a reader that streams a split plan (PackedIterableDataset, Mix).
 
 What both iterable readers share once they have a plan: the world of a pass (world), its
 epoch (epochs), this worker's spans, the count that state_dict()/load_state_dict() resume
-from (resume), who splits (split_owner) and a loader's skip of a pass's first batches
+from (resume), who splits (partition_owner) and a loader's skip of a pass's first batches
 (skip), all modules of readers.passes.
 
-The protocol of a split reader: it lists SplitPasses before its other bases, calls
-`_init_passes(split, shuffle=..., seed=..., batch_size=...)` in its `__init__` (once what
+The protocol of a split reader: it lists PartitionPasses before its other bases, calls
+`_init_passes(partition, shuffle=..., seed=..., batch_size=...)` in its `__init__` (once what
 its plan needs is set, `_check_plan()` makes a first plan so bad arguments fail there),
-and provides `_plan_for(world_size)` (a ShardPlan or subclass) and
-`_stream(spans, plan, where, skip)` (the samples). Pickling is SplitPasses' own
+and provides `_plan_for(world_size)` (a ChunkPlan or subclass) and
+`_stream(spans, plan, where, skip)` (the samples). Pickling is PartitionPasses' own
 `__getstate__`: the next base's state plus what a spawned worker cannot find out.
 """
 
@@ -20,10 +20,11 @@ from typing import Any
 
 from torch.utils.data import get_worker_info
 
-from readers.options import SplitOptions
-from readers.options.values import SplitBy
+from readers.options import PartitionOptions
+from readers.options.values import PartitionBy
 from readers.passes.epochs import PassEpochs
 from readers.passes.loop import loop_state
+from readers.passes.partition_owner import LoaderView, loader_view
 from readers.passes.resume import (
     PendingResume,
     from_worker_states,
@@ -31,19 +32,18 @@ from readers.passes.resume import (
     posts_on_board,
 )
 from readers.passes.skip import LoaderSkip
-from readers.passes.split_owner import LoaderView, loader_view
 from readers.passes.stream import rest_after
 from readers.passes.world import LateWorld, RankWorld
-from readers.plan.chunks import ShardPlan, Spans, check_epoch, num_in
+from readers.plan.chunks import ChunkPlan, Spans, check_epoch, num_in
 from readers.plan.elastic import piece
 
 
-class SplitPasses:
+class PartitionPasses:
     """Passes over a split plan; see the module docstring."""
 
     _world: LateWorld
     _sent: RankWorld | None  # the world when sent to a spawned worker
-    _sent_view: LoaderView | None  # the loader's view when sent (readers.passes.split_owner)
+    _sent_view: LoaderView | None  # the loader's view when sent (readers.passes.partition_owner)
     _split: tuple[bool, bool, int]  # (shuffle, drop_last, seed)
     _epochs: PassEpochs
     _resume: PendingResume | None
@@ -51,24 +51,24 @@ class SplitPasses:
     _seen: int  # ... of this process's latest pass, and the samples it yielded
     _topology: tuple[int, int | None]  # (world_size, dealt) of that pass
     _resplit: bool  # whether that pass read a rest re-split (readers.plan.elastic)
-    _split_by: SplitBy  # who splits across ranks (SplitOptions.by)
+    _split_by: PartitionBy  # who splits across ranks (PartitionOptions.by)
     _pending_skip: LoaderSkip | None  # batches the coming pass starts after (skip)
     _posted: Mapping[str, Any] | None  # a worker's own state, posted on the board
     batch_size: int | None
     buffer_size: int
 
-    def _init_passes(self, split: SplitOptions, *, shuffle: bool, seed: int,
+    def _init_passes(self, partition: PartitionOptions, *, shuffle: bool, seed: int,
                      batch_size: int | None) -> None:
-        """Set the state every pass reads: the world `split` names (resolved late), the
+        """Set the state every pass reads: the world `partition` names (resolved late), the
         plan's (shuffle, drop_last, seed), the shared epoch word, no resume and no pass
         yet. `batch_size` deals each worker whole batches (None: the loader's)."""
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be at least 1 (or None), not {batch_size}")
-        self.batch_size, self.buffer_size = batch_size, split.buffer_size
-        self._world = LateWorld.of(split.rank, split.world_size)
+        self.batch_size, self.buffer_size = batch_size, partition.buffer_size
+        self._world = LateWorld.of(partition.rank, partition.world_size)
         self._sent, self._sent_view = None, None
-        self._split = (shuffle, split.drop_last, seed)
-        self._split_by, self._pending_skip = split.by, None
+        self._split = (shuffle, partition.drop_last, seed)
+        self._split_by, self._pending_skip = partition.by, None
         self._epochs = PassEpochs()
         self._resume, self._pass, self._seen = None, None, 0
         self._topology, self._resplit, self._posted = (1, None), False, None
@@ -78,15 +78,15 @@ class SplitPasses:
         rather than in a DataLoader worker."""
         self._plan_for(self.world_size)
 
-    def _plan_for(self, world_size: int) -> ShardPlan:
+    def _plan_for(self, world_size: int) -> ChunkPlan:
         raise NotImplementedError
 
-    def _stream(self, spans: Spans, plan: ShardPlan, where: tuple[int, int, int],
+    def _stream(self, spans: Spans, plan: ChunkPlan, where: tuple[int, int, int],
                 skip: int) -> Iterator[Any]:
         raise NotImplementedError
 
     @property
-    def plan(self) -> ShardPlan:
+    def plan(self) -> ChunkPlan:
         """The split for the world as of now."""
         return self._plan_for(self.world_size)
 
@@ -136,14 +136,14 @@ class SplitPasses:
             dealt=self._dealt(view), world_now=world)
 
     def _view(self) -> LoaderView:
-        """What the loader asking now wants (readers.passes.split_owner); in a spawned worker the
+        """What the loader asking now wants (`loader_view`); in a spawned worker the
         view its parent found fills the gaps."""
         return loader_view(self, self._split_by).or_else(
             self._sent_view if get_worker_info() else None)
 
     def __len__(self) -> int:
         """Samples this rank yields per epoch; the whole epoch's when a framework that splits
-        across ranks itself asks (readers.passes.split_owner)."""
+        across ranks itself asks (readers.passes.partition_owner)."""
         world_size = 1 if self._view().framework_splits else self.world_size
         return self._plan_for(world_size).num_per_rank
 
@@ -264,7 +264,7 @@ class SplitPasses:
 
 
 def _base_state(parent: Any, reader: object) -> dict[str, Any]:
-    """A copy of the state the class after SplitPasses pickles; a copy of `__dict__` where
+    """A copy of the state the class after PartitionPasses pickles; a copy of `__dict__` where
     that is object's (which has `__getstate__` from Python 3.11 on, and there gives the
     `__dict__` itself, or None when it is empty)."""
     getstate = getattr(parent, "__getstate__", None)

@@ -21,7 +21,7 @@ def loop_state(epoch: int, batches_consumed: int, batch_size: int, num_workers: 
 
     `drop_last` is the DataLoader's (it decides how many batches each worker makes);
     `world_size` defaults to the process group's; without one, 1, and a ValueError where
-    readers of this process were given another (SplitOptions(world_size=...)). In a pass
+    readers of this process were given another (PartitionOptions(world_size=...)). In a pass
     that was resumed from a state, count the batches of this pass and pass that state as
     `resumed_from`: on the same topology the two make one count, on another the state
     records both stretches.
@@ -57,7 +57,7 @@ def _world_size() -> int:
     given = given_world_sizes() - {1}
     if given:
         raise ValueError(f"loop_state: there is no process group, and this process's readers "
-                         f"were given world_size={min(given)} (SplitOptions): pass "
+                         f"were given world_size={min(given)} (PartitionOptions): pass "
                          f"world_size={min(given)} so the state records the split they read")
     return 1
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from readers.passes.split_owner import _Changed, across_ranks, documented, named
+from readers.passes.partition_owner import _Changed, across_ranks, documented, named
 
 LoaderT = TypeVar("LoaderT")
 

@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from packer.formats.base import RecordReader
-from readers.plan.chunks import ShardPlan, Spans, buffered_shuffle, epoch_rng, expand, num_in, take
+from readers.plan.chunks import ChunkPlan, Spans, buffered_shuffle, epoch_rng, expand, num_in, take
 from readers.plan.elastic import Segment, rest_of_epoch
 
 SpanRecord = tuple[int, bool, bytes]  # (sample index, padded, stored bytes)
@@ -32,7 +32,7 @@ def stream_order(count: int, buffer_size: int,
     return np.fromiter(buffered_shuffle(range(count), buffer_size, rng), np.int64, count)
 
 
-def rest_after(first: ShardPlan, segments: Sequence[Segment], epoch: int, buffer_size: int,
+def rest_after(first: ChunkPlan, segments: Sequence[Segment], epoch: int, buffer_size: int,
                per_worker: bool) -> Spans:
     """What `segments` (a loop state's, readers.plan.elastic) left of `epoch`, whose first
     segment read `first`'s plan: the streams' orders are a PackedIterableDataset worker's

@@ -114,7 +114,7 @@ def epoch_rng(seed: int, epoch: int, *stream: int) -> np.random.Generator:
 
 
 @dataclass(frozen=True)
-class ShardPlan:
+class ChunkPlan:
     """How one dataset is split across ranks and workers; validated when built."""
 
     num_samples: int

@@ -1,7 +1,7 @@
 """The rest of an epoch after a job of one topology stopped, re-split for another: numpy only.
 
 Every order in an epoch is a pure function of (seed, epoch, rank, worker): the epoch's
-sequence (`ShardPlan.epoch_spans`), each rank's block of it, each worker's piece of the
+sequence (`ChunkPlan.epoch_spans`), each rank's block of it, each worker's piece of the
 block and the shuffle buffer's draws over that piece. So "N ranks x K workers each
 consumed b batches of B" names exactly which positions of the sequence were consumed, and
 the rest is known without reading a byte:
@@ -99,7 +99,7 @@ def samples_per_worker(num_per_rank: int, batches_consumed: int, batch_size: int
     """Samples each worker had delivered when the loop had consumed `batches_consumed`
     batches, and the worker the DataLoader would have asked next.
 
-    Worker w holds its share of the rank's samples (`worker_bounds`, as in ShardPlan: even,
+    Worker w holds its share of the rank's samples (`worker_bounds`, as in ChunkPlan: even,
     or in whole batches of `dealt` when the dataset deals batches) and makes
     ceil(share / batch_size) batches (floor with drop_last); the DataLoader takes them round
     robin from worker 0, skipping workers that have none left.

@@ -19,7 +19,7 @@ draws `num_samples` samples, `counts[g]` of them from group g:
     interleave   the draws cut into pieces of `chunk_size`, the pieces of all groups
                  permuted by epoch_rng(seed, epoch, stream): reads stay chunk-local; the
                  reader's shuffle buffer mixes the pieces it holds.
-    split        as ShardPlan: trimmed (drop_last) or cycled with flagged repeats to
+    split        as ChunkPlan: trimmed (drop_last) or cycled with flagged repeats to
                  world_size * num_per_rank, then rank and worker slices.
 """
 
@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from readers.plan.chunks import (
-    ShardPlan,
+    ChunkPlan,
     Spans,
     check_epoch,
     cycle_to,
@@ -96,8 +96,8 @@ def cut(spans: Spans, size: int) -> tuple[Spans, npt.NDArray[np.int64]]:
 
 
 @dataclass(frozen=True, eq=False)
-class GroupPlan(ShardPlan):
-    """A ShardPlan whose epoch draws `counts[g]` samples from each group (module docstring).
+class GroupPlan(ChunkPlan):
+    """A ChunkPlan whose epoch draws `counts[g]` samples from each group (module docstring).
 
     `num_samples` must be sum(counts); `chunk_size` is the piece size of the interleave.
     """

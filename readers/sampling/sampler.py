@@ -6,7 +6,7 @@ number of indices (each sample exactly once per epoch across ranks, modulo the
 drop/pad rule), and shuffles only within a bounded window, so a PackedDataset's chunk
 cache serves most reads from a few large sequential ones.
 
-Padding (`split=SplitOptions(drop_last=False)`) yields `PaddedIndex` values: ints that
+Padding (`partition=PartitionOptions(drop_last=False)`) yields `PaddedIndex` values: ints that
 PackedDataset turns into samples with label `PAD_LABEL` (-1), so evaluation can mask them
 out (`labels >= 0`) and `CrossEntropyLoss(ignore_index=PAD_LABEL)` skips them.
 
@@ -29,18 +29,18 @@ from typing import Any
 import numpy.typing as npt
 from torch.utils.data import DistributedSampler
 
-from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_SPLIT, SplitOptions
+from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_PARTITION, PartitionOptions
 from readers.passes.loop import LoopState, loop_state
+from readers.passes.partition_owner import loader_view
 from readers.passes.resume import (
     PendingResume,
     pending_from_state,
     stream_state,
 )
-from readers.passes.split_owner import loader_view
 from readers.passes.stream import rest_after
 from readers.passes.world import LateWorld
 from readers.plan.chunks import (
-    ShardPlan,
+    ChunkPlan,
     Spans,
     buffered_shuffle,
     check_epoch,
@@ -52,7 +52,7 @@ from readers.plan.elastic import piece
 from readers.sampling.weighted import ClassWeights, weighted_split
 
 PAD_LABEL = -1
-PassStart = tuple[int, ShardPlan, int, Spans, int]  # (epoch, plan, rank, spans, skip)
+PassStart = tuple[int, ChunkPlan, int, Spans, int]  # (epoch, plan, rank, spans, skip)
 
 
 class PaddedIndex(int):
@@ -71,28 +71,29 @@ class ChunkSampler(DistributedSampler[int]):
     cache unit). The default window of 1024 indices spans about 16 chunks of 64, which a
     256 MiB cache holds for images up to ~250 KB; a larger window mixes classes better
     (index order is sorted by key) but needs a larger `max_cache_bytes` to keep reads
-    sequential. `split=SplitOptions(buffer_size=..., rank=..., world_size=...)`: rank and
+    sequential. `partition=PartitionOptions(buffer_size=..., rank=..., world_size=...)`: rank and
     world size default to the process group's when a pass starts. Under Accelerate's
     `prepare` the framework splits the batches across ranks and the sampler yields the
-    whole epoch (readers.passes.split_owner).
+    whole epoch (readers.passes.partition_owner).
     """
 
     def __init__(self, dataset: Sized, *, shuffle: bool = True, seed: int = 0,
-                 split: SplitOptions = DEFAULT_SPLIT,
+                 partition: PartitionOptions = DEFAULT_PARTITION,
                  class_weights: ClassWeights | None = None,
                  sample_weights: npt.ArrayLike | None = None,
                  source_weights: Sequence[float] | None = None) -> None:
         # DistributedSampler.__init__ would ask the process group now: it may not exist yet
         self.dataset = dataset  # type: ignore[assignment]  # any Sized, as Sampler takes
-        self.split = split
-        self._world = LateWorld.of(split.rank, split.world_size)
-        self._chunk_size = split.chunk_size_or(getattr(dataset, "chunk_size", DEFAULT_CHUNK_SIZE))
-        self._args = (len(dataset), shuffle, split.drop_last, seed)
+        self.partition = partition
+        self._world = LateWorld.of(partition.rank, partition.world_size)
+        own_chunk_size = getattr(dataset, "chunk_size", DEFAULT_CHUNK_SIZE)
+        self._chunk_size = partition.chunk_size_or(own_chunk_size)
+        self._args = (len(dataset), shuffle, partition.drop_last, seed)
         self._weights = weighted_split(dataset, class_weights, sample_weights, self._chunk_size,
                                        source_weights)
-        self.shuffle, self.drop_last, self.seed = shuffle, split.drop_last, seed
+        self.shuffle, self.drop_last, self.seed = shuffle, partition.drop_last, seed
         self._plan_for(self._world.now()[1])  # bad arguments fail here
-        self.buffer_size = split.buffer_size
+        self.buffer_size = partition.buffer_size
         self._next_epoch = 0
         self._resume: PendingResume | None = None
         self._pass_epoch: int | None = None  # the epoch of the latest pass, and its count
@@ -102,15 +103,15 @@ class ChunkSampler(DistributedSampler[int]):
         self._resumed_from: LoopState | None = None  # ... that the latest pass re-split
         self._untouched: PassStart | None = None  # the latest pass, while none of it is drawn
 
-    def _plan_for(self, world_size: int) -> ShardPlan:
+    def _plan_for(self, world_size: int) -> ChunkPlan:
         num_samples, shuffle, drop_last, seed = self._args
         if self._weights is not None:  # readers.sampling.weighted: what each epoch draws
             return self._weights.plan(num_samples, self._chunk_size, world_size, shuffle,
                                       drop_last, seed)
-        return ShardPlan(num_samples, self._chunk_size, world_size, shuffle, drop_last, seed)
+        return ChunkPlan(num_samples, self._chunk_size, world_size, shuffle, drop_last, seed)
 
     @property
-    def plan(self) -> ShardPlan:
+    def plan(self) -> ChunkPlan:
         """The split for the world as of now."""
         return self._plan_for(self.world_size)
 
@@ -148,8 +149,8 @@ class ChunkSampler(DistributedSampler[int]):
 
     def __len__(self) -> int:
         """Indices this rank yields per epoch; the whole epoch's when a framework that splits
-        the batches across ranks itself asks (readers.passes.split_owner)."""
-        world_size = 1 if loader_view(self, self.split.by).framework_splits else self.world_size
+        the batches across ranks itself asks (readers.passes.partition_owner)."""
+        world_size = 1 if loader_view(self, self.partition.by).framework_splits else self.world_size
         return self._plan_for(world_size).num_per_rank
 
     def __iter__(self) -> Iterator[int]:
@@ -180,14 +181,14 @@ class ChunkSampler(DistributedSampler[int]):
     def _start_pass(self) -> PassStart:
         """The epoch, plan, rank, spans and skip of a new pass (the epoch is used up)."""
         rank, world_size = self._world.for_pass()
-        if loader_view(self, self.split.by).framework_splits:
+        if loader_view(self, self.partition.by).framework_splits:
             rank, world_size = 0, 1  # the framework keeps each rank's batches of the whole
         plan = self._plan_for(world_size)
         epoch, self._next_epoch = self._next_epoch, self._next_epoch + 1
         spans, skip = self._spans(plan, epoch, rank)
         return epoch, plan, rank, spans, skip
 
-    def _spans(self, plan: ShardPlan, epoch: int, rank: int) -> tuple[Spans, int]:
+    def _spans(self, plan: ChunkPlan, epoch: int, rank: int) -> tuple[Spans, int]:
         """This rank's spans of the pass and how many of its indices a resume skips; a
         state saved on another world size gives the rest of its epoch, re-split."""
         resume, self._resumed_from = self._resume, None

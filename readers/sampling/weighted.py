@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from packer.core.index import open_dataset
-from readers.plan.chunks import ShardPlan, Spans, check_epoch, cycle_to, epoch_rng, take
+from readers.plan.chunks import ChunkPlan, Spans, check_epoch, cycle_to, epoch_rng, take
 from readers.plan.groups import CLASS_STREAM, MIX_STREAM, GroupPlan, largest_remainder
 
 ClassWeights = str | Mapping[Any, float] | Sequence[float]
@@ -129,15 +129,15 @@ class ClassSplit:
                    tuple(str(s) for s in range(len(groups))), MIX_STREAM)
 
     def plan(self, num_samples: int, chunk_size: int, world_size: int, shuffle: bool,
-             drop_last: bool, seed: int) -> ShardPlan:
+             drop_last: bool, seed: int) -> ChunkPlan:
         counts = tuple(largest_remainder(self.weights, num_samples).tolist())
         return GroupPlan(num_samples, chunk_size, world_size, shuffle, drop_last, seed,
                          groups=self.groups, counts=counts, stream=self.stream)
 
 
 @dataclass(frozen=True, eq=False)
-class SampleWeightPlan(ShardPlan):
-    """A ShardPlan whose epoch is a systematic weighted resample (module docstring)."""
+class SampleWeightPlan(ChunkPlan):
+    """A ChunkPlan whose epoch is a systematic weighted resample (module docstring)."""
 
     weights: npt.NDArray[np.float64] = field(default_factory=lambda: np.ones(0))
 
@@ -168,7 +168,7 @@ class SampleSplit:
         return cls(weights)
 
     def plan(self, num_samples: int, chunk_size: int, world_size: int, shuffle: bool,
-             drop_last: bool, seed: int) -> ShardPlan:
+             drop_last: bool, seed: int) -> ChunkPlan:
         return SampleWeightPlan(num_samples, chunk_size, world_size, shuffle, drop_last, seed,
                                 weights=self.weights)
 

@@ -19,7 +19,7 @@ import psutil
 from torch.utils.data import DataLoader
 
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset
-from readers.options import SplitOptions
+from readers.options import PartitionOptions
 
 
 def open_files() -> int:
@@ -50,12 +50,12 @@ def main() -> None:
     if args.kind == "map":
         dataset: PackedDataset | PackedIterableDataset = PackedDataset(args.path, size=(8, 8),
                                                                        chunk_size=4)
-        sampler = ChunkSampler(dataset, split=SplitOptions(drop_last=False))
+        sampler = ChunkSampler(dataset, partition=PartitionOptions(drop_last=False))
         loader = DataLoader(dataset, batch_size=4, sampler=sampler, num_workers=args.workers,
                             persistent_workers=True, multiprocessing_context=args.context)
     else:
         dataset = PackedIterableDataset(args.path, size=(8, 8),
-                                        split=SplitOptions(chunk_size=4, drop_last=False))
+                                        partition=PartitionOptions(chunk_size=4, drop_last=False))
         loader = DataLoader(dataset, batch_size=4, num_workers=args.workers,
                             persistent_workers=True, multiprocessing_context=args.context)
     started = False

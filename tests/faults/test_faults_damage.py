@@ -29,7 +29,7 @@ from packer.errors import CorruptDatasetError, IncompleteDatasetError
 from packer.formats.base import ShardOptions
 from packer.testing import make_sample_folder
 from readers import PackedDataset, PackedIterableDataset
-from readers.options import SplitOptions
+from readers.options import PartitionOptions
 from tests.helpers import FORMATS
 
 DATA = {"wds": "wds-00001.tar", "lmdb": "data.lmdb/data.mdb", "hdf5": "data.h5",
@@ -78,7 +78,7 @@ def read_map(folder: Path) -> Samples:
 
 def read_iterable(folder: Path) -> Samples:
     it = PackedIterableDataset(folder, shuffle=False, decode="raw", with_keys=True,
-                               split=SplitOptions(drop_last=False, chunk_size=4))
+                               partition=PartitionOptions(drop_last=False, chunk_size=4))
     out = [(bytes(data), int(label), str(key)) for data, label, key in it]
     it.close()
     return out

@@ -29,7 +29,7 @@ from packer.formats._wds import MAX_OPEN_SHARDS
 from packer.formats.base import ShardOptions
 from packer.testing import make_sample_folder
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset
-from readers.options import SplitOptions
+from readers.options import PartitionOptions
 from tests.helpers import FORMATS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -173,7 +173,7 @@ def test_four_workers_change_nothing_in_a_read_only_folder(packed: dict[str, Pat
     try:
         before = snapshot(folder)
         ds = PackedDataset(folder, size=(8, 8), chunk_size=8)
-        it = PackedIterableDataset(folder, size=(8, 8), split=SplitOptions(chunk_size=8))
+        it = PackedIterableDataset(folder, size=(8, 8), partition=PartitionOptions(chunk_size=8))
         for loader in (DataLoader(ds, batch_size=8, num_workers=4, sampler=ChunkSampler(ds),
                                   multiprocessing_context="fork"),
                        DataLoader(it, batch_size=8, num_workers=4,

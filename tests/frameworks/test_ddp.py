@@ -20,7 +20,7 @@ from packer.core.index import open_dataset
 from packer.formats.base import ShardOptions
 from packer.testing import make_sample_folder
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset
-from readers.options import SplitOptions
+from readers.options import PartitionOptions
 from readers.sampling.sampler import PAD_LABEL
 from tests.helpers import run_ranks
 
@@ -46,14 +46,15 @@ def read_rank(path: Path, style: str, drop_last: bool) -> dict[str, Any]:
     """
     if style == "iterable":
         data: Any = PackedIterableDataset(path, size=SIZE, with_keys=True,
-                                          split=SplitOptions(drop_last=drop_last, chunk_size=4,
-                                                             buffer_size=8))
+                                          partition=PartitionOptions(drop_last=drop_last,
+                                                                     chunk_size=4,
+                                                                     buffer_size=8))
         data.set_epoch(1)
         loader = DataLoader(data, batch_size=4, num_workers=2, multiprocessing_context="fork")
         length = len(data)
     else:
         data = PackedDataset(path, size=SIZE, with_keys=True)
-        sampler = ChunkSampler(data, split=SplitOptions(drop_last=drop_last))
+        sampler = ChunkSampler(data, partition=PartitionOptions(drop_last=drop_last))
         sampler.set_epoch(1)
         loader = DataLoader(data, batch_size=4, num_workers=2, sampler=sampler,
                             multiprocessing_context="fork")

@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from packer.core.index import open_dataset
-from readers import ChunkSampler, PackedDataset, PackedIterableDataset, SplitOptions
+from readers import ChunkSampler, PackedDataset, PackedIterableDataset, PartitionOptions
 from readers.sampling.sampler import PAD_LABEL
 from tests.helpers import pack_wds
 
@@ -27,13 +27,13 @@ def path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def evaluation_loader(path: Path, reader: str, rank: int, world: int) -> DataLoader[Any]:
-    split = SplitOptions(drop_last=False, rank=rank, world_size=world)
+    split = PartitionOptions(drop_last=False, rank=rank, world_size=world)
     if reader == "map":
         ds = PackedDataset(path, size=(8, 8), with_keys=True)
         return DataLoader(ds, batch_size=BATCH, sampler=ChunkSampler(ds, shuffle=False,
-                                                                      split=split))
+                                                                      partition=split))
     stream = PackedIterableDataset(path, size=(8, 8), with_keys=True, shuffle=False,
-                                   split=split, batch_size=BATCH)
+                                   partition=split, batch_size=BATCH)
     return DataLoader(stream, batch_size=BATCH, num_workers=2, multiprocessing_context="fork")
 
 

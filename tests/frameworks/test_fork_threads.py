@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader
 
 import readers.remote._cache as remote_cache
 from readers import PackedIterableDataset
-from readers.options import RemoteOptions, SplitOptions
+from readers.options import PartitionOptions, RemoteOptions
 from tests.helpers import pack_wds
 
 NUM, SHARD = 60, 10
@@ -62,7 +62,7 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def remote_dataset(url: str, cache: Path) -> PackedIterableDataset:
     return PackedIterableDataset(url, decode="raw", shuffle=False,
-                                 split=SplitOptions(chunk_size=SHARD, drop_last=False),
+                                 partition=PartitionOptions(chunk_size=SHARD, drop_last=False),
                                  remote=RemoteOptions(cache_dir=cache))
 
 

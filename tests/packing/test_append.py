@@ -199,7 +199,7 @@ def test_splits_stay_put_across_a_real_append(sources: tuple[Path, Path], tmp_pa
     result = append(sources[1], dst, workers=0)
     assert result.splits_stale
     with pytest.raises(IncompleteDatasetError, match="rerun `pack split"):
-        PackedDataset(dst, subset="val")
+        PackedDataset(dst, split="val")
     split(dst, 0.25, 0.25, stratify=stratify, seed=5)
     _, table = open_dataset(dst)
     after = {name: {table.key(int(i)) for i in _indices(dst, name)}
@@ -210,6 +210,6 @@ def test_splits_stay_put_across_a_real_append(sources: tuple[Path, Path], tmp_pa
 
 
 def _indices(dst: Path, name: str) -> list[int]:
-    subset = PackedDataset(dst, subset=name).subset
+    subset = PackedDataset(dst, split=name).subset
     assert subset is not None
     return subset.indices.tolist()

@@ -1,4 +1,4 @@
-"""`pack split` and subset=: disjoint, covering, deterministic, stable when keys are added,
+"""`pack split` and split=: disjoint, covering, deterministic, stable when keys are added,
 stratified fractions, and readers that read exactly a split's samples."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import packer
 from packer.core.index import open_dataset
 from packer.dataset.splits import load_subset, split
 from packer.testing import make_sample_folder, synthetic_image
-from readers import Mix, PackedDataset, PackedIterableDataset, SplitOptions
+from readers import Mix, PackedDataset, PackedIterableDataset, PartitionOptions
 from readers.plan.chunks import expand
 from readers.subset import Subset
 from tests.helpers import assert_one_line_error, run_pack
@@ -118,13 +118,13 @@ def test_other_settings_need_force(fresh: Path) -> None:
 def test_readers_read_exactly_the_subset(fresh: Path, num_workers: int) -> None:
     split(fresh, 0.25, seed=2)
     want = sorted(keys_of(fresh, "val"))
-    iterable = PackedIterableDataset(fresh, subset="val", with_keys=True, decode="raw",
-                                     split=SplitOptions(chunk_size=4, buffer_size=8))
+    iterable = PackedIterableDataset(fresh, split="val", with_keys=True, decode="raw",
+                                     partition=PartitionOptions(chunk_size=4, buffer_size=8))
     assert len(iterable) == len(want) == 15
     loader = DataLoader(iterable, batch_size=4, num_workers=num_workers,
                         collate_fn=lambda batch: batch)
     assert sorted(key for batch in loader for _, _, key in batch) == want
-    mapped = PackedDataset(fresh, subset="val", with_keys=True, decode="raw")
+    mapped = PackedDataset(fresh, split="val", with_keys=True, decode="raw")
     loader = DataLoader(mapped, batch_size=4, num_workers=num_workers,
                         collate_fn=lambda batch: batch)
     assert [key for batch in loader for _, _, key in batch] == want  # keys sort like indices
@@ -139,9 +139,9 @@ def test_ranks_split_a_subset_exactly_once(fresh: Path) -> None:
     want = keys_of(fresh, "val")
     seen: list[str] = []
     for rank in range(4):
-        ranked = PackedIterableDataset(fresh, subset="val", with_keys=True, decode="raw",
-                                       split=SplitOptions(rank=rank, world_size=4,
-                                                          drop_last=False, chunk_size=3))
+        ranked = PackedIterableDataset(fresh, split="val", with_keys=True, decode="raw",
+                                       partition=PartitionOptions(rank=rank, world_size=4,
+                                                                  drop_last=False, chunk_size=3))
         seen += [key for _, label, key in ranked if label >= 0]
     assert sorted(seen) == sorted(want)
 
@@ -149,21 +149,23 @@ def test_ranks_split_a_subset_exactly_once(fresh: Path) -> None:
 def test_class_weights_draw_from_the_subset(fresh: Path) -> None:
     split(fresh, 0.25, seed=2)
     train = set(keys_of(fresh, "train"))
-    balanced = PackedIterableDataset(fresh, subset="train", class_weights="balanced",
+    balanced = PackedIterableDataset(fresh, split="train", class_weights="balanced",
                                      with_keys=True, decode="raw")
     assert {key for _, _, key in balanced} <= train
 
 
 def test_unknown_or_missing_splits_are_named(fresh: Path) -> None:
     with pytest.raises(packer.errors.IncompleteDatasetError, match="pack split"):
-        PackedDataset(fresh, subset="val")
+        PackedDataset(fresh, split="val")
     split(fresh, 0.25)
     with pytest.raises(ValueError, match="has train, val"):
-        PackedDataset(fresh, subset="test")
+        PackedDataset(fresh, split="test")
     with pytest.raises(ValueError, match="URL"):
         Subset.open("s3://bucket/data.wds", open_dataset(fresh)[0], "val")
-    with pytest.raises(ValueError, match="subset= is not supported"):
-        Mix([PackedIterableDataset(fresh, subset="val")])
+    with pytest.raises(TypeError, match=r"partition=PartitionOptions"):
+        PackedIterableDataset(fresh, split=PartitionOptions(rank=0, world_size=1))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="split= is not supported"):
+        Mix([PackedIterableDataset(fresh, split="val")])
 
 
 @given(st.lists(st.integers(0, 200), min_size=1, max_size=60, unique=True),
@@ -187,8 +189,9 @@ def test_a_subset_pass_resumes_where_it_stopped(fresh: Path) -> None:
     split(fresh, 0.5, seed=4)
 
     def make() -> PackedIterableDataset:
-        dataset = PackedIterableDataset(fresh, subset="train", with_keys=True, decode="raw",
-                                        seed=9, split=SplitOptions(chunk_size=4, buffer_size=6))
+        dataset = PackedIterableDataset(fresh, split="train", with_keys=True, decode="raw",
+                                        seed=9,
+                                        partition=PartitionOptions(chunk_size=4, buffer_size=6))
         dataset.set_epoch(1)
         return dataset
 

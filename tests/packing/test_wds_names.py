@@ -19,7 +19,7 @@ from packer.core.index import INDEX_NAME, read_index
 from packer.formats._wds_names import MAX_STEM, is_ours, name_of, shard_name, shard_stem
 from packer.formats.base import ShardOptions
 from readers import PackedDataset, PackedIterableDataset
-from readers.options import SplitOptions
+from readers.options import PartitionOptions
 from tests.helpers import count_adds, tree_hashes
 
 RUN = ConvertOptions(shards=ShardOptions(max_samples=5), workers=0)
@@ -79,7 +79,8 @@ def test_a_legacy_dataset_reads_and_verifies(src: Path, tmp_path: Path) -> None:
     assert sorted(p.name for p in old.glob("*.tar")) == [f"shard-{i:05d}.tar" for i in range(5)]
     assert [bytes(x[0]) for x in PackedDataset(old, decode="raw")] == \
         [bytes(x[0]) for x in PackedDataset(new, decode="raw")]
-    assert sum(1 for _ in PackedIterableDataset(old, split=SplitOptions(drop_last=False))) == 24
+    assert sum(1 for _ in PackedIterableDataset(old,
+                                                partition=PartitionOptions(drop_last=False))) == 24
     report = verify(old, src)
     assert report.ok, report.problem
     assert "wids index" not in report.checked and "wids index" in verify(new).checked

@@ -33,7 +33,7 @@ from readers import (
     loop_state,
 )
 from readers.decoding.decode import dct_factor
-from readers.options import SplitOptions
+from readers.options import PartitionOptions
 from tests.helpers import pack_every_format
 
 NUM = 24
@@ -302,7 +302,7 @@ def test_another_epoch_or_seed_gives_other_crops(paths: dict[str, Path]) -> None
 def iterable_epoch(path: Path, workers: int, context: str | None, epoch: int,
                    state: dict[str, int] | None = None) -> dict[str, torch.Tensor]:
     ds = PackedIterableDataset(path, seed=SEED, augment=CROP, with_keys=True,
-                               split=SplitOptions(chunk_size=4))
+                               partition=PartitionOptions(chunk_size=4))
     ds.set_epoch(epoch)
     if state is not None:
         ds.load_state_dict(state)

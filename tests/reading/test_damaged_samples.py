@@ -24,7 +24,7 @@ from packer.core.index import open_dataset
 from packer.errors import CorruptDatasetError, DecodeError
 from packer.formats.base import ShardOptions
 from readers import LoaderMonitor, OnError, PackedDataset, PackedIterableDataset, collate
-from readers.options import SplitOptions
+from readers.options import PartitionOptions
 from readers.sampling.sampler import PAD_LABEL
 from tests.helpers import FORMATS, pack_every_format, pack_with_fields
 
@@ -107,7 +107,7 @@ def test_a_stream_stops_at_the_damaged_sample_by_default(
         fmt: str, tmp_path: Path) -> None:
     folder, path, _ = damaged_copy(packed, fmt, originals[fmt][DAMAGED][0], tmp_path)
     stream = PackedIterableDataset(folder, shuffle=False, decode="raw",
-                                   split=SplitOptions(rank=0, world_size=1))
+                                   partition=PartitionOptions(rank=0, world_size=1))
     with pytest.raises(CorruptDatasetError, match=f"{path.name}: sample {DAMAGED} "):
         list(stream)
     stream.close()
@@ -145,7 +145,7 @@ def test_skip_reads_every_other_sample_once_and_reports_the_damaged_one(
         ds = PackedDataset(folder, decode="raw", with_keys=True, on_error="skip")
     else:
         ds = PackedIterableDataset(folder, shuffle=True, decode="raw", with_keys=True,
-                                   split=SplitOptions(rank=0, world_size=1, buffer_size=8),
+                                   partition=PartitionOptions(rank=0, world_size=1, buffer_size=8),
                                    batch_size=4, on_error="skip")
     monitor = LoaderMonitor(skipping_loader(ds, workers))
     with caplog.at_level(logging.WARNING, logger="readers"):
@@ -222,7 +222,8 @@ def test_a_sample_whose_fields_are_damaged_is_skipped_with_its_fields(
         samples = [ds[i] for i in range(len(ds))]
     else:
         ds = PackedIterableDataset(folder, shuffle=False, with_keys=True, fields="all",
-                                   split=SplitOptions(rank=0, world_size=1), on_error="skip")
+                                   partition=PartitionOptions(rank=0, world_size=1),
+                                   on_error="skip")
         samples = list(ds)
     real = [s for s in samples if s["label"] >= 0]
     assert sorted(s["key"] for s in real) == sorted(k for k in expected if k != "img005")
@@ -237,7 +238,7 @@ def test_a_skip_leaves_the_ranks_even(
     want = originals["hdf5"]
     folder, _, _ = damaged_copy(packed, "hdf5", want[DAMAGED][0], tmp_path)
     ranks = [PackedIterableDataset(folder, seed=3, decode="raw", with_keys=True,
-                                   on_error="skip", split=SplitOptions(
+                                   on_error="skip", partition=PartitionOptions(
                                        rank=rank, world_size=2, chunk_size=4, buffer_size=8))
              for rank in (0, 1)]
     streams = [list(rank) for rank in ranks]

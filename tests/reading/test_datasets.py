@@ -22,7 +22,7 @@ from packer.core.index import INDEX_NAME, open_dataset
 from packer.errors import CorruptDatasetError, IncompleteDatasetError
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset
 from readers.decoding.decode import decode
-from readers.options import SplitOptions
+from readers.options import PartitionOptions
 from readers.sampling.sampler import PAD_LABEL
 from tests.helpers import pack_every_format
 
@@ -60,13 +60,14 @@ def test_folder_without_index_is_refused(packed: dict[str, Path], tmp_path: Path
 
 def test_a_rank_without_samples_is_refused(packed: dict[str, Path]) -> None:
     with pytest.raises(ValueError, match=f"{NUM} samples cannot give each of 64 ranks"):
-        PackedIterableDataset(packed["npy"], split=SplitOptions(rank=0, world_size=64))
+        PackedIterableDataset(packed["npy"], partition=PartitionOptions(rank=0, world_size=64))
     ds = PackedDataset(packed["npy"])
     with pytest.raises(ValueError, match="cannot give each"):
-        ChunkSampler(ds, split=SplitOptions(rank=3, world_size=64))
-    assert len(ChunkSampler(ds, split=SplitOptions(rank=3, world_size=64, drop_last=False))) == 1
+        ChunkSampler(ds, partition=PartitionOptions(rank=3, world_size=64))
+    uneven = PartitionOptions(rank=3, world_size=64, drop_last=False)
+    assert len(ChunkSampler(ds, partition=uneven)) == 1
     with pytest.raises(ValueError, match=r"rank 2 is not in 0\.\.1"):
-        ChunkSampler(ds, split=SplitOptions(rank=2, world_size=2))
+        ChunkSampler(ds, partition=PartitionOptions(rank=2, world_size=2))
 
 
 def test_map_dataset_in_index_order(packed: dict[str, Path], fmt: str) -> None:
@@ -89,7 +90,7 @@ def test_map_dataset_in_index_order(packed: dict[str, Path], fmt: str) -> None:
 
 def test_iterable_reads_each_sample_once(packed: dict[str, Path], fmt: str) -> None:
     it = PackedIterableDataset(packed[fmt], size=SIZE, with_keys=True,
-                               split=SplitOptions(chunk_size=8, buffer_size=12))
+                               partition=PartitionOptions(chunk_size=8, buffer_size=12))
     first = [key for _, _, key in it]
     assert len(it) == NUM and sorted(first) == sorted(all_keys(packed[fmt]))
     second = [key for _, _, key in it]
@@ -108,9 +109,10 @@ def test_dataloaders_after_the_parent_read(packed: dict[str, Path], context: str
     """Workers must open their own handles although the parent read (LMDB after fork)."""
     path = packed["lmdb"]
     ds = PackedDataset(path, size=SIZE, with_keys=True)
-    it = PackedIterableDataset(path, size=SIZE, with_keys=True, split=SplitOptions(chunk_size=8))
+    it = PackedIterableDataset(path, size=SIZE, with_keys=True,
+                               partition=PartitionOptions(chunk_size=8))
     assert ds[0][2] in all_keys(path) and next(iter(it))[2] in all_keys(path)
-    sampler = ChunkSampler(ds, split=SplitOptions(drop_last=False))
+    sampler = ChunkSampler(ds, partition=PartitionOptions(drop_last=False))
     keys = loader_keys(loader(ds, context, workers, sampler=sampler))
     assert sorted(keys) == sorted(all_keys(path))
     streamed = loader_keys(loader(it, context, workers))
@@ -128,7 +130,7 @@ def epoch_orders(it: PackedIterableDataset, dl: DataLoader, epochs: list[int]) -
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_persistent_workers_follow_set_epoch(packed: dict[str, Path], context: str) -> None:
     it = PackedIterableDataset(packed["wds"], size=SIZE, with_keys=True,
-                               split=SplitOptions(chunk_size=8))
+                               partition=PartitionOptions(chunk_size=8))
     dl = loader(it, context, 2, persistent_workers=True)
     first, second, again = epoch_orders(it, dl, [0, 1, 0])
     assert sorted(first) == sorted(second) == sorted(all_keys(packed["wds"]))
@@ -149,14 +151,14 @@ def test_ranks_split_exactly_with_flagged_padding(packed: dict[str, Path], fmt: 
         padded = 0
         for rank in range(world):
             if styles == "iterable":
-                split = SplitOptions(drop_last=drop_last, rank=rank, world_size=world,
+                split = PartitionOptions(drop_last=drop_last, rank=rank, world_size=world,
                                      chunk_size=4)
                 data: object = PackedIterableDataset(packed[fmt], size=SIZE, with_keys=True,
-                                                     split=split)
+                                                     partition=split)
                 dl = loader(data, None, 0)
             else:
-                split = SplitOptions(drop_last=drop_last, rank=rank, world_size=world)
-                dl = loader(ds, None, 0, sampler=ChunkSampler(ds, split=split))
+                split = PartitionOptions(drop_last=drop_last, rank=rank, world_size=world)
+                dl = loader(ds, None, 0, sampler=ChunkSampler(ds, partition=split))
             samples = [(label, key) for batch in dl for label, key in zip(*batch[1:], strict=True)]
             assert len(samples) == expected == len(dl.dataset if styles == "iterable"  # type: ignore
                                                    else dl.sampler)  # type: ignore

@@ -18,7 +18,7 @@ from readers import ChunkSampler, PackedDataset, PackedIterableDataset, collate
 from readers.batching._number_arrays import NumberArrays
 from readers.batching.field_batch import FieldBatch
 from readers.batching.fields_collate import collate_dicts
-from readers.options import RemoteOptions, SplitOptions
+from readers.options import PartitionOptions, RemoteOptions
 from tests.field_array_support import NAMES, Expected, pack_every_format, same_array
 from tests.field_support import same_bits
 from tests.helpers import FORMATS
@@ -94,7 +94,7 @@ def epoch_batches(path: Path, expected: Expected, workers: int,
     """Every checked batch of one seeded epoch: iterable, then map-style."""
     extra: dict[str, Any] = {"multiprocessing_context": context} if workers else {}
     it = PackedIterableDataset(path, fields="all", with_keys=True, batch_size=4, seed=3,
-                               split=SplitOptions(chunk_size=3, drop_last=False))
+                               partition=PartitionOptions(chunk_size=3, drop_last=False))
     ds = PackedDataset(path, fields="all", with_keys=True, chunk_size=3)
     loaders = (DataLoader(it, batch_size=4, num_workers=workers, collate_fn=collate, **extra),
                DataLoader(ds, batch_size=4, sampler=ChunkSampler(ds, seed=3),

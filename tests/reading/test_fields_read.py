@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset, collate
 from readers.fields import natural
-from readers.options import RemoteOptions, SplitOptions
+from readers.options import PartitionOptions, RemoteOptions
 from readers.sampling.sampler import PAD_LABEL
 from tests.helpers import FIELD_NAMES, pack_every_format, pack_with_fields
 
@@ -79,7 +79,7 @@ def test_iterable_returns_every_field_once(packed: dict[str, tuple[Path, Expecte
                                            fmt: str) -> None:
     path, expected = packed[fmt]
     it = PackedIterableDataset(path, fields=("caption", "boxes"), with_keys=True,
-                               split=SplitOptions(chunk_size=4, drop_last=False))
+                               partition=PartitionOptions(chunk_size=4, drop_last=False))
     seen = [check_sample(sample, expected, ("caption", "boxes")) for sample in it]
     assert sorted(seen) == sorted(expected)
 
@@ -161,7 +161,7 @@ def epoch_batches(path: Path, expected: Expected, workers: int,
     """The keys of every collated batch of one seeded epoch, iterable then map-style."""
     extra: dict[str, Any] = {"multiprocessing_context": context} if workers else {}
     it = PackedIterableDataset(path, fields=("caption", "boxes"), with_keys=True, batch_size=4,
-                               seed=3, split=SplitOptions(chunk_size=3, drop_last=False))
+                               seed=3, partition=PartitionOptions(chunk_size=3, drop_last=False))
     ds = PackedDataset(path, fields=("caption", "boxes"), with_keys=True, chunk_size=3)
     loaders = (DataLoader(it, batch_size=4, num_workers=workers, collate_fn=collate, **extra),
                DataLoader(ds, batch_size=4, sampler=ChunkSampler(ds, seed=3),
@@ -195,13 +195,14 @@ def test_padding_samples_keep_their_fields(packed: dict[str, tuple[Path, Expecte
         samples = []
         for rank in range(5):
             if style == "iterable":
-                split = SplitOptions(rank=rank, world_size=5, drop_last=False, chunk_size=2)
+                split = PartitionOptions(rank=rank, world_size=5, drop_last=False, chunk_size=2)
                 samples += list(PackedIterableDataset(path, fields="all", with_keys=True,
-                                                      split=split))
+                                                      partition=split))
             else:
                 ds = PackedDataset(path, fields="all", with_keys=True, chunk_size=2)
                 sampler = ChunkSampler(ds,
-                                       split=SplitOptions(rank=rank, world_size=5, drop_last=False))
+                                       partition=PartitionOptions(rank=rank, world_size=5,
+                                                                  drop_last=False))
                 samples += ds.__getitems__(list(sampler))
         keys = [check_sample(sample, expected, FIELD_NAMES) for sample in samples]
         real = [key for key, s in zip(keys, samples, strict=True) if s["label"] != PAD_LABEL]
@@ -222,7 +223,7 @@ def test_a_resumed_pass_gives_the_same_fields(packed: dict[str, tuple[Path, Expe
 
     def make() -> PackedIterableDataset:
         it = PackedIterableDataset(path, fields="all", with_keys=True, seed=7,
-                                   split=SplitOptions(chunk_size=3, buffer_size=5))
+                                   partition=PartitionOptions(chunk_size=3, buffer_size=5))
         it.set_epoch(2)
         return it
 
@@ -251,7 +252,7 @@ def test_a_url_reads_fields(packed: dict[str, tuple[Path, Expected]], fmt: str,
         == sorted(expected)
     it = PackedIterableDataset(url, fields=("boxes",), with_keys=True,
                                remote=RemoteOptions(cache_dir=tmp_path / "it"),
-                               split=SplitOptions(drop_last=False))
+                               partition=PartitionOptions(drop_last=False))
     assert sorted(check_sample(s, expected, ("boxes",)) for s in it) == sorted(expected)
 
 

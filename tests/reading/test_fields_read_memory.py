@@ -14,7 +14,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset, collate
-from readers.options import SplitOptions
+from readers.options import PartitionOptions
 from tests.helpers import pack_with_fields
 from tests.reading.test_datasets import worker_uss
 
@@ -35,7 +35,7 @@ def test_fields_keep_persistent_workers_flat(tmp_path: Path, fmt: str) -> None:
     """
     path, _ = pack_with_fields(tmp_path, fmt, count=NUM)
     it = PackedIterableDataset(path, fields="all", batch_size=16,
-                               split=SplitOptions(chunk_size=16))
+                               partition=PartitionOptions(chunk_size=16))
     ds = PackedDataset(path, fields="all", chunk_size=16)
     sampler = ChunkSampler(ds)
     loaders = [DataLoader(data, batch_size=16, num_workers=2, persistent_workers=True,

@@ -17,7 +17,7 @@ from readers import PackedDataset, PackedIterableDataset, collate
 from readers.batching._number_arrays import NumberArrays
 from readers.batching.field_batch import FieldBatch
 from readers.iterable import FIELD_GROUP
-from readers.options import SplitOptions
+from readers.options import PartitionOptions
 from tests.field_support import pack_plain_boxes, same_bits
 from tests.helpers import FORMATS
 
@@ -33,7 +33,7 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def streamed(path: Path, **options: Any) -> PackedIterableDataset:
     it = PackedIterableDataset(path, fields=NAMES, with_keys=True, seed=5,
-                               split=SplitOptions(chunk_size=16, buffer_size=40), **options)
+                               partition=PartitionOptions(chunk_size=16, buffer_size=40), **options)
     it.set_epoch(1)
     return it
 

@@ -15,7 +15,7 @@ import pytest
 from torch.utils.data import DataLoader, Dataset
 
 from readers import PackedDataset, PackedIterableDataset
-from readers.options import RemoteOptions, SplitOptions
+from readers.options import PartitionOptions, RemoteOptions
 from readers.ram import _tmpfs, memory_limit
 from readers.ram.copies import remove_unused
 from tests.helpers import pack_every_format
@@ -60,7 +60,7 @@ def test_every_format_reads_what_the_disk_holds(packed: dict[str, Path], root: P
     assert [(raw(d), label, key) for d, label, key in ram] == \
         [(raw(d), label, key) for d, label, key in disk]
     stream = PackedIterableDataset(packed[fmt], decode="raw", with_keys=True, in_memory=True,
-                                   shuffle=False, split=SplitOptions(drop_last=False))
+                                   shuffle=False, partition=PartitionOptions(drop_last=False))
     assert stream.path == ram.path  # the same copy
     assert sorted((key, raw(d)) for d, _, key in stream) == \
         sorted((key, raw(d)) for d, _, key in disk)
@@ -119,12 +119,12 @@ def test_two_ranks_with_two_workers_each_share_one_copy(packed: dict[str, Path],
 def test_dataloader_reads_every_sample_once(packed: dict[str, Path], root: Path,
                                             num_workers: int, context: str | None) -> None:
     ds = PackedIterableDataset(packed["lmdb"], decode="raw", with_keys=True, in_memory=True,
-                               seed=3, split=SplitOptions(chunk_size=4, drop_last=False))
+                               seed=3, partition=PartitionOptions(chunk_size=4, drop_last=False))
     loader = DataLoader(ds, batch_size=None, num_workers=num_workers,
                         multiprocessing_context=context)
     got = [(key, raw(data)) for data, _, key in loader]
     disk = PackedIterableDataset(packed["lmdb"], decode="raw", with_keys=True, seed=3,
-                                 split=SplitOptions(chunk_size=4, drop_last=False))
+                                 partition=PartitionOptions(chunk_size=4, drop_last=False))
     forked = DataLoader(disk, batch_size=None, num_workers=num_workers,  # cheap to start,
                         multiprocessing_context="fork" if num_workers else None)  # same order
     assert got == [(key, raw(data)) for data, _, key in forked]  # bit for bit
@@ -220,7 +220,7 @@ def test_refuses_a_copy_over_the_cgroup_limit(packed: dict[str, Path], root: Pat
 def test_a_url_is_downloaded_into_ram(uploaded: dict[str, Any], root: Path) -> None:
     pytest.importorskip("s3fs")
     ds = PackedIterableDataset(uploaded["url"], decode="raw", with_keys=True, in_memory=True,
-                               split=SplitOptions(drop_last=False))
+                               partition=PartitionOptions(drop_last=False))
     assert ds.remote is None and ds.path.parent == root  # no disk cache
     disk = PackedDataset(uploaded["local"], decode="raw", with_keys=True)
     assert sorted((key, raw(d)) for d, _, key in ds) == \

@@ -18,7 +18,7 @@ from packer.testing import make_sample_folder
 from readers import ChunkSampler, Mix, PackedDataset, PackedIterableDataset, loop_state
 from readers.concat import ConcatDataset
 from readers.mix import _MixedReader
-from readers.options import SplitOptions
+from readers.options import PartitionOptions
 
 BATCH = 3
 WEIGHTS = (0.7, 0.3)
@@ -43,11 +43,11 @@ SPLIT_NAMES = ("drop_last", "rank", "world_size", "buffer_size")
 
 def make_mix(sources: tuple[Path, Path], epoch: int = 1, **kwargs: Any) -> Mix:
     parts = [PackedIterableDataset(path, decode="raw", with_keys=True,
-                                   split=SplitOptions(chunk_size=4)) for path in sources]
-    split = SplitOptions(**{"buffer_size": 6,
+                                   partition=PartitionOptions(chunk_size=4)) for path in sources]
+    split = PartitionOptions(**{"buffer_size": 6,
                             **{k: v for k, v in kwargs.items() if k in SPLIT_NAMES}})
     options: dict[str, Any] = {"weights": WEIGHTS, "epoch_size": EPOCH_SIZE, "seed": 5,
-                               "with_source": True, "split": split,
+                               "with_source": True, "partition": split,
                                **{k: v for k, v in kwargs.items() if k not in SPLIT_NAMES}}
     mix = Mix(parts, **options)
     mix.set_epoch(epoch)
@@ -144,7 +144,7 @@ def view_and_sampler(sources: tuple[Path, Path], **kwargs: Any) -> tuple[Any, Ch
     view = ConcatDataset([PackedDataset(p, decode="raw", with_keys=True, chunk_size=4)
                           for p in sources], with_source=True)
     sampler = ChunkSampler(view, seed=5, source_weights=WEIGHTS,
-                           split=SplitOptions(buffer_size=6, **kwargs))
+                           partition=PartitionOptions(buffer_size=6, **kwargs))
     sampler.set_epoch(1)
     return view, sampler
 

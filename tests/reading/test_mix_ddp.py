@@ -16,7 +16,7 @@ from packer import ConvertOptions, convert
 from packer.formats.base import ShardOptions
 from packer.testing import make_sample_folder
 from readers import Mix, PackedIterableDataset
-from readers.options import SplitOptions
+from readers.options import PartitionOptions
 from tests.helpers import run_ranks
 
 WORLD = 2
@@ -38,7 +38,7 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 
 def read_rank(paths: list[str]) -> dict[str, Any]:
     parts = [PackedIterableDataset(p, decode="raw", with_keys=True,
-                                   split=SplitOptions(chunk_size=4)) for p in paths]
+                                   partition=PartitionOptions(chunk_size=4)) for p in paths]
     mix = Mix(parts, weights=[2, 1], epoch_size=EPOCH_SIZE, with_source=True, batch_size=4)
     mix.set_epoch(0)  # the first pass of each source: no draw repeats
     loader = DataLoader(mix, batch_size=4, num_workers=2, multiprocessing_context="fork",

@@ -12,8 +12,8 @@ from readers import (
     ChunkSampler,
     PackedDataset,
     PackedIterableDataset,
+    PartitionOptions,
     RemoteOptions,
-    SplitOptions,
 )
 from readers.ram.chunk_cache import ChunkCache
 from tests.helpers import pack_wds
@@ -31,10 +31,10 @@ def keys(data: Any) -> list[str]:
 
 
 def test_one_split_value_serves_sampler_and_iterable(path: Path) -> None:
-    split = SplitOptions(drop_last=False, rank=0, world_size=3, chunk_size=6, buffer_size=0)
-    it = PackedIterableDataset(path, shuffle=False, decode="raw", with_keys=True, split=split)
+    split = PartitionOptions(drop_last=False, rank=0, world_size=3, chunk_size=6, buffer_size=0)
+    it = PackedIterableDataset(path, shuffle=False, decode="raw", with_keys=True, partition=split)
     ds = PackedDataset(path, decode="raw", with_keys=True, chunk_size=6)
-    sampler = ChunkSampler(ds, shuffle=False, split=split)
+    sampler = ChunkSampler(ds, shuffle=False, partition=split)
     assert keys(it) == [ds[i][2] for i in sampler]
 
 
@@ -53,7 +53,7 @@ def test_bad_calls_fail_as_python_would(path: Path) -> None:
 ])
 def test_split_options_are_checked_when_built(values: dict[str, int], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        SplitOptions(**values)  # type: ignore[arg-type]
+        PartitionOptions(**values)  # type: ignore[arg-type]
 
 
 def test_remote_options_are_checked_when_built() -> None:

@@ -22,9 +22,9 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 import readers.passes.world
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset, loop_state
-from readers.options import SplitOptions
+from readers.options import PartitionOptions
 from readers.passes.resume import samples_per_worker
-from readers.plan.chunks import ShardPlan, expand, worker_bounds
+from readers.plan.chunks import ChunkPlan, expand, worker_bounds
 from tests.helpers import pack_every_format
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker")
@@ -51,9 +51,9 @@ def make_loader(data: Any, workers: int, context: str | None, persistent: bool,
 
 
 def iterable(path: Path, batch_size: int | None = None, **split: Any) -> PackedIterableDataset:
-    options = SplitOptions(**{"chunk_size": 4, "buffer_size": 6, **split})
+    options = PartitionOptions(**{"chunk_size": 4, "buffer_size": 6, **split})
     return PackedIterableDataset(path, decode="raw", with_keys=True, batch_size=batch_size,
-                                 split=options)
+                                 partition=options)
 
 
 @pytest.mark.parametrize(("workers", "context", "persistent"), LOADERS)
@@ -93,7 +93,7 @@ def test_a_pass_stopped_early_still_counts(path: Path) -> None:
 
 def test_sampler_passes_are_new_epochs(path: Path) -> None:
     ds = PackedDataset(path, decode="raw", with_keys=True, chunk_size=4)
-    sampler = ChunkSampler(ds, split=SplitOptions(buffer_size=6))
+    sampler = ChunkSampler(ds, partition=PartitionOptions(buffer_size=6))
     assert isinstance(sampler, DistributedSampler), "Lightning leaves DistributedSamplers alone"
     first, second = list(sampler), list(sampler)
     assert sorted(first) == sorted(second) == list(range(NUM)) and first != second
@@ -117,13 +117,13 @@ def test_loading_a_state_sets_the_epoch(path: Path) -> None:
     assert fresh.epoch == 1
     assert seen + [key for *_, key in fresh] == full
     ds = PackedDataset(path, decode="raw", with_keys=True, chunk_size=4)
-    sampler = ChunkSampler(ds, split=SplitOptions(buffer_size=6))
+    sampler = ChunkSampler(ds, partition=PartitionOptions(buffer_size=6))
     sampler.set_epoch(1)
     everything = list(sampler)
-    again = ChunkSampler(ds, split=SplitOptions(buffer_size=6))
+    again = ChunkSampler(ds, partition=PartitionOptions(buffer_size=6))
     again.load_state_dict({"epoch": 1, "seed": 0, "samples_seen": 5})
     assert list(again) == everything[5:]
-    late = ChunkSampler(ds, split=SplitOptions(buffer_size=6))
+    late = ChunkSampler(ds, partition=PartitionOptions(buffer_size=6))
     late.load_state_dict({"epoch": 1, "seed": 0, "samples_seen": 5})
     late.set_epoch(2)
     with pytest.raises(ValueError, match=r"mid-way through epoch 1.*set_epoch\(1\)"):
@@ -175,7 +175,7 @@ def test_dealing_covers_the_rank_with_one_partial_batch(count: int, workers: int
     assert partial in ([], [count]), "only the share that ends the rank may end partial"
     counts, _ = samples_per_worker(count, -(-count // batch), batch, workers, dealt=batch)
     assert counts == [hi - lo for lo, hi in bounds], "a whole epoch is every share"
-    plan = ShardPlan(count, 4, 1, True, True, 0)
+    plan = ChunkPlan(count, 4, 1, True, True, 0)
     spans = [plan.worker_spans(0, 0, w, workers, batch) for w in range(workers)]
     indices = sorted(i for s in spans for i in expand(s)[0].tolist())
     assert indices == list(range(count))
@@ -189,7 +189,7 @@ def test_rank_is_resolved_when_a_pass_starts(path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """Built before the process group (a script's top level, before trainer.fit)."""
     ds = PackedDataset(path, decode="raw", with_keys=True, chunk_size=4)
-    sampler = ChunkSampler(ds, split=SplitOptions(drop_last=False))
+    sampler = ChunkSampler(ds, partition=PartitionOptions(drop_last=False))
     it = iterable(path, drop_last=False)
     fake_group(monkeypatch, (1, 2))
     assert (len(sampler), sampler.rank, sampler.num_replicas) == (NUM // 2, 1, 2)
@@ -205,13 +205,13 @@ def test_rank_is_resolved_when_a_pass_starts(path: Path,
 def test_arguments_a_later_group_contradicts_are_refused(
         path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ds = PackedDataset(path, decode="raw", with_keys=True, chunk_size=4)
-    guessed = ChunkSampler(ds, split=SplitOptions(rank=0, world_size=1))
+    guessed = ChunkSampler(ds, partition=PartitionOptions(rank=0, world_size=1))
     fake_group(monkeypatch, (1, 2))
     with pytest.raises(ValueError, match="given rank 0 of 1 before the process group existed, "
                                          "and the group now says rank 1 of 2"):
         iter(guessed)
     # given while a group exists
-    deliberate = ChunkSampler(ds, split=SplitOptions(rank=0, world_size=1))
+    deliberate = ChunkSampler(ds, partition=PartitionOptions(rank=0, world_size=1))
     assert len(list(deliberate)) == NUM
     agreeing = iterable(path, world_size=2)
     fake_group(monkeypatch, (0, 2))

@@ -23,7 +23,7 @@ from packer.encode import EncodeOptions
 from packer.errors import DatasetExistsError, IncompleteDatasetError
 from packer.formats.base import ShardOptions
 from readers import PackedDataset, PackedIterableDataset
-from readers.options import RemoteOptions, SplitOptions
+from readers.options import PartitionOptions, RemoteOptions
 from readers.remote import MAX_PINNED
 from tests.s3_server import BUCKET, RUN, SHARD_SAMPLES, listing, local_files
 
@@ -48,7 +48,7 @@ def test_iterable_reads_each_sample_once_with_two_workers(uploaded: dict[str, An
                                                           tmp_path: Path, context: str) -> None:
     before = listing(uploaded["url"])
     ds = PackedIterableDataset(uploaded["url"], decode="raw", with_keys=True,
-                               split=SplitOptions(chunk_size=3, drop_last=False),
+                               partition=PartitionOptions(chunk_size=3, drop_last=False),
                                remote=RemoteOptions(cache_dir=tmp_path / "cache"))
     _, table = open_dataset(uploaded["local"])
     expected = {key: bytes(PackedDataset(uploaded["local"], decode="raw")[i][0])
@@ -66,7 +66,7 @@ def test_disk_cache_is_bounded_and_evicts_least_recently_used(uploaded: dict[str
                                                               tmp_path: Path) -> None:
     index = uploaded["index"]
     ds = PackedIterableDataset(uploaded["url"], decode="raw", shuffle=False,
-                               split=SplitOptions(chunk_size=2),
+                               partition=PartitionOptions(chunk_size=2),
                                remote=RemoteOptions(cache_dir=tmp_path / "tiny", max_cache_bytes=1))
     for epoch in range(2):
         ds.set_epoch(epoch)
@@ -77,7 +77,7 @@ def test_disk_cache_is_bounded_and_evicts_least_recently_used(uploaded: dict[str
     # with room for the last three shards, those three (the most recently used) stay
     budget = sum(shard.num_bytes for shard in index.shards[-3:])
     lru = PackedIterableDataset(uploaded["url"], decode="raw", shuffle=False,
-                                split=SplitOptions(chunk_size=2),
+                                partition=PartitionOptions(chunk_size=2),
                                 remote=RemoteOptions(cache_dir=tmp_path / "lru",
                                                      max_cache_bytes=budget))
     assert sum(1 for _ in lru) == len(lru)
@@ -87,7 +87,7 @@ def test_disk_cache_is_bounded_and_evicts_least_recently_used(uploaded: dict[str
     loader = DataLoader(PackedIterableDataset(uploaded["url"], decode="raw", with_keys=True,
                                               remote=RemoteOptions(cache_dir=tmp_path / "two",
                                                                    max_cache_bytes=1),
-                                              split=SplitOptions(drop_last=False)),
+                                              partition=PartitionOptions(drop_last=False)),
                         batch_size=3, num_workers=2, multiprocessing_context="fork",
                         collate_fn=list)
     keys = [key for batch in loader for _, _, key in batch]
@@ -117,7 +117,7 @@ def test_file_url_round_trip(src: Path, tmp_path: Path, uploaded: dict[str, Any]
     assert local_files(target) == local_files(uploaded["local"])
     ds = PackedIterableDataset(f"file://{target}", decode="raw", with_keys=True,
                                remote=RemoteOptions(cache_dir=tmp_path / "cache"),
-                               split=SplitOptions(drop_last=False))
+                               partition=PartitionOptions(drop_last=False))
     assert sorted(key for _, _, key in ds) == sorted(open_dataset(target)[1].keys())
     assert index.num_samples == len(ds)
 

@@ -22,7 +22,7 @@ from pack_cli import main
 from packer.conversion.upload import convert_remote
 from packer.errors import CorruptDatasetError
 from readers import PackedDataset, PackedIterableDataset
-from readers.options import RemoteOptions, SplitOptions
+from readers.options import PartitionOptions, RemoteOptions
 from tests.s3_server import BUCKET, RUN, SHARD_SAMPLES
 
 s3fs = pytest.importorskip("s3fs")
@@ -82,7 +82,8 @@ def test_the_next_shard_is_fetched_while_one_is_read(uploaded: dict[str, Any], t
 
     monkeypatch.setattr(remote_cache, "fetch", spy)
     ds = PackedIterableDataset(uploaded["url"], decode="raw", with_keys=True, shuffle=False,
-                               split=SplitOptions(chunk_size=SHARD_SAMPLES, drop_last=False),
+                               partition=PartitionOptions(chunk_size=SHARD_SAMPLES,
+                                                          drop_last=False),
                                remote=RemoteOptions(cache_dir=tmp_path))
     seen = {key: bytes(data) for data, _, key in ds}
     local = PackedDataset(uploaded["local"], decode="raw", with_keys=True)
@@ -97,7 +98,7 @@ def test_a_failed_prefetch_is_reported_by_the_read(src: Path, endpoint: str,
                                                    tmp_path: Path) -> None:
     url = upload_with_a_damaged_shard(src, "damaged-later.wds")
     ds = PackedIterableDataset(url, decode="raw", shuffle=False,
-                               split=SplitOptions(chunk_size=SHARD_SAMPLES),
+                               partition=PartitionOptions(chunk_size=SHARD_SAMPLES),
                                remote=RemoteOptions(cache_dir=tmp_path))
     with pytest.raises(CorruptDatasetError, match=r"damaged-later-00001\.tar: sha256"):
         for _ in ds:
@@ -153,13 +154,13 @@ def test_prefetch_threads_end_with_their_pass_or_dataset(uploaded: dict[str, Any
 
     for attempt in range(3):  # a dataset made anew each time, as an epoch loop might
         ds = PackedIterableDataset(uploaded["url"], decode="raw", shuffle=False,
-                                   split=SplitOptions(chunk_size=SHARD_SAMPLES),
+                                   partition=PartitionOptions(chunk_size=SHARD_SAMPLES),
                                    remote=RemoteOptions(cache_dir=tmp_path / str(attempt)))
         records, mine = started_by(ds)
         assert 1 + sum(1 for _ in records) == len(ds)
         assert not [thread for thread in mine if thread.is_alive()]  # at once, not later
     dropped = PackedIterableDataset(uploaded["url"], decode="raw", shuffle=False,
-                                    split=SplitOptions(chunk_size=SHARD_SAMPLES),
+                                    partition=PartitionOptions(chunk_size=SHARD_SAMPLES),
                                     remote=RemoteOptions(cache_dir=tmp_path / "dropped"))
     records, mine = started_by(dropped)
     del dropped, records

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from readers.options import SplitOptions
+from readers.options import PartitionOptions
 from readers.plan.chunks import (
-    ShardPlan,
+    ChunkPlan,
     buffered_shuffle,
     chunk_spans,
     cycle_to,
@@ -48,12 +48,12 @@ cases = st.builds(
 )
 
 
-def plan_of(case: Case) -> ShardPlan:
-    return ShardPlan(case.num_samples, case.chunk_size, case.world_size, case.shuffle,
+def plan_of(case: Case) -> ChunkPlan:
+    return ChunkPlan(case.num_samples, case.chunk_size, case.world_size, case.shuffle,
                      case.drop_last, case.seed)
 
 
-def assignment(plan: ShardPlan, case: Case, epoch: int) -> list[list[np.ndarray]]:
+def assignment(plan: ChunkPlan, case: Case, epoch: int) -> list[list[np.ndarray]]:
     """Per rank, per worker: the sample indices with padded ones encoded as -1 - i."""
     out = []
     for rank in range(case.world_size):
@@ -181,9 +181,9 @@ def test_chunk_sampler_splits_ranks_exactly(case: Case, epoch: int, buffer: int)
 
     seen: list[int] = []
     for rank in range(case.world_size):
-        split = SplitOptions(drop_last=case.drop_last, rank=rank, world_size=case.world_size,
+        split = PartitionOptions(drop_last=case.drop_last, rank=rank, world_size=case.world_size,
                              buffer_size=buffer)
-        sampler = ChunkSampler(Sized(), shuffle=case.shuffle, seed=case.seed, split=split)
+        sampler = ChunkSampler(Sized(), shuffle=case.shuffle, seed=case.seed, partition=split)
         sampler.set_epoch(epoch)
         indices = list(sampler)
         assert len(indices) == len(sampler)
@@ -195,20 +195,20 @@ def test_chunk_sampler_splits_ranks_exactly(case: Case, epoch: int, buffer: int)
 
 def test_plan_refuses_bad_settings() -> None:
     with pytest.raises(ValueError, match="chunk_size"):
-        ShardPlan(10, 0)
+        ChunkPlan(10, 0)
     with pytest.raises(ValueError, match="world_size"):
-        ShardPlan(10, 4, world_size=0)
+        ChunkPlan(10, 4, world_size=0)
     with pytest.raises(ValueError, match="seed"):
-        ShardPlan(10, 4, seed=-1)
+        ChunkPlan(10, 4, seed=-1)
     with pytest.raises(ValueError, match="no samples"):
-        ShardPlan(0, 4)
+        ChunkPlan(0, 4)
     with pytest.raises(ValueError, match="3 samples cannot give each of 4 ranks"):
-        ShardPlan(3, 4, world_size=4, drop_last=True)
+        ChunkPlan(3, 4, world_size=4, drop_last=True)
     with pytest.raises(ValueError, match="epoch"):
-        ShardPlan(10, 4).epoch_spans(-1)
+        ChunkPlan(10, 4).epoch_spans(-1)
     with pytest.raises(ValueError, match="rank"):
-        ShardPlan(10, 4, world_size=2).rank_spans(0, 2)
-    assert ShardPlan(3, 4, world_size=4, drop_last=False).num_per_rank == 1
+        ChunkPlan(10, 4, world_size=2).rank_spans(0, 2)
+    assert ChunkPlan(3, 4, world_size=4, drop_last=False).num_per_rank == 1
 
 
 def test_cache_reads_busy_chunks_whole_and_stays_bounded() -> None:

@@ -29,7 +29,7 @@ from torch.utils.data import DataLoader
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset, collate
 from readers.batching import _shm_pool as shm_pool
 from readers.batching._shm_pool import BUSY, FREE, SlotPool
-from readers.options import SplitOptions
+from readers.options import PartitionOptions
 from tests import shm_pool_support as support
 
 
@@ -148,7 +148,8 @@ def test_chunk_sampler_with_padding(pool_packed: dict[str, Path],
                                     pool_want: dict[str, torch.Tensor]) -> None:
     dataset = PackedDataset(pool_packed["npy"], with_keys=True)
     sampler = ChunkSampler(dataset,
-                           split=SplitOptions(drop_last=False, rank=1, world_size=5, buffer_size=8))
+                           partition=PartitionOptions(drop_last=False, rank=1, world_size=5,
+                                                      buffer_size=8))
     loader = DataLoader(dataset, batch_size=3, num_workers=2, sampler=sampler,
                         collate_fn=_slot_collate, persistent_workers=True,
                         multiprocessing_context="fork")

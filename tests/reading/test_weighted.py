@@ -18,7 +18,7 @@ from packer import ConvertOptions, convert
 from packer.formats.base import ShardOptions
 from packer.testing import make_sample_folder
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset
-from readers.options import SplitOptions
+from readers.options import PartitionOptions
 from readers.plan.chunks import expand
 from readers.plan.groups import largest_remainder
 
@@ -64,8 +64,8 @@ def test_balanced_counts_are_exact_and_ranks_disjoint(labels: list[int], world: 
     data = Labelled(labels)
     data.chunk_size = chunk  # type: ignore[attr-defined]
     samplers = [ChunkSampler(data, class_weights="balanced",
-                             split=SplitOptions(rank=r, world_size=world, drop_last=False,
-                                                buffer_size=3)) for r in range(world)]
+                             partition=PartitionOptions(rank=r, world_size=world, drop_last=False,
+                                                        buffer_size=3)) for r in range(world)]
     ranks = [drawn(s, 2) for s in samplers]
     assert [len(r) for r in ranks] == [len(samplers[0])] * world
     plan = samplers[0].plan
@@ -82,7 +82,7 @@ def test_balanced_counts_are_exact_and_ranks_disjoint(labels: list[int], world: 
 def test_a_class_shows_every_sample_before_repeating(labels: list[int], seed: int) -> None:
     data = Labelled(labels)
     sampler = ChunkSampler(data, class_weights="balanced", seed=seed,
-                           split=SplitOptions(buffer_size=0))
+                           partition=PartitionOptions(buffer_size=0))
     draws = [i for e in range(3) for i in drawn(sampler, e)]
     per_class = Counter(draws)
     for c in set(labels):
@@ -160,7 +160,7 @@ def test_sampler_resumes_mid_epoch(unbalanced: Path) -> None:
 @pytest.mark.parametrize("workers", [0, 2])
 def test_iterable_class_weights_read_class_chunks(unbalanced: Path, workers: int) -> None:
     it = PackedIterableDataset(unbalanced, size=(8, 8), class_weights=[1, 1, 2],
-                               split=SplitOptions(chunk_size=4))
+                               partition=PartitionOptions(chunk_size=4))
     extra: dict[str, Any] = {"multiprocessing_context": "fork"} if workers else {}
     read = labels_read(DataLoader(it, batch_size=5, num_workers=workers, **extra))
     assert len(read) == len(it) == 24 and Counter(read) == {0: 6, 1: 6, 2: 12}

@@ -30,13 +30,13 @@ from torch.nn import functional
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader  # type: ignore[import-untyped]
 
-from readers import ChunkSampler, PackedDataset, PackedIterableDataset, SplitOptions
+from readers import ChunkSampler, PackedDataset, PackedIterableDataset, PartitionOptions
 from readers.sampling.sampler import PAD_LABEL
 from tests.framework_support import WORKER_START  # the clone's root is on PYTHONPATH
 
 BATCH, SAVE_EVERY, STOP_AFTER = 4, 3, 5
 SIZE = (8, 8)
-SPLIT = SplitOptions(chunk_size=4, buffer_size=8, drop_last=False)
+SPLIT = PartitionOptions(chunk_size=4, buffer_size=8, drop_last=False)
 
 
 class Stopped(Exception):
@@ -48,12 +48,12 @@ def loader(path: Path, setup: str, kind: Any = StatefulDataLoader,
     """The setup's loader; `epoch`: named with set_epoch (Lightning names it itself)."""
     if setup == "sampler":
         ds = PackedDataset(path, size=SIZE, with_keys=True)
-        sampler = ChunkSampler(ds, split=SPLIT)
+        sampler = ChunkSampler(ds, partition=SPLIT)
         if epoch is not None:
             sampler.set_epoch(epoch)
         return kind(ds, batch_size=BATCH, sampler=sampler, num_workers=2,
                     multiprocessing_context=WORKER_START)
-    it = PackedIterableDataset(path, size=SIZE, with_keys=True, split=SPLIT)
+    it = PackedIterableDataset(path, size=SIZE, with_keys=True, partition=SPLIT)
     if epoch is not None:
         it.set_epoch(epoch)
     return kind(it, batch_size=BATCH, num_workers=2, multiprocessing_context=WORKER_START)

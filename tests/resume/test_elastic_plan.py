@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from readers.passes.stream import stream_order
-from readers.plan.chunks import ShardPlan, Spans, epoch_rng, expand, num_in, take
+from readers.plan.chunks import ChunkPlan, Spans, epoch_rng, expand, num_in, take
 from readers.plan.elastic import Segment, even_out, piece, rest_of_epoch
 
 SEED, EPOCH, BUFFER = 3, 1, 6
@@ -40,7 +40,7 @@ def loader_batches(streams: list[list[tuple[int, bool]]], batch: int) -> list[li
     return out
 
 
-def consumed_by(plan: ShardPlan, workers: int, batch: int, batches: int,
+def consumed_by(plan: ChunkPlan, workers: int, batch: int, batches: int,
                 dealt: int | None) -> Counter[int]:
     taken: Counter[int] = Counter()
     for rank in range(plan.world_size):
@@ -62,7 +62,7 @@ def test_before_and_after_are_the_epoch_once(num: int, chunk: int, world: int, w
                                              stop: float) -> None:
     if drop_last and num < world:
         return
-    plan = ShardPlan(num, chunk, world, shuffle, drop_last, SEED)
+    plan = ChunkPlan(num, chunk, world, shuffle, drop_last, SEED)
     dealt = batch if deal else None
     per_worker = [-(-n // batch) for n in
                   (num_in(plan.worker_spans(EPOCH, 0, w, workers, dealt))
@@ -97,7 +97,7 @@ def test_before_and_after_are_the_epoch_once(num: int, chunk: int, world: int, w
 def test_resumes_chain(num: int, world: int, batch: int, worlds: list[int],
                        data: st.DataObject) -> None:
     """Stopped and resumed on a new world several times: still the epoch exactly once."""
-    sequence = ShardPlan(num, 4, world, True, False, SEED).epoch_spans(EPOCH)
+    sequence = ChunkPlan(num, 4, world, True, False, SEED).epoch_spans(EPOCH)
     segments: list[Segment] = []
     taken: Counter[int] = Counter()
     rest = sequence

@@ -19,7 +19,7 @@ from readers import (
     Mix,
     PackedDataset,
     PackedIterableDataset,
-    SplitOptions,
+    PartitionOptions,
     loop_state,
 )
 from tests.helpers import pack_wds
@@ -42,8 +42,8 @@ def odd_start(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def split(rank: int, world: int) -> SplitOptions:
-    return SplitOptions(chunk_size=4, buffer_size=6, rank=rank, world_size=world,
+def split(rank: int, world: int) -> PartitionOptions:
+    return PartitionOptions(chunk_size=4, buffer_size=6, rank=rank, world_size=world,
                         drop_last=False)
 
 
@@ -90,7 +90,7 @@ def every_key(path: Path) -> Counter[str]:
 def test_iterable_resumes_on_another_topology(path: Path, before: tuple[int, int],
                                               after: tuple[int, int], odd_start: str) -> None:
     def reader(rank: int, world: int) -> tuple[Any, dict[str, Any]]:
-        ds = PackedIterableDataset(path, decode="raw", with_keys=True, split=split(rank, world))
+        ds = PackedIterableDataset(path, decode="raw", with_keys=True, partition=split(rank, world))
         return ds, {}
     check_elastic(reader, before, after, every_key(path), odd_start)
 
@@ -100,20 +100,20 @@ def test_chunk_sampler_resumes_on_another_world(path: Path, before: tuple[int, i
                                                 after: tuple[int, int], odd_start: str) -> None:
     def reader(rank: int, world: int) -> tuple[Any, dict[str, Any]]:
         ds = PackedDataset(path, decode="raw", with_keys=True)
-        return ds, {"sampler": ChunkSampler(ds, split=split(rank, world))}
+        return ds, {"sampler": ChunkSampler(ds, partition=split(rank, world))}
     check_elastic(reader, before, after, every_key(path), odd_start)
 
 
 def test_mix_and_class_weights_resume_on_another_world(path: Path, odd_start: str) -> None:
     def mix(rank: int, world: int) -> tuple[Any, dict[str, Any]]:
         source = PackedIterableDataset(path, decode="raw", with_keys=True)
-        options = SplitOptions(buffer_size=6, rank=rank, world_size=world, drop_last=False)
-        return Mix([source], epoch_size=NUM, split=options), {}
+        options = PartitionOptions(buffer_size=6, rank=rank, world_size=world, drop_last=False)
+        return Mix([source], epoch_size=NUM, partition=options), {}
 
     check_elastic(mix, (2, 2), (3, 0), every_key(path), odd_start)
 
     def weighted(rank: int, world: int) -> tuple[Any, dict[str, Any]]:
-        ds = PackedIterableDataset(path, decode="raw", with_keys=True, split=split(rank, world),
+        ds = PackedIterableDataset(path, decode="raw", with_keys=True, partition=split(rank, world),
                                    class_weights="balanced")
         return ds, {}
 
@@ -131,7 +131,7 @@ def test_a_stateful_dataloader_state_resumes_on_another_topology(
     states = []
     for rank in range(before[0]):
         ds = PackedIterableDataset(path, decode="raw", with_keys=True,
-                                   split=split(rank, before[0]))
+                                   partition=split(rank, before[0]))
         ds.set_epoch(EPOCH)
         loader = stateful(ds, batch_size=BATCH, num_workers=before[1],
                           **({"multiprocessing_context": "fork"} if before[1] else {}))
@@ -141,7 +141,7 @@ def test_a_stateful_dataloader_state_resumes_on_another_topology(
         del batches
 
     def reader(rank: int, world: int) -> tuple[Any, dict[str, Any]]:
-        ds = PackedIterableDataset(path, decode="raw", with_keys=True, split=split(rank, world))
+        ds = PackedIterableDataset(path, decode="raw", with_keys=True, partition=split(rank, world))
         return ds, {}
 
     rest, lengths = run(reader, *after, states[0], None, odd_start)
@@ -155,7 +155,7 @@ def test_a_resumed_job_stops_and_resumes_again(path: Path, middle: tuple[int, in
     """2x2 stops, resumes on `middle` and stops again, then ends on 1x0: each sample once;
     on an unchanged topology the two stretches collapse into one count."""
     def reader(rank: int, world: int) -> tuple[Any, dict[str, Any]]:
-        ds = PackedIterableDataset(path, decode="raw", with_keys=True, split=split(rank, world))
+        ds = PackedIterableDataset(path, decode="raw", with_keys=True, partition=split(rank, world))
         return ds, {}
 
     seen, _ = run(reader, 2, 2, None, STOP, odd_start)
@@ -173,7 +173,7 @@ def test_a_sampler_state_records_its_world_and_chains(path: Path) -> None:
     sample of the epoch once. No workers, so what the sampler drew is what was consumed."""
     def sampler(rank: int, world: int) -> tuple[PackedDataset, ChunkSampler]:
         ds = PackedDataset(path, decode="raw", with_keys=True)
-        return ds, ChunkSampler(ds, split=split(rank, world))
+        return ds, ChunkSampler(ds, partition=split(rank, world))
 
     seen: list[str] = []
     states = []
@@ -215,7 +215,7 @@ def test_a_stateful_dataloader_restores_its_own_state_on_another_world(
     seen: list[str] = []
     states = []
     for rank in range(2):
-        ds = PackedIterableDataset(path, decode="raw", with_keys=True, split=split(rank, 2))
+        ds = PackedIterableDataset(path, decode="raw", with_keys=True, partition=split(rank, 2))
         ds.set_epoch(EPOCH)
         loader = stateful(ds, batch_size=BATCH, num_workers=2, multiprocessing_context="fork")
         batches = iter(loader)
@@ -224,7 +224,7 @@ def test_a_stateful_dataloader_restores_its_own_state_on_another_world(
         del batches
     rest, lengths = [], []
     for rank in range(after):
-        ds = PackedIterableDataset(path, decode="raw", with_keys=True, split=split(rank, after))
+        ds = PackedIterableDataset(path, decode="raw", with_keys=True, partition=split(rank, after))
         loader = stateful(ds, batch_size=BATCH, num_workers=2,
                           multiprocessing_context="fork" if rank % 2 == 0 else odd_start)
         loader.load_state_dict(states[0])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from readers import ChunkSampler, PackedDataset, PackedIterableDataset, SplitOptions, loop_state
+from readers import ChunkSampler, PackedDataset, PackedIterableDataset, PartitionOptions, loop_state
 from tests.helpers import pack_wds
 
 
@@ -25,9 +25,9 @@ def test_without_a_group_or_split_readers_the_state_says_one_rank(path: Path) ->
 
 @pytest.mark.parametrize("build", ["iterable", "sampler"])
 def test_readers_given_two_ranks_refuse_a_silent_one(path: Path, build: str) -> None:
-    split = SplitOptions(rank=1, world_size=2)
-    reader = PackedIterableDataset(path, decode="raw", split=split) if build == "iterable" \
-        else ChunkSampler(PackedDataset(path, decode="raw"), split=split)
+    split = PartitionOptions(rank=1, world_size=2)
+    reader = PackedIterableDataset(path, decode="raw", partition=split) if build == "iterable" \
+        else ChunkSampler(PackedDataset(path, decode="raw"), partition=split)
     with pytest.raises(ValueError, match=r"given world_size=2 .* pass world_size=2"):
         loop_state(0, 3, batch_size=4, num_workers=2)
     state = loop_state(0, 3, batch_size=4, num_workers=2, world_size=2)

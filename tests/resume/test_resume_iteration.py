@@ -19,10 +19,10 @@ from torch.utils.data import DataLoader
 
 from packer.core.index import open_dataset
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset, loop_state
-from readers.options import SplitOptions
+from readers.options import PartitionOptions
 from readers.passes.resume import samples_per_worker
 from readers.passes.stream import resumed_records, stream_order
-from readers.plan.chunks import ShardPlan, epoch_rng, expand
+from readers.plan.chunks import ChunkPlan, epoch_rng, expand
 from tests.helpers import CountingReader, pack_wds
 
 NUM = 37
@@ -37,14 +37,16 @@ def path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def iterable(path: Path, shuffle: bool = True, **split: Any) -> PackedIterableDataset:
-    options = SplitOptions(**{"chunk_size": 4, "buffer_size": 6, **split})
-    it = PackedIterableDataset(path, decode="raw", with_keys=True, shuffle=shuffle, split=options)
+    options = PartitionOptions(**{"chunk_size": 4, "buffer_size": 6, **split})
+    it = PackedIterableDataset(path, decode="raw", with_keys=True, shuffle=shuffle,
+                               partition=options)
     it.set_epoch(EPOCH)
     return it
 
 
 def sampler_for(ds: PackedDataset, shuffle: bool = True, **split: Any) -> ChunkSampler:
-    sampler = ChunkSampler(ds, shuffle=shuffle, split=SplitOptions(**{"buffer_size": 6, **split}))
+    sampler = ChunkSampler(ds, shuffle=shuffle,
+                           partition=PartitionOptions(**{"buffer_size": 6, **split}))
     sampler.set_epoch(EPOCH)
     return sampler
 
@@ -123,7 +125,7 @@ def test_sampler_resumes_at_every_index(path: Path) -> None:
 def test_a_resume_reads_only_what_is_left(skip: int) -> None:
     """Buffered records come back with one read_many, the rest sequentially: the records
     read are exactly the records yielded, however far the pass had got."""
-    spans = ShardPlan(200, 16, seed=5).worker_spans(3, 0, 1, 2)
+    spans = ChunkPlan(200, 16, seed=5).worker_spans(3, 0, 1, 2)
     indices = expand(spans)[0].tolist()
     order = stream_order(len(indices), 20, epoch_rng(5, 3, 0, 1, 2))
     reader = CountingReader(200)

@@ -83,10 +83,10 @@ def test_a_pass_dropped_before_its_first_index_leaves_its_epoch_to_the_next(
         tmp_path: Path) -> None:
     """torchdata's StatefulDataLoader with workers makes two sampler iterators per pass and
     drops the first: the epoch (and a loaded resume) stay with the pass that is read."""
-    from readers import ChunkSampler, PackedDataset, SplitOptions, loop_state
+    from readers import ChunkSampler, PackedDataset, PartitionOptions, loop_state
 
     ds = PackedDataset(pack_wds(tmp_path, 24, 8, min_side=8, max_side=10), decode="raw")
-    sampler = ChunkSampler(ds, split=SplitOptions(chunk_size=4, buffer_size=8))
+    sampler = ChunkSampler(ds, partition=PartitionOptions(chunk_size=4, buffer_size=8))
     epochs = []
     for _ in range(3):
         iter(sampler)  # dropped untouched

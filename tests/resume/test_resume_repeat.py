@@ -12,11 +12,11 @@ import pytest
 from torch.utils.data import DataLoader
 
 from packer.core.index import open_dataset
-from readers import ChunkSampler, PackedDataset, PackedIterableDataset, SplitOptions, loop_state
+from readers import ChunkSampler, PackedDataset, PackedIterableDataset, PartitionOptions, loop_state
 from tests.helpers import pack_wds
 
 NUM, BATCH, EPOCH, STOP = 45, 4, 1, 3
-SPLIT = SplitOptions(chunk_size=4, buffer_size=8, drop_last=False)
+SPLIT = PartitionOptions(chunk_size=4, buffer_size=8, drop_last=False)
 LOADERS = [(0, None, False), (2, "fork", False), (2, "spawn", False), (2, "fork", True)]
 
 
@@ -33,15 +33,15 @@ def stopped(path: Path, map_style: bool) -> list[str]:
     """What 2 ranks (0 workers) read of EPOCH in STOP batches each."""
     seen = []
     for rank in range(2):
-        split = SplitOptions(chunk_size=4, buffer_size=8, drop_last=False, rank=rank,
+        split = PartitionOptions(chunk_size=4, buffer_size=8, drop_last=False, rank=rank,
                              world_size=2)
         if map_style:
             ds = PackedDataset(path, decode="raw", with_keys=True)
-            sampler = ChunkSampler(ds, split=split)
+            sampler = ChunkSampler(ds, partition=split)
             sampler.set_epoch(EPOCH)
             loader = DataLoader(ds, batch_size=BATCH, sampler=sampler)
         else:
-            it = PackedIterableDataset(path, decode="raw", with_keys=True, split=split)
+            it = PackedIterableDataset(path, decode="raw", with_keys=True, partition=split)
             it.set_epoch(EPOCH)
             loader = DataLoader(it, batch_size=BATCH)
         seen += keys(batch for _, batch in zip(range(STOP), loader, strict=False))
@@ -55,9 +55,9 @@ def one_rank(path: Path, map_style: bool, workers: int, context: str | None,
                                "persistent_workers": persistent}
     if map_style:
         ds = PackedDataset(path, decode="raw", with_keys=True)
-        sampler = ChunkSampler(ds, split=SPLIT)
+        sampler = ChunkSampler(ds, partition=SPLIT)
         return sampler, DataLoader(ds, batch_size=BATCH, sampler=sampler, **options)
-    it = PackedIterableDataset(path, decode="raw", with_keys=True, split=SPLIT)
+    it = PackedIterableDataset(path, decode="raw", with_keys=True, partition=SPLIT)
     return it, DataLoader(it, batch_size=BATCH, **options)
 
 

@@ -12,7 +12,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 import readers
-from readers import PackedIterableDataset, SplitOptions
+from readers import PackedIterableDataset, PartitionOptions
 from tests.framework_support import SIZE, KeyIds
 from tests.helpers import pack_wds
 
@@ -58,7 +58,7 @@ def test_skip_first_batches_starts_at_the_position(path: Path, workers: int, how
 
     def loader() -> tuple[PackedIterableDataset, Any]:
         it = PackedIterableDataset(path, size=SIZE, with_keys=True, transform=count,
-                                   split=SplitOptions(chunk_size=4, buffer_size=8))
+                                   partition=PartitionOptions(chunk_size=4, buffer_size=8))
         built = DataLoader(it, batch_size=BATCH, num_workers=workers, collate_fn=collate,
                            multiprocessing_context="fork" if workers else None)
         return it, built if how == "unprepared" else accelerator.prepare(built)

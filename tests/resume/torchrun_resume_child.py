@@ -28,21 +28,21 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
-from readers import ChunkSampler, PackedDataset, PackedIterableDataset, SplitOptions, loop_state
+from readers import ChunkSampler, PackedDataset, PackedIterableDataset, PartitionOptions, loop_state
 from readers.sampling.sampler import PAD_LABEL
 from tests.framework_support import WORKER_START
 
 EPOCH, BATCH, STOP = 1, 4, 3
-SPLIT = SplitOptions(chunk_size=4, buffer_size=8, drop_last=False)
+SPLIT = PartitionOptions(chunk_size=4, buffer_size=8, drop_last=False)
 
 
 def reader(path: Path, setup: str) -> tuple[Any, Any, dict[str, Any]]:
     """(dataset, what holds the order, DataLoader keywords) of a setup."""
     if setup == "sampler":
         ds = PackedDataset(path, decode="raw", with_keys=True)
-        sampler = ChunkSampler(ds, split=SPLIT)
+        sampler = ChunkSampler(ds, partition=SPLIT)
         return ds, sampler, {"sampler": sampler}
-    it = PackedIterableDataset(path, decode="raw", with_keys=True, split=SPLIT)
+    it = PackedIterableDataset(path, decode="raw", with_keys=True, partition=SPLIT)
     return it, it, {}
 
 

@@ -5,7 +5,7 @@ then `commit.json` lists the renames that put it in DST, index.json last (and, f
 npy, how images.npy grows in place: the staged rows after DST's, then the header),
 and is written atomically: from that moment the append is decided, and `--resume`
 after an interruption only finishes the commit (each rename is done once: a file
-already moved is no longer in the staging folder; the growth is redone whole). Until
+already moved has left the staging folder; the growth is redone whole). Until
 index.json lands a reader sees DST's old index; in the short window of the commit, one
 that opens the dataset finds a table (or an npy header) newer than its index and is
 refused, never served a mix.
@@ -106,7 +106,7 @@ def committing(folder: Path) -> dict[str, Any] | None:
 
 def apply(folder: Path, record: dict[str, Any]) -> None:
     """Do the renames commit.json lists that are not done yet (index.json last), delete
-    the files the grown dataset no longer lists, then drop the staging."""
+    the files of DST that the grown dataset does not list, then drop the staging."""
     where = stage_dir(folder)
     if record.get("extend"):
         extend(folder, where, record["extend"])

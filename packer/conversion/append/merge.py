@@ -6,17 +6,16 @@
            staged rows go after DST's, then the header names the new count
     hdf5   the staged data.h5 is DST's next part, data.parts/data-NNNNN.h5
     lmdb   the staged data.mdb is DST's next part, data.lmdb/data-NNNNN.mdb
-           (packer.formats._parts: old files are neither copied nor hashed again)
+           (parts: old files are neither copied nor hashed again)
 
 With `--replace`, each format also puts the replacements in their samples' places
-(packer.conversion.append.replace); hdf5 and lmdb then write the whole dataset again
-as one file.
+(the replace step); hdf5 and lmdb then write the whole dataset again as one file.
 
-Bytes move with copy_file_range (the kernel copies, a reflink where the file system
-has them): no image is decoded or re-encoded, and DST's files are only read, so DST
-stays the complete old dataset until the commit (packer.conversion.append.commit) renames
-these in. Old samples keep their rows, offsets and digests; new rows follow, their
-offsets shifted past the old data where they share one file.
+Bytes move with copy_file_range (the kernel copies, a reflink where the file system has
+them): no image is decoded or re-encoded, and DST's files are only read, so DST stays
+the complete old dataset until the commit renames these in. Old samples keep their rows,
+offsets and digests; new rows follow, their offsets shifted past the old data where they
+share one file.
 """
 
 from __future__ import annotations
@@ -111,10 +110,9 @@ def _wds(plan: AppendPlan, staged: Staged, replaced: Replacements | None, where:
 
 def _npy_files(plan: AppendPlan, staged: Staged, replaced: Replacements | None, where: Path,
                ready: Path) -> Merged:
-    """images.npy grows in place at the commit (packer.conversion.append.commit.extend):
-    its checksum takes the old rows' pieces as they are and adds the staged rows' (both
-    hashed when written), nothing copied or hashed again; with replacements it is a copy
-    instead (packer.conversion.append.replace), its rows hashed whole."""
+    """images.npy grows in place at the commit (`extend`): its checksum takes the old
+    rows' pieces as they are and adds the staged rows' (both hashed when written), nothing
+    copied or hashed again; with replacements it is a copy instead, its rows hashed whole."""
     height, width = plan.options.size or (0, 0)
     row = height * width * 3
     old, new = plan.index.num_samples, len(staged.table)

@@ -5,7 +5,7 @@ the file's digest must equal the stored sample's (else the input is a reject nam
 file and the key); in every case its label and its field values must be the same.
 With `replace`, such an input replaces the sample at its index instead. New class
 names extend DST's label map at the end, so no existing label moves. SRC's fields are
-matched to DST's (packer.conversion.append.fields): each record is in DST's order.
+matched to DST's (`field_order`): each record is in DST's order.
 """
 
 from __future__ import annotations

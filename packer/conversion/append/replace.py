@@ -12,7 +12,7 @@ in the split files; its bytes, label, digest and fields become its replacement's
            so a reader that has it open keeps reading the old file
     wds    each shard that holds a replaced sample is written again, under its own name,
            with every other sample's members byte for byte as they were
-           (packer.conversion.append.replace_wds)
+           (`rewrite_shards`)
 
 Every one of them is built in the staging folder and renamed in at the commit, so
 DST stays the old dataset until index.json lands, as for any append.

@@ -2,11 +2,10 @@
 
 The new shard holds the same samples in the same order, under the same name, so
 sample indices, shard boundaries and brace-expanded shard lists stay as they were.
-Every sample that is not replaced is written from its stored bytes, label, extension
-and field values through the writer's own member layout (packer.formats._wds), which
-is deterministic: its members come out byte for byte as they were, and only the
-offsets after a replaced sample move. Old bytes are read through DST's reader,
-checked against their digests.
+Every sample that is not replaced is written from its stored bytes, label, extension and
+field values through the wds writer's own member layout, which is deterministic: its
+members come out byte for byte as they were, and only the offsets after a replaced
+sample move. Old bytes are read through DST's reader, checked against their digests.
 """
 
 from __future__ import annotations

@@ -3,12 +3,12 @@
     .pack-append/replace/spool.bin    each replacement's stored bytes, back to back
     .pack-append/replace/staged.json  their extensions (and the staging's fingerprint)
 
-A replacement goes where its old sample is, in a layout each format rebuilds its own
-way (packer.conversion.append.replace), so it is staged in no format at all: the writer
-loop puts its bytes here and its key, label, digest and fields record in the staged
-table, whatever DST's format. DST's own per-sample checks run on it as they would in
-a conversion (npy's row size, hdf5's NUL-free strings), so a replacement DST cannot
-store is a reject, and its old sample stays.
+A replacement goes where its old sample is, in a layout each format rebuilds its own way
+(the replace step), so it is staged in no format at all: the writer loop puts its bytes
+here and its key, label, digest and fields record in the staged table, whatever DST's
+format. DST's own per-sample checks run on it as they would in a conversion (npy's row
+size, hdf5's NUL-free strings), so a replacement DST cannot store is a reject, and its
+old sample stays.
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
 """Step one of an append: encode the new inputs into `DST/.pack-append/`, DST untouched.
 
 The staging folder is a small conversion of its own, through the same writer loop and
-journal as `pack convert` (packer.conversion): wds keeps every finished shard and npy
-every part for `--resume`; lmdb and hdf5 redo the staging, which holds only the new
-inputs. wds shards are named as DST's next shards from the start, so the commit moves
-them in unchanged. New samples carry DST's fields, written by DST's writer as a
-conversion writes them. The replacements of `--replace` are a second staging, in
-`replace/` (packer.conversion.append.spool). When a staging is complete, its
-`staged.json` says so.
+journal as `pack convert`: wds keeps every finished shard and npy every part for
+`--resume`; lmdb and hdf5 redo the staging, which holds only the new inputs. wds shards
+are named as DST's next shards from the start, so the commit moves them in unchanged.
+New samples carry DST's fields, written by DST's writer as a conversion writes them.
+The replacements of `--replace` are a second staging, a spool in `replace/`. When a
+staging is complete, its `staged.json` says so.
 """
 
 from __future__ import annotations
@@ -43,7 +42,7 @@ from packer.storage.hashing import sha256_file
 STAGE_DIR = ".pack-append"
 STAGED = "staged.json"
 PREFIX = "staged."
-READY = "ready"  # the grown dataset's files, before the commit (packer.conversion.append.merge)
+READY = "ready"  # the grown dataset's files, before the commit (built by `merge`)
 
 
 @dataclass(frozen=True)
@@ -59,7 +58,7 @@ class Staged:
 
 class AppendWdsWriter(WdsWriter):
     """A wds writer whose numbering goes on after DST's shards; the wids index of the
-    whole dataset is written at the commit (packer.conversion.append.merge), not here."""
+    whole dataset is written when the grown dataset's files are built (`merge`), not here."""
 
     def finish(self, table: SampleTable) -> tuple[ShardInfo, ...]:
         self.end_part()
@@ -82,7 +81,7 @@ def stage(plan: AppendPlan, workers: int | None, on_error: OnError, resume: bool
 def stage_replacements(plan: AppendPlan, workers: int | None, on_error: OnError,
                        resume: bool, progress: Callable[[int], None] | None = None
                        ) -> Staged | None:
-    """Encode `plan.replacing` into the spool (packer.conversion.append.spool), after
+    """Encode `plan.replacing` into the spool (`SpoolWriter`), after
     `stage`; None when the append replaces nothing."""
     if not plan.replacing:
         return None

@@ -17,7 +17,7 @@ A reader asked by one of them hands it the unsplit view, the whole epoch in the 
 on every rank (the order is a function of seed and epoch only), and the framework keeps
 each rank's part; anywhere else the readers split by rank themselves.
 
-`SplitOptions(by=...)` names the owner: "auto" finds it, "readers" or "framework" say it.
+`PartitionOptions(by=...)` names the owner: "auto" finds it, "readers" or "framework" say it.
 "auto" looks at who asks, because each framework object asks from inside its own
 `__len__` or `__iter__`: a pass's start and `len()` look up the calling frames
 (`inspect.currentframe`) for one of those classes that holds this reader, and read the
@@ -42,10 +42,10 @@ from types import FrameType
 
 from torch.utils.data import DataLoader
 
-from readers.options.values import SplitBy
+from readers.options.values import PartitionBy
 
 SPLITTER_PACKAGES = ("accelerate", "transformers")
-SAID = "SplitOptions(by='framework')"
+SAID = "PartitionOptions(by='framework')"
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class LoaderView:
 NO_VIEW = LoaderView()
 
 
-def loader_view(target: object, by: SplitBy = "auto") -> LoaderView:
+def loader_view(target: object, by: PartitionBy = "auto") -> LoaderView:
     """The view the loader that is now measuring or iterating `target` asks for.
 
     "auto": the first framework splitter up the stack that holds `target` decides; else
@@ -106,7 +106,7 @@ def _found_splitter(owner: object, target: object, strict: bool) -> LoaderView |
         if strict:
             raise RuntimeError(
                 f"{changed}, which the readers read to know whether it splits the data "
-                f"across ranks (a newer release?): pass SplitOptions(by='framework') when "
+                f"across ranks (a newer release?): pass PartitionOptions(by='framework') when "
                 f"it splits them, by='readers' when not") from None
         return None
 

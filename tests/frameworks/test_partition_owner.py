@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from torch.utils.data import BatchSampler, DataLoader
 
-from readers import ChunkSampler, PackedDataset, PackedIterableDataset, SplitOptions
-from readers.passes.split_owner import LoaderView, loader_view
+from readers import ChunkSampler, PackedDataset, PackedIterableDataset, PartitionOptions
+from readers.passes.partition_owner import LoaderView, loader_view
 from tests.helpers import pack_wds
 
 accelerate_data = pytest.importorskip("accelerate.data_loader")
@@ -29,8 +29,8 @@ def path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def iterable(path: Path, rank: int = 0, **options: Any) -> PackedIterableDataset:
     """A reader told its rank, as a process group would tell it."""
-    split = SplitOptions(chunk_size=4, buffer_size=6, rank=rank, world_size=RANKS)
-    return PackedIterableDataset(path, decode="raw", with_keys=True, split=split, **options)
+    split = PartitionOptions(chunk_size=4, buffer_size=6, rank=rank, world_size=RANKS)
+    return PackedIterableDataset(path, decode="raw", with_keys=True, partition=split, **options)
 
 
 def keys_of(loader: DataLoader[Any]) -> list[str]:
@@ -64,7 +64,7 @@ def test_batch_sampler_shard_gets_every_batch(path: Path) -> None:
     ds = PackedDataset(path, decode="raw", with_keys=True)
     per_rank = []
     for rank in range(RANKS):
-        sampler = ChunkSampler(ds, split=SplitOptions(rank=rank, world_size=RANKS))
+        sampler = ChunkSampler(ds, partition=PartitionOptions(rank=rank, world_size=RANKS))
         shard = accelerate_data.BatchSamplerShard(
             BatchSampler(sampler, BATCH, drop_last=False), num_processes=RANKS,
             process_index=rank)
@@ -79,7 +79,8 @@ def test_readers_split_when_no_framework_does(path: Path) -> None:
     per_rank = []
     for rank in range(RANKS):
         ds = PackedIterableDataset(path, decode="raw", with_keys=True,
-                                   split=SplitOptions(chunk_size=4, rank=rank, world_size=RANKS))
+                                   partition=PartitionOptions(chunk_size=4, rank=rank,
+                                                              world_size=RANKS))
         loader = DataLoader(ds, batch_size=BATCH, num_workers=2, multiprocessing_context="fork")
         per_rank.append(keys_of(loader))
         assert len(ds) == NUM // RANKS
@@ -114,8 +115,9 @@ def shard_keys(path: Path, by: str, kind: Any = None, workers: int = 0) -> list[
     per_rank = []
     for rank in range(RANKS):
         ds = PackedIterableDataset(path, decode="raw", with_keys=True, batch_size=BATCH,
-                                   split=SplitOptions(chunk_size=4, buffer_size=6, rank=rank,
-                                                      world_size=RANKS, by=by))  # type: ignore[arg-type]
+                                   partition=PartitionOptions(chunk_size=4, buffer_size=6,
+                                                              rank=rank, world_size=RANKS,
+                                                              by=by))  # type: ignore[arg-type]
         shard = (kind or accelerate_data.IterableDatasetShard)(
             ds, batch_size=BATCH, num_processes=RANKS, process_index=rank)
         loader = DataLoader(shard, batch_size=BATCH, num_workers=workers,
@@ -126,7 +128,7 @@ def shard_keys(path: Path, by: str, kind: Any = None, workers: int = 0) -> list[
 
 def test_a_renamed_splitter_argument_stops_the_pass_with_what_to_pass(path: Path) -> None:
     with pytest.raises(RuntimeError, match=r"accelerate's IterableDatasetShard has no "
-                                              r"`num_processes`.*SplitOptions\(by='framework'\)"):
+                                              r"`num_processes`.*PartitionOptions\(by='framework'\)"):
         shard_keys(path, "auto", RenamedShard)
     assert_exactly_once(shard_keys(path, "framework", RenamedShard))
 
@@ -134,9 +136,9 @@ def test_a_renamed_splitter_argument_stops_the_pass_with_what_to_pass(path: Path
 @pytest.mark.parametrize("workers", [0, 2])
 def test_without_frames_the_split_is_said(path: Path, workers: int,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    from readers.passes import split_owner
+    from readers.passes import partition_owner
 
-    monkeypatch.setattr(split_owner.inspect, "currentframe", lambda: None)
+    monkeypatch.setattr(partition_owner.inspect, "currentframe", lambda: None)
     assert_exactly_once(shard_keys(path, "framework", workers=workers))
     ds = iterable(path)
     assert loader_view(ds) == LoaderView(), "nothing to look at: nothing found"
@@ -153,4 +155,4 @@ def test_by_readers_splits_even_under_a_splitter(path: Path) -> None:
 def test_split_by_is_checked() -> None:
     with pytest.raises(ValueError, match="by must be one of 'auto', 'readers', 'framework', "
                                          "not 'torch'"):
-        SplitOptions(by="torch")  # type: ignore[arg-type]
+        PartitionOptions(by="torch")  # type: ignore[arg-type]
