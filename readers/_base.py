@@ -187,7 +187,7 @@ class _PackedBase:
 
     def _add_fields(self, samples: Sequence[Sample], positions: Sequence[int]) -> Sequence[Sample]:
         """A batch's plain samples as dicts with their fields, taken in one call (a
-        FieldBatch: columns that readers.collate batches at once)."""
+        Batch of columns that readers.collate batches at once)."""
         if self.fields is None:
             return samples
         return with_fields_many(samples, self.field_source(self.handles().reader), positions,

@@ -34,9 +34,8 @@ from torch.utils.data import Dataset
 from packer.errors import CorruptDatasetError
 from readers._base import Handles, Sample, SampleSettings, Transform, _PackedBase
 from readers.augment import Augment
+from readers.batching.batch import Batch, batch_labels
 from readers.batching.collate import gathered_rows, gathered_samples
-from readers.batching.gathered import GatheredRows, batch_labels
-from readers.batching.raw_collate import IndexedSamples
 from readers.damage import TolerantReader
 from readers.decoding.decode import Mode
 from readers.fields import FieldNames
@@ -165,7 +164,7 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
         """The batch's samples with their fields; raw ones keep their indices for
         readers.collate's RawBatch."""
         if self.decode == "raw":
-            samples = IndexedSamples(samples, positions)
+            return self._add_fields(Batch(samples, indices=positions), positions)
         return self._add_fields(samples, positions)
 
     def _read_skipping(self, local: Handles, indices: Sequence[int],
@@ -182,7 +181,7 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
 
     def _gathered(self, local: Handles, indices: Sequence[int], positions: list[int],
                   recyclable: bool) -> Sequence[Sample]:
-        """An npy batch in one gather: a GatheredRows (its buffer is the batch), or the
+        """An npy batch in one gather: a Batch of rows (its buffer is the batch), or the
         samples one by one through the transform."""
         table, shape, raw = local.table, self.pixels_shape, self.decode == "raw"
         assert local.gather is not None and shape is not None  # the caller's condition
@@ -190,8 +189,8 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
                               [isinstance(i, PaddedIndex) for i in indices], PAD_LABEL)
         if self.transform is None:
             keys = [table.key(i) for i in positions] if self.with_keys else None
-            return GatheredRows(gathered_rows(local.gather, positions, shape, recyclable),
-                                raw, labels, keys)
+            rows = gathered_rows(local.gather, positions, shape, recyclable)
+            return Batch(rows=rows, raw=raw, labels=labels, keys=keys)
 
         def make(k: int, image: Any) -> Sample:
             return self._finish(table, positions[k], image, False, labels[k], fields=False)

@@ -7,7 +7,7 @@ ragged arrays, readers.batching.fields_collate); without, it stays `(image, labe
 Values come from a FieldSource a batch at a time: by default the format's record
 reader (ReadFields: `field_values_many`, every sample's values in byte form checked
 against its digest, in the process that reads), decoded column by column into a
-FieldBatch (readers.batching.field_batch) that `readers.collate` batches at once, with
+`Batch` of columns that `readers.collate` batches at once, with
 nothing held between batches; with `fields_in_memory=True`, columns read and checked
 once and held (readers.held_fields), which give the same values. Numeric values become
 arrays on the way out, the same on every path:
@@ -41,7 +41,8 @@ from packer.core.fields import FieldSpec, decode_value, numbered
 from packer.core.index import Index
 from packer.formats.base import RecordReader
 from readers.batching._number_arrays import parse_arrays, stored_arrays
-from readers.batching.field_batch import Column, FieldBatch
+from readers.batching.batch import Batch
+from readers.batching.fields_collate import Column
 
 FieldNames = Sequence[str] | Literal["all"] | None
 
@@ -103,10 +104,11 @@ def with_fields_many(samples: Sequence[tuple[Any, ...]], source: FieldSource,
                      positions: Sequence[int], names: tuple[str, ...]
                      ) -> Sequence[dict[str, Any]]:
     """A batch of samples (at `positions`) as dicts, their fields taken in one call: a
-    FieldBatch of columns (readers.batching.field_batch); plain dicts when no field is
-    asked for."""
+    `Batch` with field columns; plain dicts when no field is asked for."""
     if names:
-        return FieldBatch(samples, source.columns(positions, names))
+        columns = source.columns(positions, names)
+        return samples.with_fields(columns) if isinstance(samples, Batch) \
+            else Batch(samples, fields=columns)
     return [_as_dict(sample, {}, names) for sample in samples]
 
 
@@ -116,7 +118,7 @@ def fields_ahead(source: FieldSource, positions: Sequence[int], names: tuple[str
     makes the k-th one's dict around its plain sample when it is built (the streaming
     dataset reads a group's fields at once, but decodes images one at a time)."""
     if names:
-        return FieldBatch((), source.columns(positions, names)).dict_of
+        return Batch((), fields=source.columns(positions, names)).dict_of
     return lambda k, sample: _as_dict(sample, {}, names)
 
 

@@ -43,7 +43,7 @@ from packer.core.field_arrays import ArrayValueError, decode_array
 from packer.core.fields import FieldSpec, numbered
 from packer.formats.base import RecordReader
 from readers.batching._number_arrays import NumberArrays, pad_layout, stored_arrays
-from readers.batching.field_batch import Column
+from readers.batching.fields_collate import Column
 from readers.fields import field_column
 
 BLOCK = 4096  # samples whose fields one read takes while the columns are built

@@ -147,7 +147,7 @@ def stored_arrays(cells: Sequence[bytes | None]) -> NumberArrays | None:
     packer.core.field_arrays), their numbers joined into one buffer without a copy per
     sample; None when one is missing or not of the field's one dtype (the per-sample
     path then gives the values, or the error). An array without numbers ((0, 4), (1,
-    0)) pads as none of its rows, as collate_field pads it (field_batch._padded)."""
+    0)) pads as none of its rows, as collate_field pads it."""
     if not cells or None in cells:
         return None
     present = cast(Sequence[bytes], cells)

@@ -24,7 +24,7 @@ column of strings as one buffer.
 
 npy without a copy: `PackedDataset.__getitems__` on a reader that can `gather` copies
 a whole batch from the memory map into one buffer, checks every row against its digest
-there, and returns it as a GatheredRows: a Sequence of the samples, images (3, H, W)
+there, and returns it as a Batch of rows: a Sequence of the samples, images (3, H, W)
 views of the (H, W, 3) rows, or with `decode="raw"` each row a 1-D uint8 numpy array.
 `collate` takes its buffer as the batch, uncopied (samples that are views of one buffer
 in order, from a transform-free path of another caller, are found to be one batch too).
@@ -46,9 +46,8 @@ from torch.utils.data import default_collate, get_worker_info
 
 from readers.batching._pooled import PooledBatch
 from readers.batching._shm_pool import FREE, SlotPool, shared_buffer, worker_pool
-from readers.batching.field_batch import FieldBatch
+from readers.batching.batch import Batch
 from readers.batching.fields_collate import collate_dicts
-from readers.batching.gathered import GatheredRows
 from readers.batching.raw_batch import RAW_TYPES
 from readers.batching.raw_collate import collate_raw
 
@@ -72,7 +71,7 @@ def gathered_samples(reader: Gatherer, positions: Sequence[int], shape: tuple[in
                      raw: bool, make: Callable[[int, Any], Sample],
                      recyclable: bool = False) -> list[Sample]:
     """One gather for the batch; `make(k, image)` builds sample k around its image view
-    (a dataset with a transform: a GatheredRows otherwise)."""
+    (a dataset with a transform: a Batch of rows otherwise)."""
     rows = gathered_rows(reader, positions, shape, recyclable)
     if raw:
         flat = rows.numpy().reshape(len(positions), -1)
@@ -111,10 +110,11 @@ def collate(batch: Sequence[Sample]) -> Any:
     with a RawBatch for images of stored bytes (decode="raw"); for dict samples
     (`fields=`), a dict, ragged arrays padded.
     """
-    if isinstance(batch, FieldBatch) and len(batch):
-        return batch.collate_columns(collate)
-    if isinstance(batch, GatheredRows) and len(batch):
-        return _collate_gathered(batch)
+    if isinstance(batch, Batch) and len(batch):
+        if batch.fields is not None:
+            return batch.collate_columns(collate)
+        if batch.rows is not None:
+            return _collate_gathered(batch)
     samples: Sequence[Any] = batch
     if samples and all(type(sample) is dict for sample in samples):
         return collate_dicts(cast(Sequence[dict[str, Any]], samples), collate)
@@ -152,7 +152,7 @@ def _rest(batch: Sequence[Sample]) -> list[Any]:
     return rest
 
 
-def _collate_gathered(batch: GatheredRows) -> list[Any]:
+def _collate_gathered(batch: Batch) -> list[Any]:
     """An npy batch as gathered: its buffer (in a pool slot when a worker gathered it
     there), the labels and keys batched as default_collate batches them."""
     whole, rest = batch.whole(), default_collate(batch.rests())

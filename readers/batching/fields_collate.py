@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
+from readers.batching._number_arrays import NumberArrays, pad_layout
 from readers.batching._pooled import PooledBatch, PooledDict
 
 IMAGE, LABEL = "image", "label"
@@ -122,3 +123,55 @@ def _trailing_shape(arrays: list[torch.Tensor]) -> tuple[int, ...] | None:
     if any(array.dim() == 0 for array in arrays) or len(shapes) > 1:
         return None
     return shapes.pop() if shapes else ()
+
+
+Column = list[Any] | NumberArrays
+
+
+def column_value(column: Column, k: int) -> Any:
+    """Value k of a field column (a number array as a tensor)."""
+    if isinstance(column, NumberArrays):
+        return torch.from_numpy(column.array(k))
+    return column[k]
+
+
+def collate_column(name: str, column: Column) -> dict[str, Any]:
+    """A field column batched as `collate_field` batches its values."""
+    if isinstance(column, NumberArrays):
+        padded = _padded(name, column)
+        if padded is not None:
+            return padded
+        column = [torch.from_numpy(column.array(k)) for k in range(len(column))]
+    return collate_field(name, list(column))
+
+
+def _padded(name: str, arrays: NumberArrays) -> dict[str, Any] | None:
+    """collate_field's result for these arrays (stacked, or zero-padded with lengths),
+    or None where it would keep them as a list (trailing shapes that differ)."""
+    if arrays.rows is not None and arrays.rest is not None and arrays.rows.any():
+        return _padded_ahead(name, arrays.flat, arrays.rows, arrays.rest, any(arrays.floats))
+    shapes, count = arrays.shapes, len(arrays)
+    kinds, distinct = set(arrays.floats), set(shapes)
+    if len(distinct) == 1 and len(kinds) == 1:
+        dtype = np.float32 if kinds.pop() else np.int64
+        shape = distinct.pop()
+        return {name: torch.from_numpy(arrays.flat.reshape(count, *shape).astype(dtype)),
+                name + LENGTHS_SUFFIX: torch.full((count,), shape[0], dtype=torch.int64)}
+    # as collate_field, worked out once per distinct shape, of which a batch has a few
+    # (a boxes field: one per box count)
+    rows, rest = pad_layout(distinct)
+    if rest is None:
+        return None
+    lengths = np.array([rows[shape] for shape in shapes], dtype=np.int64)
+    return _padded_ahead(name, arrays.flat, lengths, rest, True in kinds)
+
+
+def _padded_ahead(name: str, flat: np.ndarray, lengths: np.ndarray, rest: tuple[int, ...],
+                  floats: bool) -> dict[str, Any]:
+    """Samples of `lengths` rows of shape `rest` (numbers back to back in `flat`),
+    zero-padded to the longest, and their lengths. With every sample the same shape
+    this is also the stacked batch: the same numbers, no padding."""
+    longest = int(lengths.max())
+    padded = np.zeros((len(lengths), longest, *rest), dtype=np.float32 if floats else np.int64)
+    padded[np.arange(longest) < lengths[:, None]] = flat.reshape(-1, *rest)
+    return {name: torch.from_numpy(padded), name + LENGTHS_SUFFIX: torch.from_numpy(lengths)}

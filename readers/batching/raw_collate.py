@@ -41,12 +41,3 @@ def collate_raw(batch: Sequence[Sample], indices: Sequence[int] | None) -> list[
 
 def _shared(nbytes: int) -> torch.Tensor:
     return shared_buffer((nbytes,))
-
-
-class IndexedSamples(list[Any]):
-    """A batch's samples, and their dataset indices (`indices`), which `collate` puts in
-    a RawBatch: the crop draws of readers.decode_on need them."""
-
-    def __init__(self, samples: Sequence[Any], indices: Sequence[int]) -> None:
-        super().__init__(samples)
-        self.indices = [int(i) for i in indices]

@@ -22,7 +22,7 @@ from packer.core.field_arrays import split
 from packer.core.fields import FieldSpec, FieldValueError, decode_value, encode_value
 from readers import collate
 from readers.batching._number_arrays import NumberArrays
-from readers.batching.field_batch import FieldBatch
+from readers.batching.batch import Batch
 from readers.batching.fields_collate import collate_dicts
 from readers.fields import field_columns, natural
 from tests.field_array_support import DTYPES, same_array
@@ -202,7 +202,7 @@ def test_a_joined_batch_gives_what_each_value_gives(case: tuple[str, list[Any]])
     columns = field_columns([(0, FieldSpec("boxes", kind))], [[cell] for cell in cells])  # type: ignore[arg-type]
     joined = all(v is not None for v in values)  # empty ones too: (0, 4), (1, 0)
     assert isinstance(columns["boxes"], NumberArrays) == joined
-    batch = FieldBatch([(torch.zeros(3, 2, 2, dtype=torch.uint8), 0)] * len(values), columns)
+    batch = Batch([(torch.zeros(3, 2, 2, dtype=torch.uint8), 0)] * len(values), fields=columns)
     for k, value in enumerate(values):
         per_sample = None if value is None else natural(decode_value(kind, cells[k]))  # type: ignore[arg-type]
         assert same_bits(batch[k]["boxes"], per_sample)
@@ -215,8 +215,8 @@ def test_a_joined_batch_gives_what_each_value_gives(case: tuple[str, list[Any]])
 def test_arrays_without_numbers_collate_as_each_sample_would(values: list[Any]) -> None:
     """[[]] (shape (1, 0)) beside []: the joined batch's padding crashed on it."""
     cells = [[encode_value("floats", value)] for value in values]
-    batch = FieldBatch([(torch.zeros(3, 2, 2, dtype=torch.uint8), 0)] * len(values),
-                       field_columns([(0, FieldSpec("boxes", "floats"))], cells))
+    batch = Batch([(torch.zeros(3, 2, 2, dtype=torch.uint8), 0)] * len(values),
+                  fields=field_columns([(0, FieldSpec("boxes", "floats"))], cells))
     assert same_bits(collate(batch), collate_dicts(list(batch), collate))
     assert [tuple(sample["boxes"].shape) for sample in batch] == [np.shape(v) for v in values]
 

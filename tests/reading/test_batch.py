@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, default_collate
 from packer.core.index import open_dataset
 from readers import PackedDataset, PackedIterableDataset, collate
 from readers.batching._shm_pool import worker_pool
-from readers.batching.gathered import GatheredRows
+from readers.batching.batch import Batch
 from readers.ram.chunk_cache import CachedReader
 from readers.sampling.sampler import PAD_LABEL, PaddedIndex
 from tests.helpers import pack_every_format
@@ -220,7 +220,7 @@ def test_an_npy_batch_is_its_samples_as_a_sequence(packed: dict[str, Path], deco
     ds = PackedDataset(packed["npy"], decode=decode, with_keys=True)  # type: ignore[arg-type]
     order: list[int] = [3, PaddedIndex(3), 0, NUM - 1]
     batch = ds.__getitems__(order)
-    assert isinstance(batch, GatheredRows)
+    assert isinstance(batch, Batch) and batch.rows is not None
     singles = [ds[int(i)] for i in order]
     for got in (list(batch), batch[:], pickle.loads(pickle.dumps(batch))):
         assert len(got) == len(order)

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 
 from readers import ChunkSampler, PackedDataset, PackedIterableDataset, collate
 from readers.batching._number_arrays import NumberArrays
-from readers.batching.field_batch import FieldBatch
+from readers.batching.batch import Batch
 from readers.batching.fields_collate import collate_dicts
 from readers.options import PartitionOptions, RemoteOptions
 from tests.field_array_support import NAMES, Expected, pack_every_format, same_array
@@ -58,10 +58,10 @@ def test_a_batch_gives_what_each_sample_gives(packed: tuple[dict[str, Path], Exp
                 if all(expected[key][name] is not None for name in NAMES)]
     for positions in (list(range(len(ds))), complete, complete[::-1], [5, 6, 0], [1, 2], [0]):
         batch = ds.__getitems__(positions)
-        assert isinstance(batch, FieldBatch)
+        assert isinstance(batch, Batch) and batch.fields is not None
         for name in NAMES:  # joined when every sample has a value, one by one otherwise
             joined = all(expected[keys[i]][name] is not None for i in positions)
-            assert isinstance(batch.columns[name], NumberArrays) == joined, (positions, name)
+            assert isinstance(batch.fields[name], NumberArrays) == joined, (positions, name)
         assert all(same_sample(got, singles[i])
                    for got, i in zip(batch, positions, strict=True))
         assert same_bits(collate(batch), collate_dicts([singles[i] for i in positions], collate))

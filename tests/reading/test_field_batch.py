@@ -22,7 +22,7 @@ from packer.core.fields import FieldSpec, encode_value
 from packer.core.index import open_dataset
 from readers import PackedDataset, collate
 from readers.batching._number_arrays import parse_arrays
-from readers.batching.field_batch import FieldBatch
+from readers.batching.batch import Batch
 from readers.batching.fields_collate import collate_dicts
 from readers.fields import ReadFields, field_columns, fields_ahead, natural, with_fields_many
 from tests.field_support import same_bits
@@ -69,7 +69,7 @@ def test_a_batch_collates_as_its_dicts_do(values: list[Any], keyed: bool) -> Non
     cells = [[text, f"caption {k}".encode()] for k, text in enumerate(texts)]
     samples = [(torch.zeros(3, 2, 2, dtype=torch.uint8), k, f"key{k}")[: 3 if keyed else 2]
                for k in range(len(values))]
-    batch = FieldBatch(samples, field_columns([(0, spec), (1, caption)], cells))
+    batch = Batch(samples, fields=field_columns([(0, spec), (1, caption)], cells))
     dicts = [{"image": s[0], "label": s[1], "boxes": reference(text), "caption": f"caption {k}",
               **({"key": s[2]} if keyed else {})}
              for k, (s, text) in enumerate(zip(samples, texts, strict=True))]
@@ -90,7 +90,7 @@ def test_a_dataset_batch_equals_its_samples_one_by_one(packed: dict[str, Path],
     ds = PackedDataset(packed[fmt], fields="all", with_keys=True)
     order = [5, 0, 3, 3, *range(len(ds) - 1, 0, -2)]
     batch = ds.__getitems__(order)
-    assert isinstance(batch, FieldBatch)
+    assert isinstance(batch, Batch) and batch.fields is not None
     assert set(FIELD_NAMES) <= set(batch[0])
     one_by_one = [ds[i] for i in order]
     assert same_bits(list(batch), one_by_one)
@@ -121,7 +121,7 @@ def test_columns_give_the_dicts_of_the_readers_own_decoding(packed: dict[str, Pa
                 **{name: natural(value) for name, value in values.items()}}
                for (image, label), values in zip(plain, reader.fields_many(order, names),
                                                  strict=True)]
-    assert isinstance(columns, FieldBatch)
+    assert isinstance(columns, Batch) and columns.fields is not None
     assert same_bits(list(columns), decoded)
     ahead = fields_ahead(source, order, names)
     assert same_bits([ahead(k, sample) for k, sample in enumerate(plain)], decoded)

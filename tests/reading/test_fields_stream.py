@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader
 
 from readers import PackedDataset, PackedIterableDataset, collate
 from readers.batching._number_arrays import NumberArrays
-from readers.batching.field_batch import FieldBatch
+from readers.batching.batch import Batch
 from readers.iterable import FIELD_GROUP
 from readers.options import PartitionOptions
 from tests.field_support import pack_plain_boxes, same_bits
@@ -51,9 +51,9 @@ LOADERS = [(fmt, workers, context) for fmt in FORMATS for workers, context in
 def test_the_boxes_take_the_number_path(packed: dict[str, Path]) -> None:
     """The data here exercises the fast path (the reference path is in test_field_batch)."""
     batch = PackedDataset(packed["npy"], fields=NAMES).__getitems__(list(range(COUNT)))
-    assert isinstance(batch, FieldBatch)
-    assert isinstance(batch.columns["boxes"], NumberArrays)
-    assert isinstance(batch.columns["meta"], list)
+    assert isinstance(batch, Batch) and batch.fields is not None
+    assert isinstance(batch.fields["boxes"], NumberArrays)
+    assert isinstance(batch.fields["meta"], list)
 
 
 @pytest.mark.parametrize(("fmt", "workers", "context"), LOADERS)
