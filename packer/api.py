@@ -34,7 +34,7 @@ __all__ = ["AppendResult", "ConvertOptions", "Report", "append", "convert", "des
            "holds_complete", "verify"]
 
 
-def convert(src: str | Path, dst: str | Path, fmt: str, options: EncodeOptions | None = None,
+def convert(src: str | Path, dst: str | Path, fmt: str, encode: EncodeOptions | None = None,
             run: ConvertOptions | None = None, *,
             storage_options: Mapping[str, Any] | None = None,
             staging: str | Path | None = None,
@@ -46,7 +46,10 @@ def convert(src: str | Path, dst: str | Path, fmt: str, options: EncodeOptions |
     staging folder (`staging`, default a temporary one) with fsspec `storage_options`.
     A URL `src` names webdataset shards (a brace list or their folder), downloaded once
     into the shard cache (`fetch_shards`) with the same `storage_options`.
-    `progress` gets a count of inputs done, `on_total` the number of inputs.
+    `encode` says how each sample is stored (`EncodeOptions`: size, codec, checks), `run`
+    how the conversion runs (`ConvertOptions`: workers, resume, shards, fields), as
+    `append` takes them. `progress` gets a count of inputs done, `on_total` the number
+    of inputs.
     """
     remote_src = is_url(src)
     if remote_src:  # webdataset shards at a URL: read from the local shard cache
@@ -54,12 +57,12 @@ def convert(src: str | Path, dst: str | Path, fmt: str, options: EncodeOptions |
     if is_url(dst):
         from packer.conversion.upload import convert_remote  # fsspec is an optional extra
 
-        return convert_remote(src, str(dst), fmt, options, run, storage_options=storage_options,
+        return convert_remote(src, str(dst), fmt, encode, run, storage_options=storage_options,
                               staging=staging, progress=progress, on_total=on_total)
     if staging is not None or (storage_options and not remote_src):
         raise ValueError(f"{dst}: storage_options and staging apply to a URL DST "
                          "(s3://bucket/prefix, file:///path) or a URL SRC of shards")
-    return convert_local(src, Path(dst), fmt, options, run, progress=progress,
+    return convert_local(src, Path(dst), fmt, encode, run, progress=progress,
                          on_total=on_total)
 
 

@@ -48,7 +48,7 @@ def main() -> int:
     paths = {}
     for fmt in ("npy", "wds"):
         options = EncodeOptions(size=(24, 20)) if fmt == "npy" else EncodeOptions()
-        convert(source, work / fmt, fmt, options=options,
+        convert(source, work / fmt, fmt, encode=options,
                 run=ConvertOptions(workers=0, overwrite=True))
         paths[fmt] = work / fmt
     start = time.perf_counter()

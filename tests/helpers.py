@@ -197,7 +197,7 @@ def pack_every_format(root: Path, count: int, npy_size: tuple[int, int], min_sid
     run = ConvertOptions(workers=0, shards=ShardOptions(max_samples=10))
     for fmt in formats.FORMATS:
         options = EncodeOptions(size=npy_size) if fmt == "npy" else None
-        convert(src, root / fmt, fmt, options=options, run=run)
+        convert(src, root / fmt, fmt, encode=options, run=run)
     return {fmt: root / fmt for fmt in formats.FORMATS}
 
 

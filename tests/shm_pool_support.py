@@ -16,6 +16,7 @@ from packer import ConvertOptions, convert
 from packer.encode import EncodeOptions
 from packer.testing import make_sample_folder
 from readers import PackedDataset
+from readers.batching import _shm_arrivals as arrivals
 from readers.batching._pooled import PooledBatch
 from readers.batching._shm_pool import BUSY, FREE, SlotPool
 
@@ -28,7 +29,7 @@ def pack_small(root: Path, formats: tuple[str, ...] = ("npy",)) -> dict[str, Pat
     resized to it at pack time (the others)."""
     src = make_sample_folder(root / "src", count=NUM, classes=3, min_side=16, max_side=24)
     for fmt in formats:
-        convert(src, root / fmt, fmt, options=EncodeOptions(size=SIZE),
+        convert(src, root / fmt, fmt, encode=EncodeOptions(size=SIZE),
                 run=ConvertOptions(workers=0))
     return {fmt: root / fmt for fmt in formats}
 
@@ -62,3 +63,8 @@ def read_by_key(path: Path) -> dict[str, torch.Tensor]:
     for images, _, keys in DataLoader(PackedDataset(path, with_keys=True), batch_size=8):
         out.update((key, image.clone()) for key, image in zip(keys, images, strict=True))
     return out
+
+
+def from_a_slot(tensor: torch.Tensor) -> bool:
+    """Whether `tensor` views a pooled batch this process received (and still tracks)."""
+    return tensor.untyped_storage().data_ptr() in arrivals._LIVE

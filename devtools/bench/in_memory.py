@@ -52,7 +52,7 @@ def pack(work: Path, count: int, side: int) -> dict[str, Path]:
         folder = work / f"{fmt}-{count}-{side}"
         if not (folder / "index.json").exists():
             options = EncodeOptions(size=(side, side)) if fmt == "npy" else None
-            convert(src, folder, fmt, options=options, run=ConvertOptions(workers=0))
+            convert(src, folder, fmt, encode=options, run=ConvertOptions(workers=0))
         out[fmt] = folder
     return out
 

@@ -17,7 +17,6 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import readers.batching.collate as collate_module
-import readers.batching.raw_collate as raw_module
 from readers import PackedDataset, PackedIterableDataset, collate
 
 Case = tuple[str, Callable[[], Dataset[Any]], bool, int]  # name, dataset, shuffle, epochs
@@ -51,8 +50,7 @@ def cases(copies: dict[str, Path], raw_epochs: int) -> list[Case]:
     ]
 
 
-_SWITCHES = ((collate_module, "worker_pool"), (raw_module, "worker_pool"),
-             (collate_module, "shared_buffer"), (raw_module, "shared_buffer"))
+_SWITCHES = ((collate_module, "worker_pool"), (collate_module, "shared_buffer"))
 
 
 @contextmanager

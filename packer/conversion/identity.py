@@ -66,9 +66,9 @@ def identify(source: Source, settings: dict[str, Any]) -> JobIdentity:
 
     update(json.dumps(source.class_names).encode())
     if source.origin is not None:
-        update(f"packed:{source.origin.identity}\n".encode())
+        update(f"packed:{source.origin.fingerprint}\n".encode())
     if source.archive is not None:  # size, mtime and member table
-        update(f"archive:{source.archive.identity}\n".encode())
+        update(f"archive:{source.archive.fingerprint}\n".encode())
     for key, path, label in source.items.rows():
         update(f"{key}\0{path}\0{label}\0{_facts(source, path)}\n".encode())
     if source.items.fields is not None:  # the field values (a caption edited in a manifest)
@@ -80,7 +80,7 @@ def _facts(source: Source, path: str) -> str:
     if source.origin is not None:
         return "packed"
     if source.archive is not None:
-        return "member"  # the archive's identity covers every member
+        return "member"  # the archive's fingerprint covers every member
     try:
         stat = os.stat(path)
     except OSError:

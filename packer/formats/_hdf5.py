@@ -36,7 +36,7 @@ from packer.core.index import Index, SampleTable
 from packer.errors import CorruptDatasetError
 from packer.formats._hdf5_fields import FieldDatasets
 from packer.formats._hdf5_writer import Hdf5Writer
-from packer.formats._parts import gathered
+from packer.formats._parts import read_by_part
 from packer.formats.base import (
     DecodedFields,
     WriterPlan,
@@ -56,8 +56,6 @@ OPENS_EVERY_SHARD = True  # its reader opens every data file at once
 STORES_PIXELS = False  # raw pixels of one size, not encoded images
 GROUPS_INPUTS = False  # --shard-samples: a shard per N inputs
 LABELS_FILE: str | None = None  # labels beside the data, or in it
-
-COPY_BLOCK = 64 << 20
 
 
 def open_writer(plan: WriterPlan) -> Hdf5Writer:
@@ -109,7 +107,7 @@ class Hdf5Reader(DecodedFields):
         one read per field and part for the batch, every sample checked."""
         if self.table.fields is None:
             return [[] for _ in indices]
-        values = gathered(self.index, indices, self._values_part)
+        values = read_by_part(self.index, indices, self._values_part)
         return checked_values(self.index, self.table, indices, values,
                               lambda i: self.files[self.index.shard_of(i)])
 

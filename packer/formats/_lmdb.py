@@ -42,7 +42,7 @@ from packer.core.fields import unpack_record
 from packer.core.index import Index, SampleTable, ShardInfo, load_table
 from packer.core.record import Record
 from packer.errors import CorruptDatasetError, UnstorableRecord
-from packer.formats._parts import gathered
+from packer.formats._parts import read_by_part
 from packer.formats.base import (
     DecodedFields,
     Location,
@@ -78,11 +78,6 @@ def field_key(key: bytes, name: str) -> bytes:
 
 def pack_value(label: int, ext: str, data: bytes) -> bytes:
     return HEADER.pack(label, ext.encode("ascii")) + data
-
-
-def unpack_value(value: bytes) -> tuple[int, str, bytes]:
-    label, ext = HEADER.unpack_from(value)
-    return int(label), ext.rstrip(b"\0").decode("ascii"), value[HEADER.size :]
 
 
 class LmdbWriter:
@@ -238,7 +233,7 @@ class LmdbReader(DecodedFields):
 
     def read_many(self, indices: Sequence[int]) -> list[bytes]:
         """One read transaction a part; the keys and sizes of the batch looked up at once."""
-        return gathered(self.index, indices, self._read_part)
+        return read_by_part(self.index, indices, self._read_part)
 
     def _read_part(self, part: int, indices: Sequence[int]) -> list[bytes]:
         keys = self.table.key_bytes_many(indices)
@@ -259,7 +254,7 @@ class LmdbReader(DecodedFields):
         """One read transaction a part, every sample checked."""
         if self.table.fields is None:
             return [[] for _ in indices]
-        batch = gathered(self.index, indices, self._values_part)
+        batch = read_by_part(self.index, indices, self._values_part)
         return checked_values(self.index, self.table, indices, batch,
                               lambda i: self.files[self.index.shard_of(i)])
 
@@ -316,8 +311,8 @@ def read_labels(folder: Path, index: Index) -> np.ndarray:
     table = load_table(folder)
     reader = LmdbReader(folder, index, table)
     try:
-        return np.asarray(gathered(index, range(index.num_samples),
-                                   lambda part, indices: _labels_of(reader, part, indices)),
+        return np.asarray(read_by_part(index, range(index.num_samples),
+                                       lambda part, indices: _labels_of(reader, part, indices)),
                           np.int64)
     finally:
         reader.close()

@@ -37,8 +37,8 @@ def by_part(index: Index, indices: Sequence[int]) -> list[tuple[int, list[int]]]
     return [(int(part), np.flatnonzero(parts == part).tolist()) for part in np.unique(parts)]
 
 
-def gathered(index: Index, indices: Sequence[int],
-             read: Callable[[int, list[int]], Sequence[T]]) -> list[T]:
+def read_by_part(index: Index, indices: Sequence[int],
+                 read: Callable[[int, list[int]], Sequence[T]]) -> list[T]:
     """`read(part, its samples)` for each part `indices` touch, put back in their order."""
     groups = by_part(index, indices)
     if len(groups) == 1:

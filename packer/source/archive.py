@@ -313,7 +313,7 @@ def member_origin(path: Path, kind: str, before: ArchiveStat, built: SourceItems
 
 def _identity(before: ArchiveStat, items: SourceItems, labels: npt.NDArray[np.int32],
               table: MemberTable) -> str:
-    """The archive's identity for resume: size, mtime and a hash of the member table."""
+    """The archive's fingerprint for resume: size, mtime and a hash of the member table."""
     digest = hashlib.sha256(f"{before.size}:{before.mtime_ns}\n".encode())
     digest.update(items.keys.data)
     if isinstance(items.tails, Strings):

@@ -89,7 +89,7 @@ def _read(archive: ArchiveSource, entries: list[Entry]) -> list[bytes | RejectRe
     for entry in entries:
         columns.append(entry)
     table = columns.table(np.arange(len(entries)))
-    reader = ArchiveSource(archive.path, archive.kind, table, archive.identity, archive.stat)
+    reader = ArchiveSource(archive.path, archive.kind, table, archive.fingerprint, archive.stat)
     found: dict[int, bytes | RejectReason] = {}
     try:
         for i in np.argsort(table.offsets, kind="stable").tolist():

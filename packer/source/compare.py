@@ -107,7 +107,7 @@ def _source_digest(index: Index, source: Source) -> Callable[[SourceItem], bytes
             if stores_original(index) else None
     made = index.extra.get("source")
     copy_of_it = isinstance(made, dict) and bool(made.get("copy")) \
-        and made.get("index_sha256") == origin.identity
+        and made.get("index_sha256") == origin.fingerprint
     if copy_of_it or (stores_original(index) and stores_original(origin.index)):
         return lambda item: origin.digest(item.position)
     return None

@@ -75,7 +75,7 @@ class Strings:
         """A subset sharing the blob."""
         return Strings(self.data, self.starts[rows], self.stops[rows])
 
-    def gathered(self, rows: slice | npt.NDArray[Any] = ALL) -> Strings:
+    def compacted(self, rows: slice | npt.NDArray[Any] = ALL) -> Strings:
         """A copy holding only the bytes of these rows, back to back, in their order."""
         starts, stops = self.starts[rows], self.stops[rows]
         data = self.data
@@ -95,7 +95,7 @@ class Strings:
         return self.texts(lo, hi)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        small = self.gathered()
+        small = self.compacted()
         return Strings, (small.data, small.starts, small.stops)
 
 
@@ -279,14 +279,14 @@ class ItemsBuilder:
             rejects.append(Reject(-1, self.prefix + tails.tail(row, key),
                                   f"duplicate key {key!r}: another file has that name"))
         order = self.order = order[~repeats]
-        tails = tails.gathered(order) if isinstance(tails, Strings) else tails.take(order)
+        tails = tails.compacted(order) if isinstance(tails, Strings) else tails.take(order)
         labels = np.array(self._labels, dtype=np.int32)[order]  # class ids < MAX_CLASSES
         fields = None
         if self._field_stops:
             if len(self._field_stops) != len(self._labels):
                 raise ValueError("every row of a scan with fields needs a fields record")
-            fields = _strings(self._fields, self._field_stops).gathered(order)
-        return SourceItems(self.prefix, keys.gathered(order), tails, labels, fields=fields)
+            fields = _strings(self._fields, self._field_stops).compacted(order)
+        return SourceItems(self.prefix, keys.compacted(order), tails, labels, fields=fields)
 
 
 def _strings(blob: bytearray, stops: array[int]) -> Strings:

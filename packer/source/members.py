@@ -16,7 +16,7 @@ does not repeat them), then the data is inflated and its CRC-32 checked, so a da
 member is a reject, not silently different bytes.
 
 Handles open lazily where they read and never travel through pickle (invariant 4);
-a pickled source carries its path, its member table and the archive's identity.
+a pickled source carries its path, its member table and the archive's fingerprint.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class MemberTable:
     crcs: npt.NDArray[np.uint32]
 
     def digest_into(self, update: Any) -> None:
-        """Feed the table's bytes to a hash: part of the archive's identity."""
+        """Feed the table's bytes to a hash: part of the archive's fingerprint."""
         for column in (self.offsets, self.sizes, self.methods, self.crcs):
             update(np.ascontiguousarray(column).tobytes())
 
@@ -117,12 +117,12 @@ class ArchiveSource:
     whole_files = True
     pixel_size: tuple[int, int] | None = None
 
-    def __init__(self, path: Path, kind: str, table: MemberTable, identity: str,
+    def __init__(self, path: Path, kind: str, table: MemberTable, fingerprint: str,
                  stat: ArchiveStat) -> None:
         self.path = path
         self.kind = kind  # "tar", "zip" or "tgz" (read forward: `GzipCursor`)
         self.table = table
-        self.identity = identity  # size, mtime and member table (the job's identity)
+        self.fingerprint = fingerprint  # size, mtime and member table (in the job identity)
         self.stat = stat
         self._lock = threading.Lock()
         self._fd: int | None = None
@@ -203,7 +203,7 @@ class ArchiveSource:
 
     def __getstate__(self) -> dict[str, Any]:
         return {"path": self.path, "kind": self.kind, "table": self.table,
-                "identity": self.identity, "stat": self.stat}
+                "fingerprint": self.fingerprint, "stat": self.stat}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(**state)  # type: ignore[misc]

@@ -54,11 +54,11 @@ def is_packed(path: Path) -> bool:
                                  for name in (INDEX_NAME, SAMPLES_NAME, KEYS_NAME, STATE_DIR))
 
 
-def _shared(folder: Path, identity: str | None = None) -> dataset_open.Opened:
+def _shared(folder: Path, fingerprint: str | None = None) -> dataset_open.Opened:
     """This process's entry for a packed dataset (`opened`), shared with every
     PackedSource and every `readers` dataset on it in the process.
 
-    `identity`: the index.json hash the dataset must still have.
+    `fingerprint`: the index.json hash the dataset must still have.
     """
     try:
         try:
@@ -72,7 +72,7 @@ def _shared(folder: Path, identity: str | None = None) -> dataset_open.Opened:
     except OSError as exc:
         raise SourceError(f"{folder / INDEX_NAME}: cannot read the source dataset "
                           f"({exc.strerror or exc})") from exc
-    if identity is not None and opened.sha256 != identity:
+    if fingerprint is not None and opened.sha256 != fingerprint:
         raise SourceError(f"{folder}: the source dataset changed during the conversion; "
                           "convert again")
     return opened
@@ -97,7 +97,7 @@ class PackedSource:
         return self._opened.table
 
     @property
-    def identity(self) -> str:
+    def fingerprint(self) -> str:
         """The sha256 of the dataset's index.json (which pins every shard's sha256)."""
         return self._opened.sha256
 
@@ -165,16 +165,16 @@ class PackedSource:
     def lineage(self, options: EncodeOptions) -> dict[str, Any]:
         """What `index.extra["source"]` of a dataset converted from this one says."""
         copied = self.copies(options)
-        return {"format": self.index.format, "index_sha256": self.identity, "copy": copied,
+        return {"format": self.index.format, "index_sha256": self.fingerprint, "copy": copied,
                 "original": copied and stores_original(self.index)}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"folder": self.folder, "identity": self.identity, "fields": self.fields}
+        return {"folder": self.folder, "fingerprint": self.fingerprint, "fields": self.fields}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.folder = state["folder"]
         self.fields = state["fields"]
-        self._opened = _shared(self.folder, state["identity"])
+        self._opened = _shared(self.folder, state["fingerprint"])
 
 
 def stores_original(index: Index) -> bool:

@@ -191,7 +191,7 @@ def _label_problem(label: int | None, count: int) -> str | None:
 
 def _identity(files: list[TableFile], root: Path, schema: Any, layout: Layout,
               table: RowTable) -> str:
-    """The files' identity for resume: names, sizes, mtimes, schema and the row table."""
+    """The files' fingerprint for resume: names, sizes, mtimes, schema and the row table."""
     digest = hashlib.sha256()
     for file in files:
         digest.update(f"{os.path.relpath(file.path, root)}\0{file.kind}\0{file.stat.size}\0"

@@ -14,7 +14,7 @@ a thread asking for a group another thread is reading waits for it, each thread 
 its last group at hand, and the least recently used groups go past MAX_GROUPS or
 MAX_BYTES. Each thread reads through its own file handle; handles open lazily where
 they read and never travel through pickle (invariant 4): a pickled source carries its
-paths, row table and identity.
+paths, row table and fingerprint.
 """
 
 from __future__ import annotations
@@ -130,11 +130,11 @@ class ParquetSource:
     pixel_size: tuple[int, int] | None = None
 
     def __init__(self, files: tuple[TableFile, ...], column: ImageColumn, rows: RowTable,
-                 identity: str, fields: Strings | None = None) -> None:
+                 fingerprint: str, fields: Strings | None = None) -> None:
         self.files = files
         self.column = column
         self.rows = rows
-        self.identity = identity  # sizes, mtimes, schema and rows (the job's identity)
+        self.fingerprint = fingerprint  # sizes, mtimes, schema and rows (in the job identity)
         self.fields = fields  # each item's fields record, for appends (read_fields)
         self._lock = threading.Lock()
         self._pid = os.getpid()
@@ -257,7 +257,7 @@ class ParquetSource:
 
     def __getstate__(self) -> dict[str, Any]:
         return {"files": self.files, "column": self.column, "rows": self.rows,
-                "identity": self.identity, "fields": self.fields}
+                "fingerprint": self.fingerprint, "fields": self.fields}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(**state)  # type: ignore[misc]

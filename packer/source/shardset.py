@@ -42,11 +42,11 @@ class ShardSet:
     pixel_size: tuple[int, int] | None = None
 
     def __init__(self, shards: list[ArchiveSource], shard_of: npt.NDArray[np.int32],
-                 local_of: npt.NDArray[np.int64], identity: str) -> None:
+                 local_of: npt.NDArray[np.int64], fingerprint: str) -> None:
         self.shards = shards
         self.shard_of = shard_of
         self.local_of = local_of
-        self.identity = identity
+        self.fingerprint = fingerprint
 
     @property
     def path(self) -> Path:
@@ -72,7 +72,7 @@ class ShardSet:
 
     def __getstate__(self) -> dict[str, Any]:
         return {"shards": self.shards, "shard_of": self.shard_of, "local_of": self.local_of,
-                "identity": self.identity}
+                "fingerprint": self.fingerprint}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(**state)  # type: ignore[misc]
@@ -135,7 +135,7 @@ class ShardSetBuilder:
         final = labels[built.labels]
         digest = hashlib.sha256()
         for reader in readers:
-            digest.update(f"{reader.path.name}:{reader.identity}\n".encode())
+            digest.update(f"{reader.path.name}:{reader.fingerprint}\n".encode())
         digest.update(final.tobytes())
         shard_set = ShardSet(readers, shard_of, local_of, digest.hexdigest())
         items = SourceItems(built.prefix, built.keys, built.tails, final, shard_set,
@@ -178,7 +178,7 @@ def _pread_members(path: Path, entries: list[Entry]) -> list[bytes]:
 
 def member_reader(path: Path, kind: str, before: ArchiveStat, table: MemberTable
                   ) -> ArchiveSource:
-    """The reader of one shard's members (an `ArchiveSource`), its identity the
+    """The reader of one shard's members (an `ArchiveSource`), its fingerprint the
     shard's size, mtime and member table."""
     if stat_archive(path) != before:
         raise SourceError(f"{path}: the shard changed while it was scanned; convert again")

@@ -1,6 +1,6 @@
 """The main process's side of the batch pool (readers.batching._shm_pool): a pooled batch
 arrives, is mapped from its slot's buffer, and frees the slot when the last view of it
-dies; a fork while batches are held gives their slots up.
+dies; a fork while the process keeps batches gives their slots up.
 
 The pool's module docstring says why and when a slot is safe to reuse.
 """
@@ -95,10 +95,6 @@ def _track(mapping: mmap.mmap, key: int, known: npt.NDArray[np.uint8], slot: int
         _LIVE[key] = (done, known, slot)
 
 
-def from_a_slot(tensor: torch.Tensor) -> bool:
-    """Whether `tensor` views a pooled batch this process holds."""
-    return tensor.untyped_storage().data_ptr() in _LIVE
-
 
 def _close_fds(token: str) -> None:
     """Close the buffers' file descriptors kept for the worker `token`."""
@@ -130,7 +126,7 @@ def _free(pid: int, state: npt.NDArray[np.uint8], slot: int, key: int) -> None:
 
 
 def _give_up_all() -> None:
-    """Batches held across a fork: the child maps them too, so their slots are never
+    """Batches kept across a fork: the child maps them too, so their slots are never
     reused (GONE)."""
     for key in list(_LIVE):
         entry = _LIVE.pop(key, None)
@@ -156,7 +152,7 @@ _WATCHING: list[bool] = []
 
 
 def _watch_forks() -> None:
-    """Once, in the main process: a fork gives up the batches held."""
+    """Once, in the main process: a fork gives up the batches kept."""
     if _WATCHING:
         return
     _WATCHING.append(True)

@@ -60,7 +60,7 @@ POOL_BYTES = 96 << 20  # per worker: enough for the DataLoader's prefetched batc
 MIN_SLOTS = 2
 MAX_SLOTS = 16
 STATE_SLOTS = 16  # room in the state array: at least MAX_SLOTS
-STATE_BYTES = STATE_SLOTS * 9  # a state byte and a held buffer id (int64) a slot
+STATE_BYTES = STATE_SLOTS * 9  # a state byte and the mapped buffer id (int64) a slot
 FREE, BUSY, GONE = 0, 1, 2
 KNOWN_STATES = 64  # state arrays the main process remembers (one per worker lifetime)
 
@@ -140,7 +140,7 @@ class SlotPool:
         self.pid = os.getpid()
         self.token = f"{self.pid}-{secrets.token_hex(8)}"
         self.state_fd, self.state_map = shared_file(STATE_BYTES)
-        self.state, self.held = views(np.frombuffer(self.state_map, dtype=np.uint8))
+        self.state, self.mapped = views(np.frombuffer(self.state_map, dtype=np.uint8))
         self.slots: list[_Slot | None] = []  # None: given up, its place free for a new one
         self.state_sent = False
         self._lock = threading.Lock()
@@ -240,7 +240,7 @@ class SlotPool:
         if entry is None:
             raise RuntimeError(f"pool slot {slot} holds no buffer")
         handle = None
-        if int(self.held[slot]) != entry.buffer_id:
+        if int(self.mapped[slot]) != entry.buffer_id:
             handle = DupFd(entry.fd)
         return SlotImages(entry.buffer_id, handle, entry.nbytes,
                           int(images.storage_offset()), tuple(images.shape), images.stride(),

@@ -1,38 +1,25 @@
-"""`readers.collate`: the DataLoader collate that sends a batch as a few buffers, and the
-one gather that builds an npy batch.
+"""`readers.collate`: the DataLoader collate that sends a batch as a few buffers.
 
 What it returns, for samples from the readers:
 
     (image, label[, key])     [images, labels(, keys)] as default_collate's, the images
                               one (B, 3, H, W) uint8 tensor, channels-last memory where
                               the samples were (npy, JPEGs decoded without a resize):
-                              the layout torch's channels_last models want; call
-                              `.contiguous()` for planar memory
+                              the layout torch's channels_last models want
     raw npy rows              [rows, labels(, keys)], rows one (B, H*W*3) uint8 tensor
     raw stored bytes          [RawBatch, labels(, keys)]: the bytes back to back in one
                               uint8 buffer + offsets, iterating bytes-like per sample
     dicts (fields=)           a dict, one batched value a field
 
-Anything else goes to `default_collate`.
+Anything else goes to `default_collate`. A `Batch` from `PackedDataset.__getitems__`
+is taken by its columns: an npy batch's gathered rows are the batch, uncopied.
 
-Why: in a DataLoader worker every batch leaves for the main process in shared memory.
-torch allocates that memory fresh for each batch and pickles any other value object by
-object; faulting in new shared pages costs more than copying the pixels, and each
-shared tensor costs a file descriptor. `collate` puts a batch's images (or its raw
-bytes) in shared memory the worker recycles, sends labels by value in the pickle and a
-column of strings as one buffer.
-
-npy without a copy: `PackedDataset.__getitems__` on a reader that can `gather` copies
-a whole batch from the memory map into one buffer, checks every row against its digest
-there, and returns it as a Batch of rows: a Sequence of the samples, images (3, H, W)
-views of the (H, W, 3) rows, or with `decode="raw"` each row a 1-D uint8 numpy array.
-`collate` takes its buffer as the batch, uncopied (samples that are views of one buffer
-in order, from a transform-free path of another caller, are found to be one batch too).
-A worker in which `collate` has run gathers its next batches straight into a recycled
-shared buffer, which `collate` sends as it is; a worker in which it has not, a dataset
-with a `transform`, or another collate gathers into ordinary memory (`default_collate`
-copies into shared memory of its own, and fresh shared pages cost more to touch than
-ordinary ones). In the main process (num_workers=0) no shared memory is involved.
+Why: torch sends each batch from a worker in shared memory it allocates fresh, and
+faulting in new shared pages costs more than copying the pixels. In a worker `collate`
+builds the batch's images (or raw bytes) in shared memory the worker recycles
+(`SlotPool`), sends labels by value in the pickle and a column of strings as one
+buffer. A worker in which `collate` has run gathers its next npy batches straight into
+a recycled buffer. In the main process (num_workers=0) no shared memory is involved.
 """
 from __future__ import annotations
 
@@ -48,8 +35,7 @@ from readers.batching._pooled import PooledBatch
 from readers.batching._shm_pool import FREE, SlotPool, shared_buffer, worker_pool
 from readers.batching.batch import Batch
 from readers.batching.fields_collate import collate_dicts
-from readers.batching.raw_batch import RAW_TYPES
-from readers.batching.raw_collate import collate_raw
+from readers.batching.raw_batch import RAW_TYPES, RawBatch
 
 Sample = tuple[Any, ...]
 
@@ -255,3 +241,24 @@ def _whole_batch(images: list[Any]) -> torch.Tensor | None:
             return None
     return first.as_strided((len(images), channels, height, width),
                             (step, 1, width * channels, channels), 0)
+
+
+def collate_raw(batch: Sequence[Sample], indices: Sequence[int] | None) -> list[Any]:
+    """[RawBatch, labels(, keys)] of (bytes, label(, key)) samples; `indices`: the
+    samples' dataset indices where the reader gave them (PackedDataset's batches)."""
+    images = [sample[0] for sample in batch]
+    rest: list[Any] = default_collate([sample[1:] for sample in batch])
+    if get_worker_info() is None:
+        return [RawBatch.of(images, indices), *rest]
+    pool = worker_pool()
+    if pool is None:
+        return [RawBatch.of(images, indices, _shared), *rest]
+    raw = RawBatch.of(images, indices, pool.take_bytes)
+    slot = pool.slot_of(raw.buffer)
+    if slot is None:  # the pool is full: an unpooled buffer, as default_collate's
+        return [raw, *rest]
+    return PooledBatch([raw, *rest], raw.buffer, pool, slot, (RawBatch, (raw.count,)))
+
+
+def _shared(nbytes: int) -> torch.Tensor:
+    return shared_buffer((nbytes,))

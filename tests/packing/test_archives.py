@@ -136,7 +136,7 @@ def test_unusual_headers_fall_back_to_tarfile(src: Path, tmp_path: Path,
     monkeypatch.setattr(archive_scan, "tar_entries", unusual)
     slow = scan(archive)
     assert slow.archive is not None and fast.archive is not None
-    assert slow.archive.identity == fast.archive.identity
+    assert slow.archive.fingerprint == fast.archive.fingerprint
 
 
 @pytest.mark.parametrize(("name", "clean"), [

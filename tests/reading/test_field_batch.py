@@ -1,4 +1,4 @@
-"""The column path of fields (readers.batching.field_batch, _number_arrays) gives exactly
+"""The column path of fields (`Batch` with field columns, _number_arrays) gives exactly
 what the per-sample path gave: each sample's dict, and `readers.collate`'s batch.
 
 The per-sample path is the reference: json.loads + `natural` per value, and

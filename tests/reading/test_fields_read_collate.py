@@ -13,10 +13,9 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 from readers import collate
 from readers.batching import _shm_pool
 from readers.batching._pooled import PooledDict
-from readers.batching._shm_arrivals import from_a_slot
 from readers.batching._shm_pool import BUSY, FREE
 from readers.fields import natural
-from tests.shm_pool_support import received, sent
+from tests.shm_pool_support import from_a_slot, received, sent
 
 
 def sample(n_boxes: int, seed: int) -> dict[str, Any]:

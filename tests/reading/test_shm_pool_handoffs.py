@@ -33,10 +33,10 @@ from torch.utils.data import DataLoader, Dataset
 from readers import PackedDataset, collate
 from readers.batching import _shm_arrivals as arrivals
 from readers.batching._pooled import PooledBatch
-from readers.batching._shm_arrivals import from_a_slot
 from readers.batching._shm_pool import BUSY, FREE, SlotPool
 from readers.batching.collate import _pooled
 from tests import shm_pool_support as support
+from tests.shm_pool_support import from_a_slot
 
 SHAPE = (2, 3, 4, 4)
 
