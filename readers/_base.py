@@ -1,7 +1,7 @@
 """What both datasets share: opening a folder, per-process handles, building samples.
 
 `Handles` are what one dataset reads through in one process: the folder's shared reader
-(packer.dataset.open, one registry for every reader of a folder in the process, closed in
+(one registry for every reader of a folder in the process, closed in
 a forked child and reopened on first read) plus this dataset's own chunk cache, batched
 gather and, for a URL, the mirror that fetches shards on demand. They never travel
 through pickle.
@@ -45,7 +45,7 @@ from readers.ram.chunk_cache import CachedReader
 from readers.remote import RemoteSource, remote_reader
 from readers.sampling.sampler import PAD_LABEL
 
-Sample = Any  # (image, label[, key]), or a dict with fields= (readers.fields)
+Sample = Any  # (image, label[, key]), or a dict with fields=
 Transform = Callable[[Any], Any]
 MAX_PAD_TRIES = 1024  # samples after a skipped one tried for its pad before giving up
 
@@ -54,7 +54,7 @@ MAX_PAD_TRIES = 1024  # samples after a skipped one tried for its pad before giv
 class SampleSettings:
     """How a record becomes a sample, the same for every read of a dataset.
 
-    `decode`: the image's form (readers.decoding.decode.Mode); `size`: resized to (H, W)
+    `decode`: the image's form (a decode `Mode`); `size`: resized to (H, W)
     (None: as stored); `augment`: a crop fused into decode, which sets the size itself;
     `transform`: applied to each decoded image; `with_keys`: samples carry their key.
     """
@@ -78,8 +78,8 @@ class SampleSettings:
 class _PackedBase:
     """Opening, per-process handles and sample building, shared by both datasets."""
 
-    fields: tuple[str, ...] | None = None  # the field names samples carry (readers.fields)
-    _held: HeldFields | None = None  # those fields in memory (readers.held_fields)
+    fields: tuple[str, ...] | None = None  # the field names samples carry
+    _held: HeldFields | None = None  # those fields in memory
 
     def __init__(self, path: str | Path, *, sample: SampleSettings, chunk_size: int,
                  cache_bytes: int = 0, remote: RemoteSource | None = None,
@@ -90,7 +90,7 @@ class _PackedBase:
         self._skips = Skips(on_error)
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be at least 1, not {chunk_size}")
-        self.remote = remote  # a URL's local mirror (readers.remote), or None
+        self.remote = remote  # a URL's local mirror, or None
         self.path = remote.folder if remote is not None else Path(path).resolve()
         self.index, _ = open_dataset(self.path)  # refuses a folder without index.json
         self._key = local_version(self.path)
@@ -128,7 +128,7 @@ class _PackedBase:
             if self.decode == "pil":
                 image = Image.fromarray(as_numpy(image), "RGB")
         elif self.decode == "raw" and self.pixels_shape is not None:
-            image = np.frombuffer(bytearray(data), np.uint8)  # see readers.batching.collate
+            image = np.frombuffer(bytearray(data), np.uint8)  # a writable copy of the row
         else:
             image = decode_record(data, self.decode, self.size, pixels_shape=self.pixels_shape)
         return self._finish(table, i, image, padded, fields=fields)
@@ -187,15 +187,15 @@ class _PackedBase:
 
     def _add_fields(self, samples: Sequence[Sample], positions: Sequence[int]) -> Sequence[Sample]:
         """A batch's plain samples as dicts with their fields, taken in one call (a
-        Batch of columns that readers.collate batches at once)."""
+        `Batch` of columns that `readers.collate` batches at once)."""
         if self.fields is None:
             return samples
         return with_fields_many(samples, self.field_source(self.handles().reader), positions,
                                 self.fields)
 
     def _choose_fields(self, fields: FieldNames, in_memory: bool) -> None:
-        """The fields samples carry (readers.fields), read once into memory with
-        `in_memory` (readers.held_fields)."""
+        """The fields samples carry, read once into memory with
+        `in_memory` (`HeldFields`)."""
         self.fields = None if fields is None else chosen_fields(self.index, fields, self.path)
         if not in_memory:
             return
@@ -244,9 +244,9 @@ class Handles:
         self.table = self.opened.table
         self.reader = self.opened.shared()
         if self.reader.memory_mapped:
-            cache_bytes = 0  # the page cache already holds it (readers.ram.chunk_cache)
+            cache_bytes = 0  # the page cache already holds it
         self.cached = CachedReader(self.reader, len(self.table), chunk_size, cache_bytes)
-        # npy rows: a batch in one gather (readers.batching.collate)
+        # npy rows: a batch in one gather
         self.gather = cast(Gatherer, self.reader) if self.reader.gathers_rows else None
 
     def current(self, key: LocalVersion) -> bool:

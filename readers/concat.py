@@ -5,7 +5,7 @@
 
 Index i of the view is index i - offsets[s] of source s (the sources end to end, as in
 `readers.Mix`). With `source_weights` a ChunkSampler plans its epochs as Mix does
-(`readers.plan.groups.GroupPlan`, the sources its groups): exact largest-remainder counts per
+(`GroupPlan`, the sources its groups): exact largest-remainder counts per
 source, each source drawn through its successive permutations; without, it is a plain
 concatenation. A batch goes to each source's own `__getitems__` (its chunk cache, its
 decode settings), padding flags kept.

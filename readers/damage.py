@@ -7,7 +7,7 @@ the samples after the damaged one would go unread with it. These functions keep 
 batched read on the good path and, only once it fails, read the rest sample by sample,
 so that each sample comes back as its bytes or as the error about itself.
 
-Under `on_error="skip"` (readers.options.OnError) `Skips` logs and counts each skipped
+Under `on_error="skip"` (`OnError`) `Skips` logs and counts each skipped
 sample in a count the dataset's workers share, and `TolerantReader` hands a stream a
 damaged sample as a `DamagedRecord` (empty bytes that carry the error), so the stream's
 planning, shuffling and resume arithmetic stay those of bytes.
@@ -81,7 +81,7 @@ class DamagedRecord(bytes):
 
 
 class TolerantReader:
-    """The reads a stream makes (packer.formats.base.RecordReader), with each damaged
+    """The reads a stream makes (a `RecordReader`'s), with each damaged
     sample a DamagedRecord instead of an error that ends the stream.
 
     `fields`: the samples' fields are read too (a dataset whose samples carry fields), so

@@ -10,15 +10,15 @@ its own on first read: fork, spawn and forkserver workers all work, also when th
 parent read first.
 
 Epochs reach workers, persistent ones too, through one int64 word in shared memory
-created in `__init__` (readers.passes.epochs): `set_epoch(e)` in the parent names the next pass,
+created in `__init__` (`PassEpochs`): `set_epoch(e)` in the parent names the next pass,
 and a pass nobody named takes the next epoch, agreed by all the workers that serve it.
 A plain `pickle`/`deepcopy` copies the value, giving an independent dataset. Ranks are
-resolved when a pass starts (readers.passes.world).
+resolved when a pass starts.
 
-`state_dict()` / `load_state_dict()` resume an epoch mid-way (see readers.passes.resume).
+`state_dict()` / `load_state_dict()` resume an epoch mid-way.
 
 Samples are `(image, label)` or, with `with_keys=True`, `(image, label, key)`; with
-`fields=` a dict with the sample's fields too (readers.fields). A repeat added to even
+`fields=` a dict with the sample's fields too. A repeat added to even
 out the ranks (`partition=PartitionOptions(drop_last=False)`) has label `PAD_LABEL` (-1): mask it
 with `labels >= 0`, or train with `CrossEntropyLoss(ignore_index=PAD_LABEL)`.
 """
@@ -53,18 +53,18 @@ __all__ = ["PackedDataset", "PackedIterableDataset", "Sample"]
 
 
 class PackedDataset(_PackedBase, Dataset[Sample]):
-    """Map-style access in index order, with a per-process chunk cache (readers.ram.chunk_cache).
+    """Map-style access in index order, with a per-process chunk cache (`ChunkCache`).
 
     `max_cache_bytes` (default 256 MiB) bounds each process's cache of tar-shard (wds)
     records; 0 turns it off. npy, hdf5 and lmdb read through memory maps, whose cache is
     the OS page cache, so they skip it. Pair with ChunkSampler under DDP so reads stay
-    local. npy batches come from one gather (see readers.batching.collate); pass
+    local. npy batches come from one gather; pass
     `collate_fn=readers.collate` to a DataLoader to get them without another copy.
 
     `path` may be a URL (s3://bucket/prefix, file://...): shards are fetched on demand
     into `remote=RemoteOptions(cache_dir=...)` and evicted beyond its `max_cache_bytes`
     (default 8 GiB, shared by the processes of the machine); its `storage_options` go to
-    fsspec (see readers.remote).
+    fsspec.
 
     `augment` (readers.RandomResizedCrop or CenterCrop) crops every sample at decode, the
     box a pure function of (seed, epoch, index): `set_epoch(e)` names the epoch, reaching
@@ -73,7 +73,7 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
     set_epoch on the sampler only).
 
     `in_memory=True` copies the dataset (a URL: downloads it) once per node into shared
-    RAM that every worker and rank reads (readers.ram.copies); no chunk cache then.
+    RAM that every worker and rank reads; no chunk cache then.
 
     `split="val"` reads one split that `pack split` wrote into the dataset folder:
     `ds[i]` is the split's i-th sample. (How an epoch is dealt to ranks and workers is
@@ -81,11 +81,11 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
 
     `fields_in_memory=True` reads the `fields=` of every sample once, here, checked
     against their digests, into a few buffers per field that batches gather from
-    (readers.held_fields): the same samples, without reading and checking each
+    (`HeldFields`): the same samples, without reading and checking each
     sample's fields again every epoch; it costs one pass over the fields now and their
     size in RAM, shared by forked workers.
 
-    `on_error="skip"` (or `OnError("skip", max_skipped=N)`, readers.options): a damaged
+    `on_error="skip"` (or `OnError("skip", max_skipped=N)`): a damaged
     or undecodable sample is logged, counted (`num_skipped`) and served as a flagged pad,
     the next readable sample with label PAD_LABEL, as padding is: `__getitem__` cannot
     leave a hole, a default collate would break on one, and a batch one sample short
@@ -138,7 +138,7 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
 
     def _read(self, indices: Sequence[int], recyclable: bool) -> Sequence[Sample]:
         """recyclable: an npy batch may be gathered into recycled shared memory (a whole
-        batch that readers.collate sends as it is; never a single sample)."""
+        batch that `readers.collate` sends as it is; never a single sample)."""
         positions = [self._position(i) for i in indices]
         local = self.handles()
         if local.gather is not None and self.pixels_shape is not None and self.augment is None \
@@ -162,7 +162,7 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
 
     def _indexed(self, samples: list[Sample], positions: list[int]) -> Sequence[Sample]:
         """The batch's samples with their fields; raw ones keep their indices for
-        readers.collate's RawBatch."""
+        the `RawBatch` of `readers.collate`."""
         if self.decode == "raw":
             return self._add_fields(Batch(samples, indices=positions), positions)
         return self._add_fields(samples, positions)

@@ -2,14 +2,14 @@
 
 With fields a sample is a dict, `{"image", "label", <fields>}` (+ "key" with
 `with_keys=True`), that `default_collate` and `readers.collate` batch (the latter pads
-ragged arrays, readers.batching.fields_collate); without, it stays `(image, label[, key])`.
+ragged arrays: `collate_dicts`); without, it stays `(image, label[, key])`.
 
 Values come from a FieldSource a batch at a time: by default the format's record
 reader (ReadFields: `field_values_many`, every sample's values in byte form checked
 against its digest, in the process that reads), decoded column by column into a
 `Batch` of columns that `readers.collate` batches at once, with
 nothing held between batches; with `fields_in_memory=True`, columns read and checked
-once and held (readers.held_fields), which give the same values. Numeric values become
+once and held (`HeldFields`), which give the same values. Numeric values become
 arrays on the way out, the same on every path:
 
     JSON list of numbers (nested, rectangular)   tensor: float32 if any number is a
@@ -17,8 +17,8 @@ arrays on the way out, the same on every path:
                                                  overflows float32 (1e300), else int64
     empty JSON list                              float32 tensor of shape (0,)
     numpy array (a numeric npy field)            tensor of its dtype
-    floats / ints field (packer.core.field_      float32 / int64 tensor of the stored
-    arrays)                                      shape, (0, 4) and (1, 0) included
+    floats / ints field (an array field)         float32 / int64 tensor of the stored
+                                                 shape, (0, 4) and (1, 0) included
     anything else (str, int, float, bool, dict,  unchanged: floats stay Python floats,
     bytes, lists of strings, None when missing)  bit-exact
 
@@ -72,7 +72,7 @@ def chosen_fields(index: Index, fields: str | Sequence[str], where: Path) -> tup
 
 class FieldSource(Protocol):
     """Where a batch's field columns come from: the format's reader (ReadFields), or the
-    columns held in memory (readers.held_fields)."""
+    columns held in memory (`HeldFields`)."""
 
     def columns(self, positions: Sequence[int], names: tuple[str, ...]) -> dict[str, Column]:
         """The columns of fields `names` of the samples at `positions`, every value
@@ -176,7 +176,7 @@ def natural(value: Any) -> Any:
 def _float_array(array: np.ndarray) -> np.ndarray:
     """float32, unless a finite number would overflow it: then float64, every bit kept.
 
-    Narrowing under np.errstate cost most of a boxes field's conversion, so it is done
+    Narrowing under np.errstate is the costly part of the conversion, so it is done
     only when some magnitude exceeds float32's largest (`fmax` skips NaN, which a plain
     max would return, hiding a 1e300 beside it).
     """

@@ -13,7 +13,7 @@ few buffers per field:
 
 A batch's columns are then gathered from them: an array field's numbers in one
 vectorized take when every sample of the batch has a value, the byte-form fields cut
-out of their buffer and decoded by `readers.fields.field_column`, exactly as values
+out of their buffer and decoded by `field_column`, exactly as values
 read from the format are. The samples' dicts and `readers.collate`'s output are the
 same as without it, bit for bit (an array field whose values are not all of one dtype
 is held in byte form, and goes through the same path as a read one).

@@ -1,5 +1,5 @@
 """PackedIterableDataset: streams this rank's chunks, split exactly once among workers
-(see readers.datasets for what both datasets share)."""
+(the module of both datasets says what they share)."""
 
 from __future__ import annotations
 
@@ -43,26 +43,26 @@ class PackedIterableDataset(PartitionPasses, _PackedBase, IterableDataset[Sample
     `path` may be a URL (s3://bucket/prefix, file://...): index.json and the tables are
     fetched now, shards on demand into `remote=RemoteOptions(cache_dir=...)`, least
     recently used ones evicted beyond its `max_cache_bytes` (default 8 GiB, shared by the
-    processes of the machine); its `storage_options` go to fsspec (see readers.remote).
+    processes of the machine); its `storage_options` go to fsspec.
 
     `batch_size` deals each DataLoader worker whole batches (without it, the batch size
     of the loader that iterates it), so the loader makes exactly `len(loader)` batches.
     Under Accelerate's `prepare` (and transformers' Trainer) the framework splits across
-    ranks and the dataset gives it the whole epoch (readers.passes.partition_owner).
+    ranks and the dataset gives it the whole epoch.
 
     `augment` (readers.RandomResizedCrop or CenterCrop) crops every sample at decode, the
     box a pure function of (seed, epoch of the pass, sample index).
 
     `in_memory=True` copies the dataset (a URL: downloads it) once per node into shared
-    RAM that every worker and rank reads (readers.ram.copies).
+    RAM that every worker and rank reads.
 
     `split="val"` streams one split that `pack split` wrote into the dataset folder,
     partitioned exactly once across ranks and workers like a whole dataset.
 
     `fields_in_memory=True` reads the `fields=` of every sample once, here, into
-    columns the stream takes them from (readers.held_fields), as PackedDataset does.
+    columns the stream takes them from, as PackedDataset does.
 
-    `on_error="skip"` (readers.options.OnError): a damaged or undecodable sample is
+    `on_error="skip"` (`OnError`): a damaged or undecodable sample is
     logged, counted (`num_skipped`, all workers together) and its place in the stream
     holds a flagged pad (the next readable sample, label PAD_LABEL), so `len()` and every
     rank's batch count stay what the plan says and every other sample is yielded once.
@@ -78,7 +78,7 @@ class PackedIterableDataset(PartitionPasses, _PackedBase, IterableDataset[Sample
                  fields: FieldNames = None, fields_in_memory: bool = False,
                  split: str | None = None, on_error: OnError | str = "raise") -> None:
         sample = SampleSettings(decode, size, augment, transform, with_keys)
-        self._ram = in_memory_copy(path, remote) if in_memory else None  # readers.ram.copies
+        self._ram = in_memory_copy(path, remote) if in_memory else None  # shared RAM
         source = None if self._ram else remote_source(path, remote)
         super().__init__(self._ram.folder if self._ram else path, sample=sample,
                          chunk_size=partition.chunk_size_or(DEFAULT_CHUNK_SIZE), remote=source,
@@ -94,14 +94,14 @@ class PackedIterableDataset(PartitionPasses, _PackedBase, IterableDataset[Sample
     def _plan_for(self, world_size: int) -> ChunkPlan:
         shuffle, drop_last, seed = self._split
         n = self.index.num_samples if self.subset is None else len(self.subset)
-        if self._weights is not None:  # readers.sampling.weighted: a per-class chunk schedule
+        if self._weights is not None:  # a per-class chunk schedule
             return self._weights.plan(n, self.chunk_size, world_size, shuffle, drop_last, seed)
         return ChunkPlan(n, self.chunk_size, world_size, shuffle, drop_last, seed)
 
     def _stream(self, spans: Spans, plan: ChunkPlan, where: tuple[int, int, int],
                 skip: int) -> Iterator[Sample]:
         """`where`: (epoch, rank, worker) of the pass, which seed its shuffle buffer."""
-        if self.subset is not None:  # positions -> samples (readers.subset)
+        if self.subset is not None:  # positions -> samples
             spans = self.subset.sample_spans(spans)
         local = self.handles()
         rng = epoch_rng(plan.seed, *where, 2) if plan.shuffle else None

@@ -3,7 +3,7 @@
     mix = Mix([PackedIterableDataset(a), PackedIterableDataset(b)], weights=[0.8, 0.2])
     DataLoader(mix, batch_size=64, num_workers=4)
 
-The plan (`readers.plan.groups.GroupPlan`) lives in one index space, the sources' indices laid
+The plan (`GroupPlan`) lives in one index space, the sources' indices laid
 end to end: source s holds indices offsets[s] .. offsets[s + 1] - 1. Each epoch draws
 `epoch_size` samples, exactly `counts[s]` from source s (largest-remainder rounding of the
 weights), through each source's successive permutations, so over consecutive epochs every
@@ -14,7 +14,7 @@ differ in format and location, and reads stay chunk-sequential in each.
 
 Each source decodes with its own settings (decode, size, augment, transform, with_keys);
 the mix's seed, epoch and split settings replace the sources' own. Epochs, ranks and
-resume work as in PackedIterableDataset (readers.passes: epochs, world, resume).
+resume work as in PackedIterableDataset.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class _MixedReader:
                 reader.prefetch(mine)
 
     def stop_prefetch(self) -> None:
-        """Stop the sources' prefetch threads when the pass ends (readers.remote)."""
+        """Stop the sources' prefetch threads when the pass ends."""
         for reader in self.readers:
             reader.stop_prefetch()
 

@@ -32,7 +32,7 @@ class PackedColumn:
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Plain values in the pickle: the offsets as bytes (a numpy array pickles
-        through numpy's reconstruction, several times slower for 65 numbers)."""
+        through numpy's reconstruction, which costs more for a short array)."""
         return _column, (self.buffer, self.offsets.tobytes(), self.text, self.as_tuple)
 
     def values(self) -> list[Any] | tuple[Any, ...]:
@@ -53,7 +53,7 @@ def _offsets(values: Sequence[Any]) -> npt.NDArray[np.int64]:
 
 def tensor_parts(tensor: torch.Tensor) -> tuple[bytes, str, tuple[int, ...]]:
     """A small CPU tensor as its bytes, dtype and shape: three plain objects in a pickle,
-    where its numpy array would cost several times more to pickle and unpickle."""
+    where its numpy array would cost more to pickle and unpickle."""
     numbers = tensor.numpy()
     return numbers.tobytes(), numbers.dtype.str, numbers.shape
 

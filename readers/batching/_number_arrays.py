@@ -1,9 +1,9 @@
 """A batch's number arrays in one buffer: the fast path of json number lists and of
 array fields (stored_arrays, at the end).
 
-A boxes field is stored as compact JSON text (`[[x,y,w,h],...]`, packer.core.fields).
-Parsed a sample at a time (json.loads, then np.array in readers.fields.natural) it
-cost most of a sample's field time. Here one regular expression over the batch checks
+A boxes field is stored as compact JSON text (`[[x,y,w,h],...]`).
+Parsed a sample at a time (json.loads, then np.array in `natural`) it is the costly
+part of a sample's fields. Here one regular expression over the batch checks
 that the texts hold nothing but numbers and brackets, a few byte counts give each
 text's shape (a flat list, or a rectangular list of lists), and one `np.fromstring`
 reads the numbers of the whole batch, rounding decimal text exactly as float() does
@@ -46,7 +46,7 @@ class NumberArrays:
     starts: npt.NDArray[np.int64]  # (B + 1,): sample b's numbers are flat[starts[b]:starts[b+1]]
     shapes: Sequence[tuple[int, ...]]  # a tuple, or a view that looks them up (held fields)
     floats: tuple[bool, ...]  # float32 (True) or int64 per sample
-    # Known ahead (held fields, readers.held_fields): each sample's padded length (its
+    # Known ahead (held fields): each sample's padded length (its
     # rows, 0 without numbers) and the trailing shape all samples with numbers share.
     rows: npt.NDArray[np.int64] | None = None
     rest: tuple[int, ...] | None = None
@@ -143,11 +143,11 @@ def _skeleton_shape(skeleton: bytes) -> tuple[int, ...] | None:
 
 
 def stored_arrays(cells: Sequence[bytes | None]) -> NumberArrays | None:
-    """The arrays of a batch of an array field's values (floats, ints: .npy bytes,
-    packer.core.field_arrays), their numbers joined into one buffer without a copy per
-    sample; None when one is missing or not of the field's one dtype (the per-sample
-    path then gives the values, or the error). An array without numbers ((0, 4), (1,
-    0)) pads as none of its rows, as collate_field pads it."""
+    """The arrays of a batch of an array field's values (floats, ints: .npy bytes), their
+    numbers joined into one buffer without a copy per sample; None when one is missing or
+    not of the field's one dtype (the per-sample path then gives the values, or the
+    error). An array without numbers ((0, 4), (1, 0)) pads as none of its rows, as
+    collate_field pads it."""
     if not cells or None in cells:
         return None
     present = cast(Sequence[bytes], cells)

@@ -1,4 +1,4 @@
-"""Batches that leave a DataLoader worker from a pool slot (readers.batching._shm_pool):
+"""Batches that leave a DataLoader worker from a pool slot (`SlotPool`):
 a list (PooledBatch) or a dict of fields (PooledDict) that unpickles in the main
 process as the plain list or dict, its slot freed once nothing views it there."""
 
@@ -21,7 +21,7 @@ _NOTHING = Prepared(None)  # nothing prepared: each value packed as it is
 class PooledBatch(list[Any]):
     """[head, labels, ...] whose head (images, or a raw batch: `rebuild`) sits in a pool
     slot; unpickles as a plain list, lists of str or bytes packed as one buffer each
-    (readers.batching._columns).
+    (`PackedColumn`).
 
     It stays a list in the worker, so code that wraps `collate` can still index it.
     `rebuild` (callable, args): the head is `callable(images, *args)` (a RawBatch over
@@ -33,7 +33,7 @@ class PooledBatch(list[Any]):
         super().__init__(items)
         self.images, self.pool, self.slot, self.rebuild = images, pool, slot, rebuild
         self.head = items[0] if items else None
-        self.prepared = [Prepared(value) for value in items[1:]]  # readers.batching._prepared
+        self.prepared = [Prepared(value) for value in items[1:]]  # packed ahead of the pickle
         pool.sending(slot)
 
     def __copy__(self) -> list[Any]:
@@ -66,11 +66,11 @@ class PooledBatch(list[Any]):
 
 
 class PooledDict(dict[str, Any]):
-    """{"image": images, ...} (readers.batching.fields_collate) whose images sit in the
+    """{"image": images, ...} (`collate_dicts`) whose images sit in the
     slot of `batch`, a PooledBatch; unpickles as a plain dict, the slot freed as a
     PooledBatch's is. Other tensors travel by value in the pickle: a batch's labels and
     fields are small, and each shared tensor would cost a file descriptor; a column of
-    str or bytes values travels as one buffer (readers.batching._columns)."""
+    str or bytes values travels as one buffer (`PackedColumn`)."""
 
     def __init__(self, items: dict[str, Any], batch: PooledBatch) -> None:
         super().__init__(items)

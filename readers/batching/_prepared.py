@@ -2,7 +2,7 @@
 
 A DataLoader worker pickles each batch in its queue's feeder thread, which competes for
 the GIL with the worker's main thread building the next batch: the same torch and
-Python steps cost several times more CPU there than in the main thread. So `collate`
+Python steps cost more CPU there than in the main thread. So `collate`
 works out the pickled form of a batch's values (a text column packed; where a tensor's
 bytes lie) when it builds the batch, and the pickle takes it after a check that the
 value is still the one prepared: the same object, a list with the same items, a tensor

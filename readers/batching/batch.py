@@ -4,7 +4,7 @@
 The images are one buffer of rows (an npy batch gathered in one copy: `rows`, (B, H, W,
 3) uint8) or the samples as the per-sample path built them (`samples`: (image, label[,
 key]) tuples, or whatever a `transform` made); beside them the samples' dataset indices
-(`indices`: a RawBatch keeps them for readers.decode_on's crop draws) and, with
+(`indices`: a RawBatch keeps them for the crop draws of `readers.decode_on`) and, with
 `fields=`, one column per field (str fields one list of str, array fields one buffer of
 their dtype, json number lists one float64 buffer, others value by value).
 

@@ -1,4 +1,4 @@
-"""Batches of dict samples ({"image", "label", <fields>}, readers.fields): `collate_dicts`.
+"""Batches of dict samples ({"image", "label", <fields>}): `collate_dicts`.
 
 `readers.collate` hands a batch of dicts here. Each key becomes one batched value:
 

@@ -10,7 +10,7 @@ One uint8 tensor holds the whole batch, a header then the bytes back to back:
 Why: GPU decoders (nvJPEG through torchvision, nvImageCodec) take a batch of encoded
 bytes, and as a list of bytes a batch crosses from a DataLoader worker as one pickled
 object per sample; as one buffer it crosses in the worker's recycled shared memory
-(readers.batching._shm_pool) and moves to a device, or into pinned memory, in one copy.
+(`SlotPool`) and moves to a device, or into pinned memory, in one copy.
 
 A RawBatch still gives each sample's bytes: `len(batch)`, `batch.sample(i)` (also
 `batch[i]` and iteration) is a zero-copy memoryview on the CPU (bytes-like: compare it

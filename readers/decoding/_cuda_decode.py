@@ -1,13 +1,13 @@
-"""readers.decode_on on a CUDA device: one batched JPEG decode there, then the geometry of
+"""`readers.decode_on` on a CUDA device: one batched JPEG decode there, then the geometry of
 the whole batch in a few batched kernels.
 
-The decoder (readers.decoding.gpu_decoders) is imported on first use only: a DataLoader
+The decoder (`choose` picks it) is imported on first use only: a DataLoader
 worker, or a machine without CUDA, never imports it. Samples the CPU fast path would not
-decode (other codecs, EXIF rotation, CMYK: packer.imaging.jpeg.fast_size), and images the
+decode (other codecs, EXIF rotation, CMYK: `fast_size`), and images the
 GPU decoder refuses, take the CPU path and are copied over.
 
 Each image's box is augment.params on its header's size, as on the CPU path, and its
-crop, resize, flip and pre-shrink are weight matrices (readers.decoding.batch_resize)
+crop, resize, flip and pre-shrink are weight matrices (`Geometry`)
 mirroring what the CPU path does for that box: the pixels differ from the CPU readers'
 by the decoders' rounding and by the DCT-domain scaling that the pre-shrink stands in
 for. Everything here is plain torch, so it runs on any device (tests run it on the CPU
@@ -36,7 +36,7 @@ def decode_cuda(batch: RawBatch, device: torch.device, size: Size | None,
                 augment: Augment | None, crops: Sequence[Where],
                 decoder: Decoder | None = None) -> torch.Tensor:
     """(B, 3, H, W) uint8 on `device`; `decoder`: the one to use (default: the one
-    readers.decoding.gpu_decoders chooses for `device`)."""
+    `choose` picks for `device`)."""
     device = gpu_decoders.concrete(device)
     host = batch if batch.device.type == "cpu" else batch.to("cpu")
     samples = _samples(host)

@@ -1,6 +1,6 @@
-"""readers.decode_on's CPU side: the CPU readers' decode of a raw batch's samples,
-shared by the CPU fallback (readers.decoding.device_decode) and the CUDA path's samples that
-the fast path declines (readers.decoding._cuda_decode)."""
+"""The CPU side of `readers.decode_on`: the CPU readers' decode of a raw batch's samples,
+shared by the CPU fallback (`decode_on` off CUDA) and the CUDA path's samples that the
+fast path declines (`decode_cuda`)."""
 
 from __future__ import annotations
 

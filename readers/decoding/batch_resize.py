@@ -13,10 +13,9 @@ bilinear kernel use (centre at (i + 0.5) * scale, support max(scale, 1), normali
 computed in float32 on the images' device, so the result is the CPU path's resize up to
 rounding, on any device, with no per-image kernel beyond the copy of its region and no
 wait of the host for the GPU. (Where a program allows TF32 matrix products,
-torch.set_float32_matmul_precision("high"), the products round to about a third of a
-level more.)
+torch.set_float32_matmul_precision("high"), the products round a little further.)
 
-Where the CPU path decodes at 1/factor in the DCT domain (readers.decoding.decode.dct_factor:
+Where the CPU path decodes at 1/factor in the DCT domain (`dct_factor`:
 a box at least OVERSAMPLE times the output), the weights first average factor x factor
 blocks aligned to the image origin, as that decode's pixels are, then filter those: the
 same pixels the CPU path filters, and large downscales cost nothing extra.

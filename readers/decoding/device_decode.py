@@ -1,4 +1,4 @@
-"""`decode_on(batch, device)`: a raw batch (readers.batching.raw_batch.RawBatch) decoded
+"""`decode_on(batch, device)`: a raw batch (`RawBatch`) decoded
 into one (B, 3, H, W) uint8 tensor on `device`, with the CPU readers' size= / augment=.
 
     loader = DataLoader(PackedDataset(path, decode="raw"), batch_size=256,
@@ -13,10 +13,10 @@ Pass the batch as it comes from a loader with pin_memory=True: GPU JPEG decoders
 encoded bytes from host memory, and pinned memory is what they copy from fastest.
 
 On a CUDA device JPEGs decode there, in one batched call of the first decoder that passes
-a probe decode (torchcodec, nvImageCodec, torchvision: readers.decoding.gpu_decoders;
+a probe decode (torchcodec, nvImageCodec, torchvision;
 imported only then), retried image by image where the batch fails; the crops, resizes
-and flips of the whole batch are then a few batched matrix products
-(readers.decoding.batch_resize). The boxes are the CPU path's (augment.params(seed,
+and flips of the whole batch are then a few batched matrix products.
+The boxes are the CPU path's (augment.params(seed,
 epoch, index, image size)), so the same seed, epoch and index crop the same part of the
 image; the pixels differ from the CPU readers' by the decoders' rounding
 (devtools/gpu_check.py measures by how much). Samples the CPU fast path would not decode
@@ -24,7 +24,7 @@ image; the pixels differ from the CPU readers' by the decoders' rounding
 and are copied to the device.
 
 On any other device (and on a machine without CUDA) every sample goes through the CPU
-readers' own decode (readers.decoding.decode, readers.decoding.crop_decode): the same pixels as
+readers' own decode (`decode`, `decode_augmented`): the same pixels as
 PackedDataset(decode="rgb8", size=...) or (augment=..., seed=...) give.
 
 RandomResizedCrop draws per sample index: PackedDataset's raw batches carry the

@@ -1,4 +1,4 @@
-"""The GPU JPEG decoders readers.decode_on can use, each proven by a probe before it is chosen.
+"""The GPU JPEG decoders `readers.decode_on` can use, each proven by a probe before it is chosen.
 
 In order of preference: torchcodec (`torchcodec.decoders.decode_jpeg`, the successor of
 torchvision's image decoders), nvImageCodec (`nvidia.nvimgcodec`, set up to upsample

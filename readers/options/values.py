@@ -1,4 +1,4 @@
-"""The frozen option values (see readers.options)."""
+"""The frozen option values: PartitionOptions, RemoteOptions, OnError."""
 
 from __future__ import annotations
 
@@ -28,11 +28,11 @@ class PartitionOptions:
 
     `drop_last`: drop the tail that would leave ranks uneven (True), or pad the short
     ranks with repeats labelled PAD_LABEL (False). `rank`/`world_size`: None reads the
-    process group when a pass starts (readers.passes.world). `chunk_size`: samples per chunk, the
+    process group when a pass starts. `chunk_size`: samples per chunk, the
     unit of locality; None is PackedDataset's own chunk size for ChunkSampler, and 64 for
     PackedIterableDataset. `buffer_size`: the shuffle window, in samples (0: chunk order).
     `by`: who splits across ranks: "auto" finds out (a framework splitter that asks, as
-    Accelerate's prepare makes them, else the readers; readers.passes.partition_owner),
+    Accelerate's prepare makes them, else the readers),
     "readers" or "framework" say it where finding out cannot work.
     """
 

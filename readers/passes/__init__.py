@@ -12,5 +12,5 @@ resumes, who owns the split, and the records it reads.
     skip          skip_first_batches: a loader's first batches skipped unread
     stream        one pass's records: in order, through a shuffle buffer, or resumed
 
-The arithmetic they rely on is pure and lives in readers.plan.
+The arithmetic they rely on is pure and lives in the plan package (`ChunkPlan`).
 """

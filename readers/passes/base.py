@@ -3,7 +3,7 @@
 What both iterable readers share once they have a plan: the world of a pass (world), its
 epoch (epochs), this worker's spans, the count that state_dict()/load_state_dict() resume
 from (resume), who splits (partition_owner) and a loader's skip of a pass's first batches
-(skip), all modules of readers.passes.
+(skip), each a module beside this one.
 
 The protocol of a split reader: it lists PartitionPasses before its other bases, calls
 `_init_passes(partition, shuffle=..., seed=..., batch_size=...)` in its `__init__` (once what
@@ -43,14 +43,14 @@ class PartitionPasses:
 
     _world: LateWorld
     _sent: RankWorld | None  # the world when sent to a spawned worker
-    _sent_view: LoaderView | None  # the loader's view when sent (readers.passes.partition_owner)
+    _sent_view: LoaderView | None  # the loader's view when sent
     _split: tuple[bool, bool, int]  # (shuffle, drop_last, seed)
     _epochs: PassEpochs
     _resume: PendingResume | None
     _pass: tuple[int, int, int] | None  # (epoch, worker, num_workers) ...
     _seen: int  # ... of this process's latest pass, and the samples it yielded
     _topology: tuple[int, int | None]  # (world_size, dealt) of that pass
-    _resplit: bool  # whether that pass read a rest re-split (readers.plan.elastic)
+    _resplit: bool  # whether that pass read a rest re-split
     _split_by: PartitionBy  # who splits across ranks (PartitionOptions.by)
     _pending_skip: LoaderSkip | None  # batches the coming pass starts after (skip)
     _posted: Mapping[str, Any] | None  # a worker's own state, posted on the board
@@ -99,7 +99,7 @@ class PartitionPasses:
         return self._world.now(self._sent_here())[1]
 
     def _sent_here(self) -> RankWorld | None:
-        """The world the main process sent, in a DataLoader worker (readers.passes.world)."""
+        """The world the main process sent, in a DataLoader worker."""
         return self._sent if get_worker_info() is not None else None
 
     @property
@@ -109,12 +109,12 @@ class PartitionPasses:
 
     def set_epoch(self, epoch: int) -> None:
         """Name the coming epoch; reaches running (persistent) workers too. Without it,
-        each pass takes the epoch after the previous pass's (see readers.passes.epochs)."""
+        each pass takes the epoch after the previous pass's (`PassEpochs`)."""
         self._epochs.set_next(epoch)
         self._take_loader_skip()
 
     def _skip_next_pass(self, skip: LoaderSkip, at_set_epoch: bool) -> None:
-        """Start the coming pass after `skip`'s batches (readers.passes.skip): once its
+        """Start the coming pass after `skip`'s batches (`skip_first_batches`): once its
         loader names the epoch (`at_set_epoch`), else now."""
         self._pending_skip = skip
         if not at_set_epoch:
@@ -143,7 +143,7 @@ class PartitionPasses:
 
     def __len__(self) -> int:
         """Samples this rank yields per epoch; the whole epoch's when a framework that splits
-        across ranks itself asks (readers.passes.partition_owner)."""
+        across ranks itself asks."""
         world_size = 1 if self._view().framework_splits else self.world_size
         return self._plan_for(world_size).num_per_rank
 
@@ -165,7 +165,7 @@ class PartitionPasses:
 
     def _after_board(self, posted: Mapping[str, Any], num_workers: int) -> Iterator[Any]:
         """The pass, once the loader's workers have all posted their counts
-        (readers.passes.board.WorkerBoard): the rest of the epoch they name, re-split."""
+        (`WorkerBoard`): the rest of the epoch they name, re-split."""
         states = [{**posted, "worker": worker, "samples_seen": seen}
                   for worker, seen in enumerate(self._epochs.board.gather(num_workers))]
         self._resume = from_worker_states(states, self._split[2],
@@ -222,7 +222,7 @@ class PartitionPasses:
 
         In a DataLoader worker, that worker's share (StatefulDataLoader collects it from each
         worker with every batch); the main process of a loader with workers knows nothing
-        of theirs: save `readers.passes.resume.loop_state` there.
+        of theirs: save `loop_state` there.
         """
         info = get_worker_info()
         here = (self.epoch, *((info.id, info.num_workers) if info is not None else (0, 1)))
@@ -241,12 +241,12 @@ class PartitionPasses:
 
         Takes one worker's `state_dict()` inside that worker (StatefulDataLoader does
         this; from a pass on another world size the loader's workers pool their counts on
-        the dataset's board, readers.passes.board.WorkerBoard), or in the main process before
+        the dataset's `WorkerBoard`), or in the main process before
         the DataLoader starts its workers either `loop_state(...)` or a whole
         StatefulDataLoader `state_dict()`, which then loads on any world size and worker
         count (the rest of its epoch, re-split). The next pass
         is then the state's epoch; a `set_epoch` to another epoch raises if the state stops
-        mid-epoch. See `readers.passes.resume`.
+        mid-epoch.
         """
         info = get_worker_info()
         here = (info.id, info.num_workers) if info is not None else None

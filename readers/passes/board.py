@@ -1,6 +1,6 @@
 """WorkerBoard: where the DataLoader workers of one loader post the counts of the loader
 state each loaded, so that a state saved on another world size resumes as one stretch of
-the epoch (readers.passes.resume.from_worker_states reads it)."""
+the epoch (`from_worker_states` reads it)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ an update. A pass's token is the same in all of its workers and new for every pa
                          mixed with this copy's pass count (persistent workers keep one)
     the main process     (num_workers=0) a fresh random token for every pass
 
-The dataset's `WorkerBoard` (readers.passes.board), created alongside, is where the workers of
+The dataset's `WorkerBoard`, created alongside, is where the workers of
 a loader that hands each its own part of a loader state post their counts.
 
 A worker whose token is in the cell joins that pass; any other token starts the next

@@ -1,5 +1,5 @@
 """loop_state: the position a training loop over a plain DataLoader saves to resume
-mid-epoch, counted in batches (readers.passes.resume turns it back into each worker's
+mid-epoch, counted in batches (a resume turns it back into each worker's
 count), and the world size it records.
 """
 

@@ -152,7 +152,7 @@ class _Changed(AttributeError):
 
 def documented(owner: object, argument: str, name: str) -> int:
     """The documented constructor argument `argument` of the framework object `owner`
-    (`name`), as an int; _Changed when a release no longer keeps it."""
+    (`name`), as an int; _Changed when `owner` lacks it."""
     try:
         value = getattr(owner, argument)
     except AttributeError:

@@ -1,7 +1,7 @@
 """Resume an epoch mid-way: exactly the samples not yet seen, in the order they would have come.
 
 Every order here is a pure function of (seed, epoch, rank, worker, num_workers): the chunk
-plan (`readers.plan.chunks`) and the shuffle buffer's generator, `epoch_rng(seed, epoch, rank,
+plan (`ChunkPlan`) and the shuffle buffer's generator, `epoch_rng(seed, epoch, rank,
 worker, 2)` for a PackedIterableDataset worker and `(seed, epoch, rank, 1)` for a
 ChunkSampler. The buffer draws the same numbers whatever the items are, so the order of a
 pass is known before reading a byte, and a position in an epoch is one count per process
@@ -21,7 +21,7 @@ sample: together they say how far the job got.
 
 A `loop_state` also records the world size it was saved under, so it loads on any other
 world size and worker count: a pass that finds another topology than the state's reads
-the rest of the epoch, re-split for the ranks and workers it has (readers.plan.elastic),
+the rest of the epoch, re-split for the ranks and workers it has,
 each sample once across the new ranks, with equal lengths per rank. A job that resumed so
 and stops again saves `loop_state(..., resumed_from=the state it loaded)`.
 
@@ -38,11 +38,11 @@ Two ways to get it right:
   DataLoader asks worker k for batches k, k+W, k+2W, ... (round robin; a worker that runs
   out leaves the rotation; `in_order=True`, the default), so the batch count maps to an
   exact count per worker (`samples_per_worker`). transformers' Trainer counts the same way;
-  `skip_first_batches` (readers.passes.skip) turns its skip into such a count, so the
+  `skip_first_batches` turns its skip into such a count, so the
   skipped batches are not read.
 
 A state applies to one pass: the next pass over its epoch, or the passes of another
-topology's re-split rest (its workers, by the pass's token: readers.passes.epochs); another pass
+topology's re-split rest (its workers, by the pass's token); another pass
 over the same epoch reads it whole.
 """
 
@@ -65,7 +65,7 @@ def segments_of(state: Mapping[str, Any], dealt: int | None, world_now: int,
     """The stretches of the epoch a loop state (and those it resumed from) ran, first first.
 
     `dealt`: the run the reader deals its workers whole, None for its loader's batch (the
-    state's); a state from before world sizes were recorded ran on `world_now`;
+    state's); a state that records no world size ran on `world_now`;
     `per_worker=False`: one stream per rank (ChunkSampler).
     """
     earlier = state.get("resumed_from")
@@ -111,7 +111,7 @@ class PendingResume:
         """The segments to re-split for a pass on this topology (`num_workers` None: a
         ChunkSampler's single stream), or None where the counts apply as they are.
 
-        `pass_token` names the pass (readers.passes.epochs: the same in all its workers): the
+        `pass_token` names the pass (the same in all its workers): the
         re-split rest is the pass's that first asked, and the workers of that pass only;
         a later pass over the same epoch (None: every call is a new pass) reads it whole.
         """

@@ -4,7 +4,7 @@ The call Accelerate documents for a resume (`accelerator.skip_first_batches(load
 reads and decodes the skipped batches and throws them away, because a loader cannot know
 where its dataset would be after them. An iterable reader can: given the batches, their
 size and the loader's workers, it starts its coming pass at that position as a
-`loop_state` would (readers.passes.resume), and the loader reads nothing twice.
+`loop_state` would, and the loader reads nothing twice.
 transformers' Trainer asks for this skip through `Trainer.get_resumed_dataloader`, the
 method its docs name for streaming loaders; the frameworks guide shows the override.
 
@@ -27,7 +27,7 @@ LoaderT = TypeVar("LoaderT")
 @dataclass(frozen=True)
 class LoaderSkip:
     """The batches a loader is to start its coming pass after, as a loop counts them
-    (readers.passes.resume.loop_state): `batches` of the torch DataLoader under it, each
+    (`loop_state`): `batches` of the torch DataLoader under it, each
     `batch_size` samples of the reader's stream, over `num_workers` workers."""
 
     batches: int

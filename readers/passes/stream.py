@@ -1,6 +1,6 @@
 """One pass's records, read span by span: in order, shuffled in a buffer, or resumed.
 
-The reading half of a PackedIterableDataset pass; `readers.passes.resume` decides how many
+The reading half of a PackedIterableDataset pass; the resume (`PendingResume`) decides how many
 records a resumed pass skips, this module skips them without reading them.
 """
 
@@ -34,7 +34,7 @@ def stream_order(count: int, buffer_size: int,
 
 def rest_after(first: ChunkPlan, segments: Sequence[Segment], epoch: int, buffer_size: int,
                per_worker: bool) -> Spans:
-    """What `segments` (a loop state's, readers.plan.elastic) left of `epoch`, whose first
+    """What `segments` (a loop state's) left of `epoch`, whose first
     segment read `first`'s plan: the streams' orders are a PackedIterableDataset worker's
     (`per_worker`: seed, epoch, rank, worker, 2) or a ChunkSampler rank's (seed, epoch,
     rank, 1), as their passes draw them."""
@@ -52,10 +52,10 @@ LOOKAHEAD_SPANS = 8  # how far ahead of the read a prefetching reader is shown
 def span_records(reader: RecordReader, spans: Spans) -> Iterator[SpanRecord]:
     """(index, padded, stored bytes) span by span, each span one sequential read.
 
-    The reader is shown the coming spans (readers.remote starts fetching a URL's shards
+    The reader is shown the coming spans (a URL's mirror starts fetching its shards
     while this one is read; local readers ignore it) and told when the spans end or the
     pass is closed, so that no fetching thread of a finished pass is left alive for a
-    fork to meet (readers.remote._cache.Prefetcher).
+    fork to meet (`Prefetcher`).
     """
     rows = spans.tolist()
     try:

@@ -1,6 +1,6 @@
 """Pure, seeded plans that draw from several groups in fixed proportions: numpy only.
 
-A *group* is a set of samples given as chunks (spans, see `readers.plan.chunks`): one packed
+A *group* is a set of samples given as chunks (spans, as a `ChunkPlan` has them): one packed
 dataset of a `Mix` (its indices shifted into one concatenated index space), or one class
 of a class-weighted split (its runs of equal labels, cut at the chunk size). Each epoch
 draws `num_samples` samples, `counts[g]` of them from group g:

@@ -9,12 +9,12 @@ format readers open that copy: npy, lmdb and hdf5 map it, so every process on th
 reads the same pages of RAM; wds reads its tars with `pread` from the same pages. One
 copy per node, whatever the workers, ranks and start methods.
 
-The copy is named after the dataset's version (packer.dataset.open: a folder and the
-file identity of its index.json, so a dataset reconverted in place gets a new copy; a URL
-and the content of its index.json); a URL is downloaded straight into RAM, never into
+The copy is named after the dataset's version (a folder and the file identity of its
+index.json, so a dataset reconverted in place gets a new copy; a URL and the content of
+its index.json); a URL is downloaded straight into RAM, never into
 the disk cache. Before copying, the size is checked against the memory this process may
-take (the host, the cgroup limit, the tmpfs: readers.ram.memory_limit). Locking, sharing
-and removal when the last user ends, a SIGKILL included, are readers.ram._tmpfs's.
+take (the host, the cgroup limit, the tmpfs: `check_fits`). Locking, sharing and removal
+when the last user ends, a SIGKILL included, are the tmpfs folder's (`attach`, `detach`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ Build = Callable[[Path], None]
 
 
 class InMemory:
-    """This process's use of a dataset's copy in RAM (readers.ram._tmpfs).
+    """This process's use of a dataset's copy in RAM (a tmpfs folder).
 
     Pickles as its source, so a spawned worker or another rank attaches to the same copy
     (or, on another node, makes that node's). Dropped or closed, it lets go of the copy.
@@ -125,8 +125,8 @@ def _size(path: Path) -> int:
 
 
 def _url_plan(url: str, options: Mapping[str, Any]) -> tuple[str, int, Build]:
-    """A URL: read index.json now; the build downloads everything (readers.remote's
-    download_dataset: sizes and sha256 checked, index.json last)."""
+    """A URL: read index.json now; the build downloads everything (`download_dataset`:
+    sizes and sha256 checked, index.json last)."""
     fs, root = open_fs(url, options)
     with remote_errors(url, "read index.json"):
         raw: bytes = fs.cat_file(f"{root}/{INDEX_NAME}")

@@ -1,4 +1,4 @@
-"""The flock files of a mirror's shards (see readers.remote): "in use" and "being fetched".
+"""The flock files of a mirror's shards: "in use" and "being fetched".
 
 Descriptors holding a fetch lock right now, in any thread, are tracked: a fork copies them
 into the child, where nothing would ever close them, so the child would keep the shard

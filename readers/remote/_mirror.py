@@ -52,7 +52,7 @@ def open_remote(url: str, storage_options: Mapping[str, Any] | None = None,
         f".incoming-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         raw = fetch_metadata(url, options, staging)
-        extra = fetch_field_files(url, options, raw, staging)  # readers.remote._fields
+        extra = fetch_field_files(url, options, raw, staging)  # fields.npy, side files
         folder = staging.parent / url_version_name(url, raw)
         if not (folder / INDEX_NAME).is_file():
             (folder / LOCKS).mkdir(parents=True, exist_ok=True)

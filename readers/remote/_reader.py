@@ -52,7 +52,7 @@ class RemoteReader:
             self.cache.pin(shard)
 
     def fields(self, i: int, names: Sequence[str] | None = None) -> dict[str, object]:
-        """Sample i's fields (readers.fields), read as its bytes are: its shard pinned."""
+        """Sample i's fields, read as its bytes are: its shard pinned."""
         self.cache.pin(self.index.shard_of(i))
         values = self.inner.fields(i, names)
         self._trim()
@@ -67,7 +67,7 @@ class RemoteReader:
         return values
 
     def field_values_many(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
-        """The checked field values of several samples (packer.formats.base.RecordReader),
+        """The checked field values of several samples (as a `RecordReader` gives them),
         their shards pinned as read_many pins them."""
         self._pin_shards(indices)
         values = self.inner.field_values_many(indices)
@@ -91,7 +91,7 @@ class RemoteReader:
 
     def stop_prefetch(self) -> None:
         """End the prefetch threads and wait for them: the pass that showed the coming
-        spans is over (readers.passes.stream), so none is left to end at a random moment."""
+        spans is over, so none is left to end at a random moment."""
         self.cache.stop_prefetch()
 
     def read_range(self, start: int, stop: int) -> Iterator[bytes]:
@@ -116,7 +116,7 @@ def remote_reader(open_reader: Callable[[], RecordReader], source: RemoteSource,
     """Wrap the format's reader of the mirror, opened by `open_reader`.
 
     A one-file format (lmdb, hdf5, npy) opens its file right away, and every part an
-    append added (packer.formats._parts), so its shards are fetched and pinned first,
+    append added, so its shards are fetched and pinned first,
     for as long as the reader lives.
     """
     cache = ShardCache(source, index)

@@ -1,7 +1,7 @@
 """ChunkSampler: a DDP sampler for map-style datasets that keeps reads local.
 
 DistributedSampler permutes single indices, so consecutive reads land anywhere in the
-files. ChunkSampler permutes chunks (see `readers.plan.chunks`), gives every rank the same
+files. ChunkSampler permutes chunks (a `ChunkPlan`), gives every rank the same
 number of indices (each sample exactly once per epoch across ranks, modulo the
 drop/pad rule), and shuffles only within a bounded window, so a PackedDataset's chunk
 cache serves most reads from a few large sequential ones.
@@ -10,14 +10,13 @@ Padding (`partition=PartitionOptions(drop_last=False)`) yields `PaddedIndex` val
 PackedDataset turns into samples with label `PAD_LABEL` (-1), so evaluation can mask them
 out (`labels >= 0`) and `CrossEntropyLoss(ignore_index=PAD_LABEL)` skips them.
 
-`state_dict()` / `load_state_dict()` resume an epoch mid-way (see readers.passes.resume).
+`state_dict()` / `load_state_dict()` resume an epoch mid-way.
 
 Training frameworks: ChunkSampler is a `DistributedSampler`, so Lightning keeps it as it is
 (it wraps any other sampler in its own distributed sampler, which would split the ranks'
 shares again) and calls its `set_epoch`. The rank is resolved when a pass starts, not at
-construction (see readers.passes.world), and a pass that no `set_epoch` named takes the epoch
-after the previous pass's (see readers.passes.epochs), so a loop that never calls it still gets a
-new order every epoch.
+construction, and a pass that no `set_epoch` named takes the epoch after the previous
+pass's, so a loop that never calls it still gets a new order every epoch.
 """
 
 from __future__ import annotations
@@ -74,7 +73,7 @@ class ChunkSampler(DistributedSampler[int]):
     sequential. `partition=PartitionOptions(buffer_size=..., rank=..., world_size=...)`: rank and
     world size default to the process group's when a pass starts. Under Accelerate's
     `prepare` the framework splits the batches across ranks and the sampler yields the
-    whole epoch (readers.passes.partition_owner).
+    whole epoch.
     """
 
     def __init__(self, dataset: Sized, *, shuffle: bool = True, seed: int = 0,
@@ -105,7 +104,7 @@ class ChunkSampler(DistributedSampler[int]):
 
     def _plan_for(self, world_size: int) -> ChunkPlan:
         num_samples, shuffle, drop_last, seed = self._args
-        if self._weights is not None:  # readers.sampling.weighted: what each epoch draws
+        if self._weights is not None:  # class or sample weights: what each epoch draws
             return self._weights.plan(num_samples, self._chunk_size, world_size, shuffle,
                                       drop_last, seed)
         return ChunkPlan(num_samples, self._chunk_size, world_size, shuffle, drop_last, seed)
@@ -149,7 +148,7 @@ class ChunkSampler(DistributedSampler[int]):
 
     def __len__(self) -> int:
         """Indices this rank yields per epoch; the whole epoch's when a framework that splits
-        the batches across ranks itself asks (readers.passes.partition_owner)."""
+        the batches across ranks itself asks."""
         world_size = 1 if loader_view(self, self.partition.by).framework_splits else self.world_size
         return self._plan_for(world_size).num_per_rank
 
@@ -224,7 +223,7 @@ class ChunkSampler(DistributedSampler[int]):
 
         Drawn is not consumed: a DataLoader draws the indices of the batches it prefetches.
         StatefulDataLoader stores this with each batch it sends, which makes it exact; with
-        a plain DataLoader save `readers.passes.resume.loop_state(...)` from the loop instead. A
+        a plain DataLoader save `loop_state(...)` from the loop instead. A
         pass that read a re-split rest (its state came from another world size) reports the
         loop state of its stream, with the state it resumed from (`resumed_from`).
         """

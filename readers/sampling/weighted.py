@@ -1,10 +1,10 @@
 """Class-balanced and per-sample weighted epoch plans: which samples an epoch draws.
 
-Both keep the split rules of `readers.plan.chunks` (exactly `num_per_rank` per rank, disjoint
+Both keep the split rules of `ChunkPlan` (exactly `num_per_rank` per rank, disjoint
 rank slices of one sequence that depends on (seed, epoch) only) and change only what the
 sequence holds:
 
-    class_weights   the classes are the groups of a `readers.plan.groups.GroupPlan`: class c
+    class_weights   the classes are the groups of a `GroupPlan`: class c
                     gives its largest-remainder share of the epoch (frequencies
                     proportional to the weights; "balanced": equal), drawn without
                     replacement through its own successive permutations. Its samples are
@@ -39,7 +39,7 @@ def dataset_labels(dataset: Any) -> tuple[npt.NDArray[np.int64], tuple[str, ...]
     labels = getattr(dataset, "labels", None)
     if labels is None and hasattr(dataset, "path") and hasattr(dataset, "index"):
         labels = open_dataset(dataset.path)[1].labels
-        if getattr(dataset, "subset", None) is not None:  # readers.subset: its positions
+        if getattr(dataset, "subset", None) is not None:  # a split: its positions
             labels = dataset.subset.labels(labels)
     if labels is None:
         raise TypeError(f"class_weights needs the labels of {type(dataset).__name__}: use a "
@@ -116,7 +116,7 @@ class ClassSplit:
 
     @classmethod
     def of_sources(cls, dataset: Any, source_weights: Sequence[float]) -> ClassSplit:
-        """The sources of a ConcatDataset (readers.concat) as groups, mixed as readers.Mix does."""
+        """The sources of a ConcatDataset as groups, mixed as `readers.Mix` does."""
         if not hasattr(dataset, "source_groups"):
             raise TypeError(f"source_weights needs a readers.concat.ConcatDataset, not "
                             f"{type(dataset).__name__}")
