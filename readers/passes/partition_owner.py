@@ -76,9 +76,6 @@ class LoaderView:
         return LoaderView(None, self.batch_size or other.batch_size)
 
 
-NO_VIEW = LoaderView()
-
-
 def loader_view(target: object, by: PartitionBy = "auto") -> LoaderView:
     """The view the loader that is now measuring or iterating `target` asks for.
 

@@ -39,18 +39,11 @@ def check_world(rank: int, world_size: int) -> RankWorld:
     return rank, world_size
 
 
-def resolve_rank(rank: int | None, world_size: int | None) -> RankWorld:
-    """Explicit arguments win; else torch.distributed when initialised; else rank 0 of 1."""
-    group = group_world() or (0, 1)
-    return check_world(group[0] if rank is None else rank,
-                       group[1] if world_size is None else world_size)
-
-
 def describe(world: RankWorld) -> str:
     return f"rank {world[0]} of {world[1]}"
 
 
-@dataclass(eq=False)  # identity: live ones are kept in a WeakSet
+@dataclass(eq=False)  # compared by object: live ones are kept in a WeakSet
 class LateWorld:
     """A reader's split, resolved late (see the module docstring).
 
