@@ -12,9 +12,10 @@ import click
 
 from pack_cli._env import environment
 from pack_cli._errors import user_errors
+from pack_cli._params import parse_storage_options
 from packer.api import describe, verify
 from packer.dataset.describe import encode_text, image_size_text
-from packer.dataset.remote import is_url, parse_storage_options
+from packer.dataset.open import is_url
 from packer.dataset.verify import Report
 from packer.source.empty import not_a_dataset
 

@@ -1,9 +1,11 @@
-"""Option values the commands parse: byte sizes (256MB, 1GiB), image sizes (HxW), fields."""
+"""Option values the commands parse: byte sizes (256MB, 1GiB), image sizes (HxW), fields,
+storage options (KEY=VALUE)."""
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any, TypeVar
@@ -55,3 +57,29 @@ def parse_size(text: str | None) -> tuple[int, int] | None:
         raise click.BadParameter(f"{text!r} is not a size like 256x256 (height x width)")
     height = int(parts[0])
     return (height, int(parts[-1]))
+
+
+def parse_storage_options(pairs: Iterable[str]) -> dict[str, Any]:
+    """['endpoint_url=http://host:9000', 'anon=false', 'client_kwargs.region_name=x'] -> dict.
+
+    A value that parses as JSON is taken as JSON (true, 8, {"a": 1}, "quoted text"), any
+    other as text; a dotted key fills a nested dict.
+    """
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"storage option {pair!r} is not KEY=VALUE")
+        try:
+            value: Any = json.loads(text)
+        except ValueError:
+            value = text
+        *parents, last = key.strip().split(".")
+        node = options
+        for name in parents:
+            child = node.setdefault(name, {})
+            if not isinstance(child, dict):
+                raise ValueError(f"storage option {pair!r}: {name} is already a value")
+            node = child
+        node[last] = value
+    return options

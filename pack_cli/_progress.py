@@ -1,4 +1,5 @@
-"""The progress bar of a conversion or an append, and the Ctrl-C it must not lose."""
+"""The progress bar of a conversion or an append, the Ctrl-C it must not lose, and what a
+--resume reused."""
 
 from __future__ import annotations
 
@@ -33,3 +34,31 @@ def progress_bar(desc: str, quiet: bool) -> Iterator[tuple[Count, Count]]:
         yield advance, on_total
     finally:
         bar.close()
+
+
+class Reused:
+    """Wraps the progress callbacks to learn what a --resume reused: a conversion reports
+    its number of inputs (`on_total`), then, as its first count, the inputs an interrupted
+    run already packed (`convert_local` reports them)."""
+
+    def __init__(self, advance: Callable[[int], None],
+                 on_total: Callable[[int], None]) -> None:
+        self._advance = advance
+        self._on_total = on_total
+        self.total: int | None = None
+        self.done: int | None = None  # the first count after the total
+
+    def on_total(self, total: int) -> None:
+        self.total = total
+        self._on_total(total)
+
+    def advance(self, count: int) -> None:
+        if self.done is None and self.total is not None:
+            self.done = count
+        self._advance(count)
+
+    def line(self) -> str:
+        """`resumed: 300 of 500 inputs were already packed`, or that nothing was."""
+        if not self.done:
+            return "resumed: no inputs of an interrupted run were kept; packed them all"
+        return f"resumed: {self.done} of {self.total} inputs were already packed"

@@ -22,7 +22,7 @@ from packer.conversion.rebuild import source_records
 from packer.core.index import INDEX_NAME, Index, open_dataset
 from packer.dataset.describe import Description
 from packer.dataset.describe import describe as describe_folder
-from packer.dataset.remote import is_url
+from packer.dataset.open import is_url
 from packer.dataset.repair import repair_dataset, repair_targets
 from packer.dataset.verify import Report, check_dataset
 from packer.encode import EncodeOptions

@@ -21,6 +21,7 @@ from typing import Any, Literal
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
+from packer.core.checks import digest_of
 from packer.core.record import Record, Reject, SourceItem
 from packer.errors import RejectReason, UnsupportedImageError, interrupted
 from packer.imaging.jpeg import decodes as jpeg_decodes
@@ -35,7 +36,6 @@ from packer.imaging.pillow import (
 )
 from packer.imaging.resize import fit_pixels
 from packer.storage.files import read_input
-from packer.storage.hashing import digest_of
 
 Check = Literal["decode", "header", "none"]
 Codec = Literal["jpeg", "png", "webp"]

@@ -23,7 +23,15 @@ from PIL import Image
 
 from packer import formats
 from packer.core.index import Index, SampleTable, open_dataset
-from packer.dataset.open import LocalVersion, Wrap, is_current, local_version, opened, release
+from packer.dataset.open import (
+    LocalVersion,
+    Wrap,
+    is_current,
+    is_url,
+    local_version,
+    opened,
+    release,
+)
 from packer.formats.base import RecordReader
 from readers.augment import Augment
 from readers.batching.collate import Gatherer
@@ -40,9 +48,10 @@ from readers.fields import (
     with_fields_many,
 )
 from readers.held_fields import HeldFields
+from readers.options import RemoteOptions
 from readers.options.values import OnError
 from readers.ram.chunk_cache import CachedReader
-from readers.remote import RemoteSource, remote_reader
+from readers.remote import RemoteSource, open_remote, remote_reader
 from readers.sampling.sampler import PAD_LABEL
 
 Sample = Any  # (image, label[, key]), or a dict with fields=
@@ -222,6 +231,19 @@ class _PackedBase:
         state = self.__dict__.copy()
         state["_handles"] = None
         return state
+
+
+def remote_source(path: str | Path, options: RemoteOptions | None) -> RemoteSource | None:
+    """A RemoteSource when `path` is a URL; None (and no remote options given) for a folder."""
+    if isinstance(path, str) and is_url(path):
+        given = RemoteOptions() if options is None else options
+        return open_remote(path, dict(given.storage_options), given.cache_dir,
+                           given.max_cache_bytes, given.prefetch_shards)
+    if options is not None:
+        raise ValueError(f"{path}: remote options (cache_dir, max_cache_bytes, "
+                         "storage_options) apply to a URL (s3://..., file://...), not to a "
+                         "local folder: drop remote=")
+    return None
 
 
 def _check_augment(augment: Augment | None, decode: Mode, size: tuple[int, int] | None) -> None:

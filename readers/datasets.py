@@ -32,7 +32,7 @@ from typing import Any
 from torch.utils.data import Dataset
 
 from packer.errors import CorruptDatasetError
-from readers._base import Handles, Sample, SampleSettings, Transform, _PackedBase
+from readers._base import Handles, Sample, SampleSettings, Transform, _PackedBase, remote_source
 from readers.augment import Augment
 from readers.batching.batch import Batch, batch_labels
 from readers.batching.collate import gathered_rows, gathered_samples
@@ -45,7 +45,6 @@ from readers.options.values import check_budget
 from readers.passes.epochs import PassEpochs
 from readers.ram.chunk_cache import DEFAULT_CACHE_BYTES
 from readers.ram.copies import in_memory_copy
-from readers.remote import remote_source
 from readers.sampling.sampler import PAD_LABEL, PaddedIndex
 from readers.subset import Subset
 

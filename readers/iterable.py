@@ -11,7 +11,7 @@ from typing import cast
 from torch.utils.data import IterableDataset
 
 from packer.formats.base import RecordReader
-from readers._base import Sample, SampleSettings, Transform, _PackedBase
+from readers._base import Sample, SampleSettings, Transform, _PackedBase, remote_source
 from readers.augment import Augment
 from readers.damage import DamagedRecord, TolerantReader
 from readers.decoding.decode import Mode
@@ -27,7 +27,6 @@ from readers.passes.base import PartitionPasses
 from readers.passes.stream import SpanRecord, pass_records
 from readers.plan.chunks import ChunkPlan, Spans, epoch_rng
 from readers.ram.copies import in_memory_copy
-from readers.remote import remote_source
 from readers.sampling.weighted import ClassWeights, weighted_split
 from readers.subset import Subset
 

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from packer.core.index import Index
-from packer.dataset.remote import is_url
+from packer.dataset.open import is_url
 from packer.dataset.splits import load_subset
 from readers.plan.chunks import Spans, expand
 

@@ -28,9 +28,10 @@ from packer.errors import DatasetExistsError, IncompleteDatasetError
 from packer.formats import _npy
 from packer.formats.base import ShardOptions
 from packer.source.scan import scan
+from readers._base import remote_source
 from readers.options import RemoteOptions
 from readers.ram.chunk_cache import CachedReader
-from readers.remote import remote_reader, remote_source
+from readers.remote import remote_reader
 from tests.helpers import KILL_SEED, count_adds, pack_command, tree_hashes, wait_for_state
 
 # Kill rounds per format; raise it to hunt for rare crash windows, e.g.

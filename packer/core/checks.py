@@ -6,6 +6,7 @@ key positions past the end of keys.npy. Readers, `pack info` and `pack verify` t
 what passes here (a reader never opens a file outside the dataset folder, and a label
 is always a class of the dataset); everything else is one line that names the file.
 The per-sample checks are vectorised, so they stay cheap however many rows there are.
+The digests that tie the data to the table are computed here too.
 """
 
 from __future__ import annotations
@@ -69,6 +70,12 @@ def load_array(path: Path, mmap: bool = True) -> npt.NDArray[Any]:
     if not isinstance(array, np.ndarray):  # an .npz archive
         raise CorruptDatasetError(f"{path}: not an .npy array; reconvert the dataset")
     return array
+
+
+def digest_of(data: bytes | memoryview) -> bytes:
+    """The content hash of a sample (or field record) that the per-sample table stores and
+    every read checks: xxh3-128, fast and non-cryptographic."""
+    return xxhash.xxh3_128_digest(data)
 
 
 def files_digest(paths: tuple[Path, ...]) -> str:

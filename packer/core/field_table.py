@@ -24,11 +24,11 @@ import numpy as np
 import numpy.typing as npt
 
 from packer.core import checks
+from packer.core.checks import digest_of
 from packer.core.fields import FieldSpec, specs_from_json, unpack_record
 from packer.core.layout import FIELDS_NAME
 from packer.errors import CorruptDatasetError
 from packer.storage.atomic import atomic_writer
-from packer.storage.hashing import digest_of
 
 RECORDS_SUFFIX = "field-records.npy"  # journal only: the records blob
 BOUNDS_SUFFIX = "field-bounds.npy"  # journal only: record i is blob[bounds[i]:bounds[i+1]]
@@ -151,11 +151,10 @@ def save_field_rows(folder: Path, rows: FieldRows, prefix: str = "",
                 np.save(handle, np.ascontiguousarray(array_))
 
 
-def load_field_rows(folder: Path, prefix: str = "", mmap: bool = True) -> FieldRows | None:
-    """fields.npy if the dataset (or journal part) has one, with its records if kept."""
+def load_field_rows(folder: Path, prefix: str = "", mmap: bool = True) -> FieldRows:
+    """The fields.npy of a dataset (or journal part) that has one, with its records if
+    kept."""
     path = folder / (prefix + FIELDS_NAME)
-    if not path.exists():
-        return None
     rows = checks.load_array(path, mmap)
     if rows.dtype != FIELD_DTYPE:
         raise CorruptDatasetError(f"{path}: unexpected field table layout; reconvert the "

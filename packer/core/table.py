@@ -27,6 +27,7 @@ from packer.storage.atomic import atomic_writer
 
 DIGEST_BYTES = 16
 
+
 SAMPLE_DTYPE = np.dtype(
     [
         ("label", "<i8"),
@@ -201,7 +202,8 @@ def load_table(folder: Path, prefix: str = "", mmap: bool = True) -> SampleTable
         raise CorruptDatasetError(
             f"{folder / (prefix + SAMPLES_NAME)}: unexpected table layout; reconvert the dataset"
         )
-    fields = load_field_rows(folder, prefix, mmap)
+    has_fields = (folder / (prefix + FIELDS_NAME)).exists()
+    fields = load_field_rows(folder, prefix, mmap) if has_fields else None
     if fields is not None and len(fields) != len(rows):
         raise CorruptDatasetError(f"{folder / (prefix + FIELDS_NAME)}: {len(fields)} rows, "
                                   f"{len(rows)} samples; reconvert the dataset")

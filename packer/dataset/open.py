@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import threading
 import weakref
 from collections import OrderedDict
@@ -34,12 +35,18 @@ from packer import formats
 from packer.core.index import INDEX_NAME, Index, open_dataset
 from packer.formats.base import RecordReader
 
-__all__ = ["LocalVersion", "Opened", "Wrap", "is_current", "local_version", "opened", "release",
-           "url_version_name"]
+__all__ = ["LocalVersion", "Opened", "Wrap", "is_current", "is_url", "local_version", "opened",
+           "release", "url_version_name"]
 
 # Builds the shared reader from the format's opener (the readers' remote mirror of a URL).
 Wrap = Callable[[Callable[[], RecordReader], Index], RecordReader]
+URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 KEPT = 4  # entries a conversion source keeps open after its last holder is gone
+
+
+def is_url(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` is a URL (`s3://...`, `file://...`) rather than a local path."""
+    return isinstance(path, str) and URL.match(path) is not None
 
 
 @dataclass(frozen=True)

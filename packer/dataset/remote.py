@@ -1,4 +1,4 @@
-"""fsspec URLs (`s3://bucket/prefix`, `file:///path`): telling them apart, options, errors.
+"""fsspec URLs (`s3://bucket/prefix`, `file:///path`): their filesystems and errors.
 
 Writing into a URL (a conversion's upload) and reading from one (the readers' remote
 source) both open the filesystem here: endpoint and credentials are whatever fsspec's
@@ -14,10 +14,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import tempfile
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,41 +44,9 @@ from packer.storage.pieces import Piece, file_problem
 if TYPE_CHECKING:
     from packer.dataset.describe import Description
 
-URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 INSTALL_HINT = f"run `{install_line('s3')}` (fsspec and s3fs)"
 CHECK_HINT = ("check the URL, that the bucket exists, and the endpoint and credentials "
               "(AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ... or --storage-option KEY=VALUE)")
-
-
-def is_url(path: str | os.PathLike[str]) -> bool:
-    """Whether `path` is a URL (`s3://...`, `file://...`) rather than a local path."""
-    return isinstance(path, str) and URL.match(path) is not None
-
-
-def parse_storage_options(pairs: Iterable[str]) -> dict[str, Any]:
-    """['endpoint_url=http://host:9000', 'anon=false', 'client_kwargs.region_name=x'] -> dict.
-
-    A value that parses as JSON is taken as JSON (true, 8, {"a": 1}, "quoted text"), any
-    other as text; a dotted key fills a nested dict.
-    """
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, text = pair.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"storage option {pair!r} is not KEY=VALUE")
-        try:
-            value: Any = json.loads(text)
-        except ValueError:
-            value = text
-        *parents, last = key.strip().split(".")
-        node = options
-        for name in parents:
-            child = node.setdefault(name, {})
-            if not isinstance(child, dict):
-                raise ValueError(f"storage option {pair!r}: {name} is already a value")
-            node = child
-        node[last] = value
-    return options
 
 
 def open_fs(url: str, storage_options: Mapping[str, Any] | None = None) -> tuple[Any, str]:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from packer import formats
+from packer.core.checks import digest_of
 from packer.core.index import Index, SampleTable, ShardInfo, open_dataset
 from packer.core.record import Record
 from packer.core.table import TableBuilder
@@ -26,7 +27,6 @@ from packer.errors import PackError
 from packer.formats._wds import END_OF_ARCHIVE, sample_pieces
 from packer.formats.base import ShardOptions, WriterPlan
 from packer.storage.atomic import commit, partial_path
-from packer.storage.hashing import digest_of
 from packer.storage.pieces import file_problem
 
 __all__ = ["WORK_FOLDER", "RecordSource", "repair_dataset", "repair_targets"]

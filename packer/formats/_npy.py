@@ -22,7 +22,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from packer.core.checks import load_array
+from packer.core.checks import digest_of, load_array
 from packer.core.index import Index, SampleTable, ShardInfo
 from packer.core.record import Record
 from packer.errors import CorruptDatasetError
@@ -40,7 +40,7 @@ from packer.formats.base import (
 )
 from packer.storage.atomic import atomic_writer, commit, partial_path
 from packer.storage.filestream import StreamHash
-from packer.storage.hashing import digest_of, sha256_range
+from packer.storage.hashing import sha256_range
 from packer.storage.pieces import Piece, pieces_digest
 
 NAME = "npy"

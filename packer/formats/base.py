@@ -15,6 +15,7 @@ from typing import Protocol, TypeVar
 
 import numpy as np
 
+from packer.core.checks import digest_of
 from packer.core.fields import (
     FieldSpec,
     decode_numbered,
@@ -27,7 +28,6 @@ from packer.core.fields import (
 from packer.core.index import Index, SampleTable, ShardInfo
 from packer.core.record import Record
 from packer.errors import CorruptDatasetError
-from packer.storage.hashing import digest_of
 
 MIN_SHARDS = 8  # shards a conversion makes by default, inputs allowing: a loader's workers
 

@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from packer.core.checks import digest_of
 from packer.core.index import REJECTS_NAME, Index, SampleTable
 from packer.core.record import SourceItem
 from packer.errors import PackError, RejectReason
@@ -21,7 +22,6 @@ from packer.source.parquet_read import ParquetSource
 from packer.source.scan import Source, scan
 from packer.source.shardset import ShardSet
 from packer.storage.files import read_input
-from packer.storage.hashing import digest_of
 
 __all__ = ["check_against_source"]
 

@@ -1,5 +1,5 @@
-"""Hashing: whole files for shard checksums (one sha256 for writers, verify and downloads),
-and the per-sample digest (xxh3-128) the index stores."""
+"""sha256 of whole files and byte ranges: the shard checksums of writers, verify and
+downloads."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import hashlib
 import mmap
 import os
 from pathlib import Path
-
-import xxhash
 
 WINDOW = 16 << 20  # bytes mapped and hashed at a time
 
@@ -40,7 +38,3 @@ def sha256_range(path: Path, start: int, size: int, window: int = WINDOW) -> str
             at = base + length
     return digest.hexdigest()
 
-
-def digest_of(data: bytes | memoryview) -> bytes:
-    """The per-sample content hash stored in the index (xxh3-128, a fast non-cryptographic hash)."""
-    return xxhash.xxh3_128_digest(data)

@@ -27,8 +27,8 @@ from typing import Any
 
 from packer.core.index import INDEX_NAME, parse_index, read_index
 from packer.dataset.files import dataset_files
-from packer.dataset.open import local_version, url_version_name
-from packer.dataset.remote import download_dataset, is_url, open_fs, remote_errors
+from packer.dataset.open import is_url, local_version, url_version_name
+from packer.dataset.remote import download_dataset, open_fs, remote_errors
 from packer.errors import CorruptDatasetError
 from readers.options import RemoteOptions
 from readers.ram import _tmpfs

@@ -26,7 +26,7 @@ filesystem object and the lock descriptors live in the process that reads. Nothi
 ever written to the URL.
 
 The parts, each testable alone:
-    _mirror    RemoteSource, open_remote, remote_source: the mirror folder and its metadata
+    _mirror    RemoteSource, open_remote: the mirror folder and its metadata
     _locks     the per-shard flock files, fork-safe
     _eviction  victims(): which shards to delete, a pure function of what is on disk
     _cache     ShardCache (pin, fetch, evict) and its Prefetcher threads
@@ -39,10 +39,9 @@ from readers.remote._mirror import (
     RemoteSource,
     default_cache_dir,
     open_remote,
-    remote_source,
 )
 from readers.remote._reader import RemoteReader, remote_reader
 
 __all__ = ["DEFAULT_DISK_CACHE_BYTES", "MAX_PINNED", "Prefetcher",
            "RemoteReader", "RemoteSource", "ShardCache", "default_cache_dir", "open_remote",
-           "remote_reader", "remote_source"]
+           "remote_reader"]

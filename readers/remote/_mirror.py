@@ -13,8 +13,7 @@ from typing import Any
 
 from packer.core.index import INDEX_NAME, KEYS_NAME, SAMPLES_NAME
 from packer.dataset.open import url_version_name
-from packer.dataset.remote import fetch_metadata, is_url
-from readers.options import RemoteOptions
+from packer.dataset.remote import fetch_metadata
 from readers.options.values import check_budget
 from readers.remote._fields import fetch_field_files
 from readers.remote._locks import LOCKS
@@ -64,16 +63,3 @@ def open_remote(url: str, storage_options: Mapping[str, Any] | None = None,
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return RemoteSource(url.rstrip("/"), folder, budget, options, prefetch_shards)
-
-
-def remote_source(path: str | Path, options: RemoteOptions | None) -> RemoteSource | None:
-    """A RemoteSource when `path` is a URL; None (and no remote options given) for a folder."""
-    if isinstance(path, str) and is_url(path):
-        given = RemoteOptions() if options is None else options
-        return open_remote(path, dict(given.storage_options), given.cache_dir,
-                           given.max_cache_bytes, given.prefetch_shards)
-    if options is not None:
-        raise ValueError(f"{path}: remote options (cache_dir, max_cache_bytes, "
-                         "storage_options) apply to a URL (s3://..., file://...), not to a "
-                         "local folder: drop remote=")
-    return None

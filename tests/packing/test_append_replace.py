@@ -14,9 +14,9 @@ import pytest
 
 from packer import append, verify
 from packer.conversion.append import AppendInterrupted
+from packer.core.checks import digest_of
 from packer.core.index import INDEX_NAME, open_dataset, read_index
 from packer.errors import PackError
-from packer.storage.hashing import digest_of
 from readers import PackedDataset
 from tests.append_support import ADDED, BASE, make_sources, pack
 from tests.helpers import tree_hashes

@@ -13,8 +13,8 @@ import torch
 from torch.utils.data import DataLoader
 from torch.utils.data._utils.pin_memory import pin_memory
 
+from packer.core.checks import digest_of
 from packer.core.index import open_dataset
-from packer.storage.hashing import digest_of
 from readers import PackedDataset, PackedIterableDataset, RawBatch, collate
 from readers.batching._columns import PackedColumn, packed, unpacked
 from tests.helpers import pack_every_format

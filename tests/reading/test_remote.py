@@ -14,11 +14,11 @@ from click.testing import CliRunner
 from torch.utils.data import DataLoader
 
 from pack_cli import main
+from pack_cli._params import parse_storage_options
 from packer import ConvertOptions, convert
 from packer.conversion.journal import ResumeRefused
 from packer.conversion.upload import convert_remote
 from packer.core.index import INDEX_NAME, KEYS_NAME, REJECTS_NAME, SAMPLES_NAME, open_dataset
-from packer.dataset.remote import parse_storage_options
 from packer.encode import EncodeOptions
 from packer.errors import DatasetExistsError, IncompleteDatasetError
 from packer.formats.base import ShardOptions

@@ -11,10 +11,10 @@ from typing import Literal
 import numpy as np
 
 from packer.conversion.append.fields import Reorder
+from packer.core.checks import digest_of
 from packer.core.index import SampleTable
 from packer.core.record import Origin, SourceItem
 from packer.storage.files import read_input
-from packer.storage.hashing import digest_of
 
 Existing = Literal["size", "digest"]
 
