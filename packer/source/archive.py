@@ -41,6 +41,7 @@ from packer.source.archive_sidecars import Sidecars
 from packer.source.empty import other_members
 from packer.source.fields import FieldChoice
 from packer.source.items import ItemsBuilder, SourceItems, Strings, Suffixes
+from packer.source.kinds import archive_kind, image_name
 from packer.source.members import (
     ArchiveSource,
     ArchiveStat,
@@ -48,27 +49,10 @@ from packer.source.members import (
     Entry,
     MemberTable,
 )
-from packer.source.names import image_name
 from packer.source.tarheaders import _Unusual, inner_tar_folder, tar_entries
 from packer.source.zipdirectory import zip_entries
 
 GZIP_MAGIC = b"\x1f\x8b"
-GZIPPED_TAR = (".tar.gz", ".tgz")
-COMPRESSED_TAR = (".tar.bz2", ".tbz2", ".tar.xz", ".txz")  # refused: decompress them
-
-
-def archive_kind(path: Path) -> str | None:
-    """"tar", "tgz", "zip", "compressed tar", or None when the name is not an archive's."""
-    name = path.name.lower()
-    if name.endswith(GZIPPED_TAR):
-        return "tgz"
-    if name.endswith(COMPRESSED_TAR):
-        return "compressed tar"
-    if name.endswith(".tar"):
-        return "tar"
-    return "zip" if name.endswith(".zip") else None
-
-
 def scan_archive(path: Path, choice: FieldChoice) -> ArchiveScan:
     """Items, class names, rejects, ignored count, reader and sidecar fields of an
     archive."""

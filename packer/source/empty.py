@@ -13,7 +13,7 @@ from pathlib import Path
 
 from packer.core.layout import INDEX_NAME, STATE_DIR
 from packer.errors import SourceError
-from packer.source.names import IMAGE_EXTENSIONS, image_name
+from packer.source.kinds import IMAGE_EXTENSIONS, image_name
 
 LAYOUT = "SRC/<class>/<image>"
 SHOWN = 4  # suffixes named in the message; the rest are counted

@@ -32,26 +32,17 @@ from packer import formats
 from packer.core.fields import FieldSpec, FieldValueError, encode_value, pack_record, parse_text
 from packer.core.index import (
     INDEX_NAME,
-    KEYS_NAME,
     REJECTS_NAME,
-    SAMPLES_NAME,
     Index,
     SampleTable,
     open_dataset,
 )
-from packer.core.layout import STATE_DIR
 from packer.core.record import Reject, SourceItem
 from packer.dataset import open as dataset_open
 from packer.encode import EncodeOptions
 from packer.errors import PackError, RejectReason, SourceError
 from packer.formats.base import RecordReader
 from packer.source.items import SourceItems, Strings
-
-
-def is_packed(path: Path) -> bool:
-    """A folder holding index.json, or what a conversion leaves before writing it last."""
-    return path.is_dir() and any((path / name).exists()
-                                 for name in (INDEX_NAME, SAMPLES_NAME, KEYS_NAME, STATE_DIR))
 
 
 def _shared(folder: Path, fingerprint: str | None = None) -> dataset_open.Opened:

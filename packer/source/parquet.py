@@ -14,8 +14,8 @@ The scan reads the footers and the label and field columns, never the images; th
 are read in place, a row group at a time (`ParquetSource`). A row without a label (null,
 or a class id out of range) or with a field that is not its type is a reject here; a
 null or undecodable image is one when it is encoded. Without a label column every sample
-is class 0 of one class, `unlabelled`, and a warning says so. Which SRC is one, and its
-files: `is_parquet_source`, `listing`. pyarrow is an optional extra, imported when a
+is class 0 of one class, `unlabelled`, and a warning says so. Its files: `listing`;
+whether SRC is Parquet at all: `is_parquet_source`. pyarrow is an optional extra, imported when a
 Parquet source is scanned.
 """
 
@@ -39,11 +39,11 @@ from packer.source.fields import FieldChoice
 from packer.source.items import ItemsBuilder, SourceItems
 from packer.source.manifest import MAX_CLASSES
 from packer.source.parquet_columns import Layout, layout_of, row_records
-from packer.source.parquet_files import describe, is_parquet_source, is_utf8, listing
+from packer.source.parquet_files import describe, is_utf8, listing
 from packer.source.parquet_read import ParquetSource, RowTable, TableFile, load_pyarrow, open_table
 from packer.source.wds_labels import UNLABELLED
 
-__all__ = ["ParquetScan", "is_parquet_source", "scan_parquet"]
+__all__ = ["ParquetScan", "scan_parquet"]
 
 BATCH_ROWS = 4096  # rows of label and field columns read at a time
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""Which SRC is a Parquet source, and its files: one .parquet file, a quoted glob of them,
+"""The files of a Parquet source: one .parquet file, a quoted glob of them,
 a folder of them (the Hugging Face Hub's `data/train-00000-of-00002.parquet`; a folder
 holding the shards of several splits is refused), or a folder that
 `datasets.Dataset.save_to_disk` wrote (Arrow IPC files listed by its state.json).
@@ -16,48 +16,11 @@ from typing import Any
 import numpy as np
 
 from packer.errors import SourceError
+from packer.source.kinds import PARQUET, SAVED
 from packer.source.members import ArchiveStat
-from packer.source.names import image_name
 from packer.source.parquet_read import TableFile, one_line, open_table
 
-PARQUET = ".parquet"
-SAVED = ("state.json", "dataset_info.json")  # what datasets' save_to_disk writes
 HF_SHARD = re.compile(r"(.+)-\d{5}-of-\d{5}")  # the Hub's `<split>-00000-of-00002`
-SEARCH_DEPTH = 3  # folder levels searched for .parquet files (Hub: <config>/<split>/)
-
-
-def is_parquet_source(path: Path) -> bool:
-    """A .parquet file, a glob of them, a `save_to_disk` folder, or a folder holding
-    .parquet files and, down to SEARCH_DEPTH levels, no images and no tars (an image
-    folder with a metadata.parquet, and img2dataset's shards with theirs, are not)."""
-    if path.name.lower().endswith(PARQUET):
-        return path.is_file() or glob.has_magic(path.name)
-    if not path.is_dir() or (path / "index.json").exists():
-        return False
-    if all((path / name).is_file() for name in SAVED) or (path / "dataset_dict.json").is_file():
-        return True
-    return _holds_only_parquet(path)
-
-
-def _holds_only_parquet(folder: Path) -> bool:
-    found = False
-    pending = [(str(folder), 0)]
-    while pending:
-        where, level = pending.pop()
-        try:
-            with os.scandir(where) as listing:
-                for entry in listing:
-                    name = entry.name.lower()
-                    if name.startswith("."):
-                        continue
-                    if image_name(name) or name.endswith((".tar", ".tgz", ".tar.gz")):
-                        return False
-                    found = found or name.endswith(PARQUET)
-                    if level < SEARCH_DEPTH and entry.is_dir(follow_symlinks=False):
-                        pending.append((entry.path, level + 1))
-        except OSError:
-            continue
-    return found
 
 
 def is_utf8(name: str) -> bool:

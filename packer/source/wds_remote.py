@@ -20,7 +20,7 @@ from typing import Any
 
 from packer.dataset.remote import fetch, open_fs, remote_errors
 from packer.errors import SourceError
-from packer.source.wds_paths import expand_braces, has_braces, is_shard_name
+from packer.source.kinds import expand_braces, has_braces, is_shard_name
 
 CACHE_ENV = "PACKER_SHARD_CACHE"
 

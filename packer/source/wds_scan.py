@@ -194,4 +194,3 @@ def _field_value(ext: str, raw: bytes) -> tuple[str, bytes]:
         except (UnicodeDecodeError, FieldValueError) as exc:
             raise FieldValueError(f"the .json member is not JSON ({exc})") from exc
     return "bytes", raw
-

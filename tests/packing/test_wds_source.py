@@ -17,7 +17,7 @@ import pytest
 from packer import formats
 from packer.core.index import open_dataset, read_index
 from packer.encode import rgb_pixels
-from packer.source.names import IMAGE_EXTENSIONS
+from packer.source.kinds import IMAGE_EXTENSIONS
 from packer.source.wds_scan import IMAGE_ORDER
 from readers import PackedDataset
 from tests.helpers import assert_one_line_error, jpeg_bytes, png_bytes, random_image, run_pack

@@ -24,7 +24,7 @@ from tests.helpers import pack_wds
 
 PRODUCT = ("packer", "readers", "pack_cli")
 READ_BOUND = 19  # modules from PackedDataset(path) to a collated batch
-CONVERT_BOUND = 37  # modules from `pack convert SRC DST --to lmdb` to index.json
+CONVERT_BOUND = 35  # modules from `pack convert SRC DST --to lmdb` to index.json
 
 
 def modules_crossed(action: Callable[[], object]) -> list[str]:
