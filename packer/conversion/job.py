@@ -20,25 +20,12 @@ from packer.conversion.executors import (
     check_executor,
     encode_ordered,
 )
-from packer.conversion.identity import (
-    JOB_KEY,
-    JobIdentity,
-    changed_since,
-    identify,
-    save_identity,
-)
+from packer.conversion.identity import JOB_KEY, JobIdentity, changed_since, identify, save_identity
 from packer.conversion.journal import Journal, Progress, ResumeRefused
 from packer.conversion.parallel import CommittedShards, use_parallel_writers, written_groups
 from packer.conversion.writing import OnError, WriterLoop, rejected
 from packer.core.field_table import FieldRowsBuilder, present_counts
-from packer.core.index import (
-    REJECTS_NAME,
-    Index,
-    SampleTable,
-    ShardInfo,
-    save_table,
-    write_index,
-)
+from packer.core.index import REJECTS_NAME, Index, SampleTable, ShardInfo, save_table, write_index
 from packer.core.record import Record, Reject, SourceItem
 from packer.encode import EncodeOptions
 from packer.errors import SourceError
@@ -49,8 +36,6 @@ from packer.source.fields import FieldChoice
 from packer.source.scan import Source, scan
 from packer.storage.atomic import write_atomic
 from packer.storage.hashing import sha256_file
-
-DEFAULT_NPY_SIZE = (256, 256)
 
 T = TypeVar("T")
 
@@ -96,11 +81,9 @@ class ConvertOptions:
 
 def effective_options(fmt: str, options: EncodeOptions,
                       pixels_in: tuple[int, int] | None = None) -> EncodeOptions:
-    """npy always stores raw pixels at a fixed size (256x256 unless given).
-
-    `pixels_in`: the source is an npy dataset of raw pixels of that size. npy keeps its
-    size unless given; the other formats store images, PNG unless --encode says otherwise.
-    """
+    """npy always stores raw pixels at a fixed size (256x256 unless given). `pixels_in`: the
+    source is an npy dataset of raw pixels of that size, which npy keeps unless given; the
+    other formats store images, PNG unless --encode says otherwise."""
     if fmt != "npy":
         if options.pixels:
             raise ValueError("raw pixels are only stored by the npy format")
@@ -109,7 +92,7 @@ def effective_options(fmt: str, options: EncodeOptions,
         return options
     if options.resize is not None or options.codec is not None:
         raise ValueError("npy stores raw pixels: use --size HxW, not --resize or --encode")
-    size = options.size or pixels_in or DEFAULT_NPY_SIZE
+    size = options.size or pixels_in or (256, 256)
     return dataclasses.replace(options, pixels=True, size=size)
 
 
@@ -140,7 +123,7 @@ def convert_local(src: str | Path, dst: str | Path, fmt: str,
         journal = Journal(folder)
         if complete:  # --resume of finished work: a no-op if it is this job
             return journal.finish(job_id)
-        done = resume_point(journal, job_id, run.resume, module.FILES, folder)
+        done = resume_point(journal, job_id, run.resume, folder)
         stem = continued_stem(done.shards, shard_stem(name_of(folder) if run.name is None
                                                       else run.name))
         limits = run.shards.for_inputs(len(source.items))  # a function of the inputs alone
@@ -161,10 +144,7 @@ def convert_local(src: str | Path, dst: str | Path, fmt: str,
                          path_of=lambda position: source.items[position].path,
                          drop_duplicates=run.drop_duplicates)
         with aborted_on_failure(writer), source_open(source):
-            # The generators are closed here, whatever ends the loop: one left to the
-            # garbage collector (a traceback kept by the caller holds it) shuts its
-            # thread pool down wherever the collection runs, which can be inside a new
-            # thread's start, where it deadlocks on threading's own lock.
+            # The generators are closed here, whatever ends the loop (closed_after says why)
             if isinstance(writer, CommittedShards):  # parallel: Ray tasks write the shards
                 assert limits.max_samples is not None  # use_parallel_writers checked it
                 with closed_after(written_groups(
@@ -173,9 +153,8 @@ def convert_local(src: str | Path, dst: str | Path, fmt: str,
                         stop_at_reject=run.on_error == "fail")) as groups:
                     job.commit_groups(groups, writer.commit)
             else:
-                with closed_after(encoded(source.items[done.src_stop :], options,
-                                          run.workers, run.executor,
-                                          run.ray_address)) as records:
+                with closed_after(encoded(source.items[done.src_stop :], options, run.workers,
+                                          run.executor, run.ray_address)) as records:
                     job.consume(records)
             shards = writer.finish(job.build_table())
         return finalize(folder, fmt, source, options, job, shards, job_id, journal)
@@ -183,11 +162,8 @@ def convert_local(src: str | Path, dst: str | Path, fmt: str,
 
 def plan_job(src: str | Path, fmt: str, asked: EncodeOptions, run: ConvertOptions
              ) -> tuple[Source, EncodeOptions, JobIdentity]:
-    """Scan SRC; return it, the options as stored and the job's identity.
-
-    The identity covers what shapes the output (format, encode and shard options), not
-    how the work runs (workers, executor).
-    """
+    """Scan SRC; return it, the options as stored and the job's identity: what shapes the
+    output (format, encode and shard options), not how the work runs (workers, executor)."""
     source = scan(src, run.fields)
     if source.archive is not None and run.executor == "ray":
         raise SourceError(f"{src}: an archive, webdataset or Parquet SRC is read by the "
@@ -209,12 +185,8 @@ def plan_job(src: str | Path, fmt: str, asked: EncodeOptions, run: ConvertOption
 
 
 def encoded(items: Sequence[SourceItem], options: EncodeOptions, workers: int | None,
-            executor: Executor = "local", address: str | None = None,
-            ) -> Iterator[Record | Reject]:
-    """Encode items in order on `workers` threads (see executors for why threads), or Ray.
-
-    A task is a batch of `batch_size(options)` inputs.
-    """
+            executor: Executor = "local", address: str | None = None) -> Iterator[Record | Reject]:
+    """Encode items in order on `workers` threads, or Ray; a task is a batch of inputs."""
     size = batch_size(options)
     # Slices of the scan's SourceItems are views: each batch builds its SourceItem
     # objects in the worker, and pickles (Ray) with only its own keys and paths.
@@ -227,9 +199,8 @@ def encoded(items: Sequence[SourceItem], options: EncodeOptions, workers: int | 
 
 @contextlib.contextmanager
 def source_open(source: Source) -> Iterator[None]:
-    """A packed or archive SRC opened for the block, closed whatever ends it: a source
-    that cannot be read (or an archive that changed since the scan) stops here, not per
-    sample."""
+    """A packed or archive SRC opened for the block, closed whatever ends it: a source that
+    cannot be read (or an archive changed since the scan) stops here, not per sample."""
     try:
         if source.origin is not None:
             source.origin.open()
@@ -245,8 +216,7 @@ def source_open(source: Source) -> Iterator[None]:
 
 @contextlib.contextmanager
 def aborted_on_failure(writer: Writer) -> Iterator[None]:
-    """The writer aborted (its partial files removed) if the block fails; the first
-    failure is the one reported, not one of the abort's own."""
+    """If the block fails: the writer aborted (partial files removed), the block's error raised."""
     try:
         yield
     except BaseException:
@@ -257,9 +227,9 @@ def aborted_on_failure(writer: Writer) -> Iterator[None]:
 
 @contextlib.contextmanager
 def closed_after(iterator: Iterator[T]) -> Iterator[Iterator[T]]:
-    """`iterator`, closed when the block ends if it can be (a generator; map() cannot):
-    its `finally` (a thread pool's shutdown) runs here and now, not in whatever thread
-    the garbage collector next runs in."""
+    """`iterator`, closed when the block ends if it can be (a generator; map() cannot): its
+    `finally` (a thread pool's shutdown) runs here and now, not where the garbage collector
+    next runs, which can be inside a new thread's start, deadlocked on threading's lock."""
     try:
         yield iterator
     finally:
@@ -268,8 +238,7 @@ def closed_after(iterator: Iterator[T]) -> Iterator[Iterator[T]]:
             close()
 
 
-def resume_point(journal: Journal, job: JobIdentity, resume: bool, files: tuple[str, ...],
-                 folder: Path) -> Progress:
+def resume_point(journal: Journal, job: JobIdentity, resume: bool, folder: Path) -> Progress:
     """Start fresh, or load what an interrupted run of the same job made durable."""
     if not resume or not journal.exists():
         journal.start(job.fingerprint)
@@ -282,11 +251,8 @@ def resume_point(journal: Journal, job: JobIdentity, resume: bool, files: tuple[
             "to resume, or --overwrite to start over"
         )
     parts = journal.read_parts()
-    keep = len(parts)
-    for number, part in enumerate(parts):
-        if not all(_shard_intact(folder, shard) for shard in part["shards"]):
-            keep = number
-            break
+    keep = next((number for number, part in enumerate(parts)  # up to the first damaged part
+                 if not all(_shard_intact(folder, shard) for shard in part["shards"])), len(parts))
     journal.truncate(keep)
     return journal.load(parts[:keep])
 
@@ -315,9 +281,8 @@ def finalize(folder: Path, fmt: str, source: Source, options: EncodeOptions, job
         extra["source"] = source.origin.lineage(options)
     index = Index(format=fmt, num_samples=len(table), class_names=source.class_names,
                   shards=tuple(shards), encode=options.to_json(), num_rejected=len(rejects),
-                  num_ignored=source.num_ignored,
-                  image_size=options.size if options.pixels else None, extra=extra,
-                  fields=source.fields,
+                  num_ignored=source.num_ignored, fields=source.fields, extra=extra,
+                  image_size=options.size if options.pixels else None,
                   field_counts=present_counts(source.fields, table) if source.fields else ())
     index = write_index(folder, index)  # as written: with the table's digest
     journal.remove()

@@ -8,15 +8,10 @@
               raw bytes); no key where the sample has no value
 
 A field key sorts right after its sample's key (NUL is the smallest byte, and keys
-hold none), so the keys still go in with one append-only pass. Why a key per field
-and not one value per sample: `txn.get(key + b"\0caption")` reads one field with
-stock py-lmdb, and it costs no more than one value holding every field and unpacked in
-Python; either is small beside decoding the image.
-
-Writes are batched in large transactions; when the map fills, the map size doubles
-and the transaction is replayed, so there is no user-visible `map_size`. The folder
-is written as `data.lmdb.partial/` and renamed when complete. LMDB is one file, so
-resume redoes it from the start.
+hold none), so the writer puts every key in with one append-only pass. A key per field
+lets stock py-lmdb read one field (`txn.get(key + b"\0caption")`) at the cost of one
+value holding them all; either is small beside decoding the image. LMDB is one file,
+so resume redoes it from the start.
 
 `pack append` adds the new samples as one more LMDB file beside it,
 `data.lmdb/data-00001.mdb` and so on (stock py-lmdb opens one with
@@ -24,12 +19,9 @@ resume redoes it from the start.
 would change pages all over the file, so its digest would have to be computed again
 from every byte, and lock-free readers of the old file could see freed pages reused.
 """
-
 from __future__ import annotations
 
-import errno
 import os
-import shutil
 import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -38,25 +30,19 @@ from typing import Any
 import lmdb
 import numpy as np
 
-from packer.core.fields import unpack_record
-from packer.core.index import Index, SampleTable, ShardInfo, load_table
-from packer.core.record import Record
-from packer.errors import CorruptDatasetError, UnstorableRecord
+from packer.core.index import Index, SampleTable, load_table
+from packer.errors import CorruptDatasetError
+from packer.formats._lmdb_writer import FIELD_SEPARATOR, FOLDER, HEADER, LmdbWriter
 from packer.formats._parts import read_by_part
 from packer.formats.base import (
     DecodedFields,
-    Location,
-    WriterPlan,
     checked,
     checked_values,
     no_files,
     nothing_to_check,
 )
-from packer.storage.atomic import commit, fsync_dir, partial_path
-from packer.storage.filestream import Writeback, hash_while
 
 NAME = "lmdb"
-FOLDER = "data.lmdb"
 FILES = (FOLDER,)
 # Capabilities, declared here so that no caller branches on the format name:
 THREAD_SAFE_READER = True  # one reader may serve every thread
@@ -64,126 +50,7 @@ OPENS_EVERY_SHARD = True  # its reader opens every data file at once
 STORES_PIXELS = False  # raw pixels of one size, not encoded images
 GROUPS_INPUTS = False  # --shard-samples: a shard per N inputs
 LABELS_FILE: str | None = None  # labels beside the data, or in it
-
-HEADER = struct.Struct("<q8s")
-TXN_BYTES = 64 << 20
-INITIAL_MAP = 1 << 30
-MAX_KEY_BYTES = 511
-FIELD_SEPARATOR = b"\0"
-
-
-def field_key(key: bytes, name: str) -> bytes:
-    return key + FIELD_SEPARATOR + name.encode("ascii")
-
-
-def pack_value(label: int, ext: str, data: bytes) -> bytes:
-    return HEADER.pack(label, ext.encode("ascii")) + data
-
-
-class LmdbWriter:
-    """Buffers records and writes them in large append-only transactions."""
-
-    resumable = False
-
-    def __init__(self, plan: WriterPlan) -> None:
-        self.folder = plan.folder / FOLDER
-        self.tmp = partial_path(self.folder)
-        self.fields = plan.fields
-        self._longest_field = max((len(spec.name) + 1 for spec in plan.fields), default=0)
-        shutil.rmtree(self.tmp, ignore_errors=True)
-        try:
-            self.env: Any = lmdb.open(str(self.tmp), map_size=INITIAL_MAP, subdir=True,
-                                      readahead=False, meminit=True, max_dbs=0, sync=False)
-        except lmdb.Error as exc:  # py-lmdb's own errors: an OSError, as the writers raise
-            raise OSError(errno.ENOSPC if isinstance(exc, lmdb.DiskError) else errno.EIO,
-                          f"lmdb cannot create {self.tmp} ({exc})") from exc
-        self._batch: list[tuple[bytes, bytes]] = []
-        self._batch_bytes = 0
-        self._count = 0
-        # Start writing committed pages to disk early, so the final sync waits for little.
-        self._sync_fd = os.open(self.tmp / "data.mdb", os.O_RDONLY | os.O_CLOEXEC)
-        self._writeback = Writeback(self._sync_fd)
-
-    def part_full(self, next_size: int) -> bool:
-        return False
-
-    def add(self, record: Record) -> Location:
-        key = record.key.encode("utf-8")
-        if len(key) + self._longest_field > MAX_KEY_BYTES:  # checked before anything is written
-            raise UnstorableRecord(
-                f"key too long for LMDB: {len(key) + self._longest_field} bytes, at most "
-                f"{MAX_KEY_BYTES}; shorten the file path or use another format"
-            )
-        value = pack_value(record.label, record.ext, record.data)
-        self._batch.append((key, value))
-        self._batch_bytes += len(value)
-        if self.fields:
-            self._add_fields(key, record.fields)
-        self._count += 1
-        if self._batch_bytes >= TXN_BYTES:
-            self._flush()
-        return Location(-1, len(record.data))
-
-    def _add_fields(self, key: bytes, record: bytes) -> None:
-        values = unpack_record(record, len(self.fields))
-        for spec, value in sorted(zip(self.fields, values, strict=True),
-                                  key=lambda pair: pair[0].name):
-            if value is not None:
-                self._batch.append((field_key(key, spec.name), value))
-                self._batch_bytes += len(value)
-
-    def _flush(self) -> None:
-        while self._batch:
-            try:
-                with self.env.begin(write=True) as txn:
-                    cursor = txn.cursor()
-                    _, added = cursor.putmulti(self._batch, append=True)
-                    if added != len(self._batch):
-                        raise CorruptDatasetError(f"{self.tmp}: duplicate key in the batch")
-                self._batch.clear()
-                self._batch_bytes = 0
-                self._writeback.wanted.set()
-            except lmdb.MapFullError:
-                self.env.set_mapsize(self.env.info()["map_size"] * 2)
-            except lmdb.Error as exc:  # a failed write: word it like any other (disk full...)
-                raise OSError(errno.EIO, f"{self.tmp}: {exc}") from exc
-
-    def end_part(self) -> None:
-        self._flush()
-
-    def finish(self, table: SampleTable) -> tuple[ShardInfo, ...]:
-        self._flush()
-        self._stop_writeback()
-        digest = hash_while(self.tmp / "data.mdb", self._sync_and_close)
-        lock = self.tmp / "lock.mdb"
-        if lock.exists():
-            lock.unlink()
-        shutil.rmtree(self.folder, ignore_errors=True)
-        commit(self.tmp, self.folder)
-        fsync_dir(self.folder)
-        data = self.folder / "data.mdb"
-        return (ShardInfo(f"{FOLDER}/data.mdb", self._count, data.stat().st_size, digest),)
-
-    def _sync_and_close(self) -> None:
-        try:
-            self.env.sync(True)
-        except lmdb.Error as exc:
-            raise OSError(errno.EIO, f"{self.tmp}: {exc}") from exc
-        self.env.close()
-
-    def _stop_writeback(self, timeout: float | None = None) -> None:
-        if self._sync_fd >= 0:
-            self._writeback.stop(timeout)
-            fd, self._sync_fd = self._sync_fd, -1  # closed once, whatever interrupts us
-            os.close(fd)
-
-    def abort(self) -> None:
-        self._stop_writeback(timeout=2.0)
-        self.env.close()
-
-
-def open_writer(plan: WriterPlan) -> LmdbWriter:
-    return LmdbWriter(plan)
+open_writer = LmdbWriter  # the format's writer, opened on a WriterPlan
 
 
 class LmdbReader(DecodedFields):
@@ -260,7 +127,7 @@ class LmdbReader(DecodedFields):
 
     def _values_part(self, part: int, indices: Sequence[int]
                      ) -> list[tuple[bytes | None, ...]]:
-        suffixes = [field_key(b"", spec.name) for spec in self.index.fields]
+        suffixes = [FIELD_SEPARATOR + spec.name.encode("ascii") for spec in self.index.fields]
         if not suffixes:
             return [() for _ in indices]
         try:
@@ -298,8 +165,7 @@ def _open_part(path: Path) -> Any:
     return env
 
 
-def open_reader(folder: Path, index: Index, table: SampleTable) -> LmdbReader:
-    return LmdbReader(folder, index, table)
+open_reader = LmdbReader
 
 
 def read_labels(folder: Path, index: Index) -> np.ndarray:
@@ -321,7 +187,8 @@ def read_labels(folder: Path, index: Index) -> np.ndarray:
 def _labels_of(reader: LmdbReader, part: int, indices: Sequence[int]) -> list[int]:
     try:
         with reader.envs[part].begin() as txn:
-            return [_label(txn.get(key)) for key in reader.table.key_bytes_many(indices)]
+            return [-1 if (value := txn.get(key)) is None else HEADER.unpack_from(value)[0]
+                    for key in reader.table.key_bytes_many(indices)]  # -1: no such class
     except (lmdb.Error, struct.error) as exc:
         raise CorruptDatasetError(f"{reader.files[part]}: damaged ({exc}); reconvert") from exc
 
@@ -336,11 +203,6 @@ def _labels_in_key_order(path: Path) -> np.ndarray:
         raise CorruptDatasetError(f"{path}: damaged ({exc}); reconvert") from exc
     finally:
         env.close()
-
-
-def _label(value: bytes | None) -> int:
-    """The label in a value's header; -1 (no such class) for a missing key."""
-    return -1 if value is None else int(HEADER.unpack_from(value)[0])
 
 
 side_files = no_files  # the data file holds everything a reader needs

@@ -36,11 +36,10 @@ MIN_SHARDS = 8  # shards a conversion makes by default, inputs allowing: a loade
 class ShardOptions:
     """When a writer ends a shard: at `max_bytes` or `max_samples`, whichever comes first.
 
-    `min_shards` (the default of a conversion, `spread`): also every num_inputs //
-    min_shards inputs, at least 1, so that a set of at least min_shards inputs makes at
-    least min_shards shards, however small its images: stock webdataset gives each
-    DataLoader worker whole shards, and refuses a worker that gets none. Which shard an
-    input lands in is still a function of the inputs alone (resume relies on it).
+    `min_shards` (a conversion's default, `spread`): also every num_inputs // min_shards
+    inputs (at least 1), so that enough inputs make at least min_shards shards however
+    small: stock webdataset gives each DataLoader worker whole shards, and refuses a worker
+    that gets none. An input's shard is still a function of the inputs alone (resume).
     """
 
     max_bytes: int = 256_000_000  # the CLI default, 256MB
@@ -127,12 +126,10 @@ class Writer(Protocol):
 class RecordReader(Protocol):
     """Reads the stored bytes of samples; opened lazily in the process that reads.
 
-    What a reader can do beyond reading is part of this protocol, not found by probing
-    for attributes: `memory_mapped` (the page cache is its cache: readers skip their own),
-    `gathers_rows` (a `gather(indices, out)` that copies fixed-size rows straight into a
-    batch buffer: npy), `prefetch`/`stop_prefetch` (a URL's reader fetches coming shards
-    in the background; the others do nothing). Every format's reader is a
-    `DecodedFields`, which gives the defaults.
+    What a reader can do beyond reading is declared here, not probed for: `memory_mapped`
+    (the page cache is its cache: readers skip their own), `gathers_rows` (a
+    `gather(indices, out)` that copies fixed-size rows into a batch buffer: npy),
+    `prefetch`/`stop_prefetch` (a URL's reader fetches coming shards in the background).
     """
 
     memory_mapped: bool
@@ -193,16 +190,13 @@ class FormatModule(Protocol):
 
     def side_files(self, index: Index) -> tuple[str, ...]:
         """Files beside the shards a reader needs (npy: labels, field values)."""
-        ...
 
     def kept_files(self, index: Index) -> tuple[str, ...]:
         """Files of the dataset for other tools, not our readers (wds: the wids index)."""
-        ...
 
     def check_kept_files(self, folder: Path, index: Index) -> tuple[str, ...]:
         """Check the kept files against index.json (CorruptDatasetError naming the file);
         what was checked, for `pack verify`'s report."""
-        ...
 
 
 def no_files(index: Index) -> tuple[str, ...]:
@@ -235,8 +229,7 @@ def checked_fields(index: Index, table: SampleTable, i: int, values: Sequence[by
                    ) -> dict[str, object]:
     """Decode sample i's field values (all of the dataset's, in its order), checked against
     its field digest; only `names` when given. `where` may be a function that names the
-    file, called only for the error (building a shard's Path per sample costs more than
-    checking the digest)."""
+    file, called only for the error (a shard's Path per sample costs more than the check)."""
     if table.fields is None or digest_of(pack_record(values)) != table.fields.digest(i):
         place = where() if callable(where) else where
         raise CorruptDatasetError(
@@ -268,20 +261,11 @@ class _ValuesReader(RecordReader, Protocol):
     table: SampleTable
 
 
-def decoded_many(reader: _ValuesReader, indices: Sequence[int],
-                 names: Sequence[str] | None) -> list[dict[str, object]]:
-    """`fields_many` of a reader: its checked values (field_values_many), decoded."""
-    if reader.table.fields is None:
-        return [no_fields(reader.index, names) for _ in indices]
-    chosen = numbered(reader.index.fields, None if names is None else tuple(names))
-    return [decode_numbered(chosen, values) for values in reader.field_values_many(indices)]
-
-
 class DecodedFields:
     """`fields` and `fields_many` of a format reader, from its `field_values_many`: one
-    call for the batch, every sample's values checked against its digest, then decoded
-    (decoded_many). Every format's reader is one (a dataset without fields gives {}); it
-    also gives RecordReader's defaults: not memory mapped, nothing to prefetch."""
+    call for the batch, every sample's values checked against its digest, then decoded.
+    Every format's reader is one; it also gives RecordReader's defaults: not memory
+    mapped, nothing to prefetch."""
 
     memory_mapped = False
     gathers_rows = False
@@ -294,14 +278,13 @@ class DecodedFields:
 
     def fields(self: _ValuesReader, i: int,
                names: Sequence[str] | None = None) -> dict[str, object]:
-        return decoded_many(self, [i], names)[0]
+        return self.fields_many([i], names)[0]
 
     def fields_many(self: _ValuesReader, indices: Sequence[int],
                     names: Sequence[str] | None = None) -> list[dict[str, object]]:
-        return decoded_many(self, indices, names)
-
-
-def no_fields(index: Index, names: Sequence[str] | None) -> dict[str, object]:
-    """What `fields` returns for a dataset without fields (KeyError for any name asked)."""
-    select(index.fields, names)
-    return {}
+        if self.table.fields is None:  # no fields: {} a sample, KeyError for any name asked
+            if indices:
+                select(self.index.fields, names)
+            return [{} for _ in indices]
+        chosen = numbered(self.index.fields, None if names is None else tuple(names))
+        return [decode_numbered(chosen, values) for values in self.field_values_many(indices)]

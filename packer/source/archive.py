@@ -1,23 +1,16 @@
 """An archive as the source, read in place: .tar, a tar of tars (ImageNet), .zip.
 
-The archive is read as the folder it extracts to: class names are its top-level
-folders (a top-level `n01440764.tar` in a tar is the folder `n01440764`), keys are
-member paths without extension, hidden and non-image members are ignored and counted
-as the folder scan counts them. Converting an archive therefore gives the same samples,
-bytes and index as converting the extracted folder.
+The archive is read as the folder it extracts to (a top-level `n01440764.tar` in a tar
+is the folder `n01440764`), so it converts to the same samples, bytes and index. One
+pass over the member headers, or a zip's central directory, fills the scan's compact
+storage and a member table of offsets (`MemberTable`): items are read later by offset,
+in any order, on any thread.
 
-One pass over the member headers (`tar_entries` reads a tar's headers, seeking past the
-data; `zip_entries` reads a zip's central directory) fills the scan's compact storage
-plus a member table of offsets (`MemberTable`): no Python object is kept per member,
-and items are read later by offset, in any order, on any thread.
-
-A member is a reject naming `ARCHIVE:MEMBER` when its path escapes the archive (`..`,
-absolute), it is a link, a device or an encrypted or unsupported zip member, or its
-name repeats another's; a truncated archive is fatal, naming the last good member.
-A .tar.gz cannot seek: tarfile streams it once for the listing (offsets are then
-uncompressed offsets), and a `GzipCursor` reads the members in one forward pass, in
-whatever order the archive holds them. bzip2 and xz tars are refused with how to
-decompress.
+A member is a reject naming `ARCHIVE:MEMBER` when its path escapes the archive, it is
+a link, a device or an encrypted or unsupported zip member, or its name repeats
+another's; a truncated archive is fatal, naming the last good member. A .tar.gz cannot
+seek: tarfile streams it once for the listing (at uncompressed offsets), and a
+`GzipCursor` reads the members in one forward pass. bzip2 and xz tars are refused.
 """
 
 from __future__ import annotations
@@ -42,20 +35,13 @@ from packer.source.empty import other_members
 from packer.source.fields import FieldChoice
 from packer.source.items import ItemsBuilder, SourceItems, Strings, Suffixes
 from packer.source.kinds import archive_kind, image_name
-from packer.source.members import (
-    ArchiveSource,
-    ArchiveStat,
-    Columns,
-    Entry,
-    MemberTable,
-)
+from packer.source.members import ArchiveSource, ArchiveStat, Columns, Entry, MemberTable
 from packer.source.tarheaders import _Unusual, inner_tar_folder, tar_entries
 from packer.source.zipdirectory import zip_entries
 
-GZIP_MAGIC = b"\x1f\x8b"
+
 def scan_archive(path: Path, choice: FieldChoice) -> ArchiveScan:
-    """Items, class names, rejects, ignored count, reader and sidecar fields of an
-    archive."""
+    """Items, class names, rejects, ignored count, reader and sidecar fields of an archive."""
     kind = checked_kind(path)
     before = stat_archive(path)
     listing = list_members(path, kind, before, lambda: _Listing(f"{path}:"))
@@ -81,8 +67,10 @@ def checked_kind(path: Path) -> str:
     if kind == "compressed tar":
         raise SourceError(f"{path}: only gzip-compressed tars are read; decompress it once "
                           "(bunzip2 -k, xz -dk) and pass the .tar")
-    if kind == "tar" and _gzipped(path):
-        return "tgz"
+    if kind == "tar":
+        with open(path, "rb") as handle:
+            if handle.read(2) == b"\x1f\x8b":  # gzip's magic number
+                return "tgz"
     if kind is None:
         raise SourceError(f"{path}: not a .tar, .tar.gz, .tgz or .zip archive")
     return kind
@@ -99,8 +87,7 @@ S = TypeVar("S", bound=Sink)
 
 def list_members(path: Path, kind: str, before: ArchiveStat, make: Callable[[], S]) -> S:
     """Every member into a fresh `make()`; a tar by its headers, or by tarfile (into
-    another fresh one) when they hold something rare (one `tar_entries` leaves to
-    tarfile) or it is compressed."""
+    another fresh one) when they hold something rare or it is compressed."""
     sink = make()
     if kind != "tar":
         entries = zip_entries(path) if kind == "zip" else _tar_entries(path, None, "r|gz")
@@ -130,11 +117,6 @@ def stat_archive(path: Path) -> ArchiveStat:
         return ArchiveStat.of(path)
     except OSError as exc:
         raise SourceError(f"{path}: cannot read the archive ({exc.strerror or exc})") from exc
-
-
-def _gzipped(path: Path) -> bool:
-    with open(path, "rb") as handle:
-        return handle.read(2) == GZIP_MAGIC
 
 
 def clean_name(name: str) -> str | None:
@@ -256,8 +238,7 @@ class _Listing:
 
     def build(self, path: Path, kind: str, before: ArchiveStat, choice: FieldChoice
               ) -> ArchiveScan:
-        """Sort the items, give labels in class-name order, identify the archive, read
-        the sidecar fields."""
+        """Sort the items, label classes in name order, identify the archive, read sidecars."""
         names = tuple(sorted(self.classes))
         if not names:
             raise SourceError(f"{path}: no top-level class folders in the archive "
@@ -290,8 +271,7 @@ def member_origin(path: Path, kind: str, before: ArchiveStat, built: SourceItems
                   labels: npt.NDArray[np.int32], table: MemberTable) -> ArchiveSource:
     """The reader of the items' members, once the archive is known unchanged."""
     if stat_archive(path) != before:
-        raise SourceError(f"{path}: the archive changed while it was scanned; "
-                          "convert again")
+        raise SourceError(f"{path}: the archive changed while it was scanned; convert again")
     return ArchiveSource(path, kind, table, _identity(before, built, labels, table), before)
 
 

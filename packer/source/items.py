@@ -1,16 +1,9 @@
 """The scan's items, stored compactly: no Python object per item until one is asked for.
 
-    Strings       one UTF-8 byte blob + a start and stop per string (numpy arrays)
-    SourceItems   keys, paths (a common prefix + tails) and labels of the sorted items;
-                  a Sequence[SourceItem] that builds each SourceItem when it is read,
-                  and whose slices are views (positions stay those of the whole scan)
-    ItemsBuilder  collects rows while a scan walks, then sorts them by (key, path)
-
-A list of SourceItem costs several Python objects an item (the object, a path and a key
-string, list slots); these arrays cost the bytes of the key and path plus a few numbers,
-so the memory of a conversion stays flat as the source grows. Sorting never makes a string per item
-either: numpy sorts a fixed-width prefix of each key, and only rows whose prefixes tie
-are compared in Python.
+A list of SourceItem costs several Python objects an item; `SourceItems` (numpy arrays,
+strings in one UTF-8 blob) costs the bytes of the key and path plus a few numbers, so a
+conversion's memory stays flat as the source grows. `ItemsBuilder` collects the rows of
+a scan and sorts them without making a string per item either.
 """
 
 from __future__ import annotations
@@ -32,12 +25,8 @@ ALL = slice(None)
 
 
 class Strings:
-    """Variable-length strings: one UTF-8 blob, string i is data[starts[i]:stops[i]].
-
-    The blob is a `bytes` object (slicing and decoding it is the fastest way to make
-    a str), seen by numpy as `blob` for the vectorized work. Strings laid back to back
-    share one array of bounds: `starts` and `stops` are views of it.
-    """
+    """Variable-length strings: one UTF-8 blob, string i is data[starts[i]:stops[i]]; the
+    blob is `bytes` (it makes a str fastest), seen by numpy as `blob` for vectorized work."""
 
     __slots__ = ("blob", "data", "starts", "stops")
 
@@ -77,16 +66,12 @@ class Strings:
 
     def compacted(self, rows: slice | npt.NDArray[Any] = ALL) -> Strings:
         """A copy holding only the bytes of these rows, back to back, in their order."""
-        starts, stops = self.starts[rows], self.stops[rows]
-        data = self.data
-
-        def pieces() -> Iterator[bytes]:  # joined a chunk at a time: no object per string
-            for lo in range(0, len(starts), CHUNK):
-                yield b"".join([data[a:b] for a, b in zip(starts[lo : lo + CHUNK].tolist(),
-                                                          stops[lo : lo + CHUNK].tolist(),
-                                                          strict=True)])
-
-        return Strings.joined(pieces(), stops - starts)
+        starts, stops, data = self.starts[rows], self.stops[rows], self.data
+        pieces = (b"".join([data[a:b] for a, b in zip(starts[lo : lo + CHUNK].tolist(),
+                                                      stops[lo : lo + CHUNK].tolist(),
+                                                      strict=True)])
+                  for lo in range(0, len(starts), CHUNK))  # a chunk at a time: no object a string
+        return Strings.joined(pieces, stops - starts)
 
     def tail(self, i: int, key: str) -> str:
         return self.text(i)
@@ -95,6 +80,7 @@ class Strings:
         return self.texts(lo, hi)
 
     def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (a batch sent to a worker process) with only the bytes of its strings."""
         small = self.compacted()
         return Strings, (small.data, small.starts, small.stops)
 
@@ -115,19 +101,15 @@ class Suffixes:
         return key + self.names[int(self.ids[i])]
 
     def tails(self, lo: int, hi: int, keys: list[str]) -> list[str]:
-        names = self.names
-        return [key + names[n] for key, n in zip(keys, self.ids[lo:hi].tolist(), strict=True)]
+        return [key + self.names[n] for key, n in zip(keys, self.ids[lo:hi].tolist(), strict=True)]
 
 
 Tails = Strings | Suffixes | None  # how an item's path goes on after the prefix (None: the key)
 
 
 class SourceItems(Sequence[SourceItem]):
-    """The sorted items of a scan; item i has position `first + i`.
-
-    An item's path is `prefix` + its tail: stored (a manifest's paths), the key plus a
-    suffix (an image folder's files), or the key itself (`tails` None: the samples of a
-    packed dataset).
+    """The sorted items of a scan; item i has position `first + i`, and its path is
+    `prefix` + its tail (`tails` None: the key itself, as for a packed dataset's samples).
     """
 
     def __init__(self, prefix: str, keys: Strings, tails: Tails,
@@ -183,22 +165,14 @@ class SourceItems(Sequence[SourceItem]):
             for key, tail, label in zip(keys, tails, self.labels[lo:hi].tolist(), strict=True):
                 yield key, prefix + tail, label
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        """Pickle (a batch sent to a worker process) with only the bytes of its own items."""
-        return SourceItems, (self.prefix, self.keys, self.tails, np.array(self.labels),
-                             self.origin, self.first, self.fields)
-
     def __repr__(self) -> str:
         return f"SourceItems({len(self)} items from position {self.first})"
 
 
 class ItemsBuilder:
-    """Rows appended in any order while a scan walks; `build` sorts them by key.
-
-    A row's path is `prefix` + a tail: `add` stores the tail (a manifest's path), while
-    `add_file` stores a suffix, the tail being the key plus it (an image folder's file:
-    a byte or two instead of the whole path). One builder takes one kind of row.
-    """
+    """Rows appended in any order while a scan walks; `build` sorts them by key. A row's
+    path is `prefix` + a tail: `add` stores the tail (a manifest's path), `add_file` only a
+    suffix of the key (an image folder's file); one builder takes one kind of row."""
 
     def __init__(self, prefix: str, errors: str = "surrogatepass") -> None:
         self.prefix = prefix
@@ -212,8 +186,7 @@ class ItemsBuilder:
         self._labels = array("q")
         self._fields = bytearray()  # each row's fields record, when the scan gives fields
         self._field_stops = array("q")
-        # After build: the row (in the order added) of each built item, so that a scan
-        # can lay out per-row facts of its own (an archive's offsets) in item order.
+        # after build: each item's row in the order added (an archive lays out its offsets)
         self.order: npt.NDArray[np.intp] = np.zeros(0, np.intp)
 
     def __len__(self) -> int:
@@ -223,23 +196,20 @@ class ItemsBuilder:
         """Add a row; raises UnicodeEncodeError (and adds nothing) for an unencodable name.
 
         `fields`: the row's fields record; every row of a scan with fields has one."""
-        key_bytes = key.encode("utf-8", self.errors)
         tail_bytes = tail.encode("utf-8", self.errors)
-        self._add_fields(fields)
-        self._keys += key_bytes
-        self._key_stops.append(len(self._keys))
+        self._add_key(key, label, fields)
         self._tails += tail_bytes
         self._tail_stops.append(len(self._tails))
-        self._labels.append(label)
 
     def add_file(self, key: str, suffix: str, label: int, fields: bytes = b"") -> None:
         """Add a row whose tail is `key + suffix`; raises UnicodeEncodeError like `add`."""
-        key_bytes = key.encode("utf-8", self.errors)
-        self._add_fields(fields)
-        suffix_id = self._suffixes.setdefault(suffix, len(self._suffixes))
-        self._keys += key_bytes
+        self._add_key(key, label, fields)
+        self._suffix_ids.append(self._suffixes.setdefault(suffix, len(self._suffixes)))
+
+    def _add_key(self, key: str, label: int, fields: bytes) -> None:
+        self._keys += key.encode("utf-8", self.errors)  # first: raises before adding
         self._key_stops.append(len(self._keys))
-        self._suffix_ids.append(suffix_id)
+        self._add_fields(fields)
         self._labels.append(label)
 
     def map_fields(self, change: Callable[[bytes], bytes] | None) -> None:
@@ -265,8 +235,7 @@ class ItemsBuilder:
         tails: Strings | Suffixes
         if self._suffix_ids:
             names = tuple(self._suffixes)
-            smallest = np.uint8 if len(names) <= 1 << 8 else np.uint16
-            ids = np.array(self._suffix_ids, dtype=smallest)
+            ids = np.array(self._suffix_ids, np.uint8 if len(names) <= 1 << 8 else np.uint16)
             tails = Suffixes(names, ids)
             encoded = [name.encode(*UTF8) for name in names]
             order, repeats = sorted_order(keys, lambda row: encoded[int(ids[row])])
@@ -297,13 +266,12 @@ def _strings(blob: bytearray, stops: array[int]) -> Strings:
 
 def sorted_order(keys: Strings, path_of: Callable[[int], bytes]
                  ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.bool_]]:
-    """Rows in (key, path) order, as Python sorts the strings, and which rows repeat a key.
+    """Rows in (key, path) order, as Python sorts the strings, and which rows repeat a key
+    (`repeats`, indexed like the order).
 
-    UTF-8 byte order is code point order, so bytes sort like the strings. numpy sorts
-    the first SORT_PREFIX bytes of every key; rows whose prefixes tie (long keys that
-    share a prefix, or equal keys) are sorted in Python by their whole key, then by
-    `path_of(row)` (what follows the common prefix of the paths; for rows with equal
-    keys, what follows the key does as well). `repeats` is indexed like the order.
+    UTF-8 byte order is code point order. numpy sorts the first SORT_PREFIX bytes of
+    every key; only rows whose prefixes tie are sorted in Python, by their whole key,
+    then by `path_of(row)` (the path after the common prefix).
     """
     count = len(keys)
     repeats = np.zeros(count, dtype=np.bool_)

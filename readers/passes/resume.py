@@ -1,29 +1,24 @@
 """Resume an epoch mid-way: exactly the samples not yet seen, in the order they would have come.
 
 Every order here is a pure function of (seed, epoch, rank, worker, num_workers): the chunk
-plan (`ChunkPlan`) and the shuffle buffer's generator, `epoch_rng(seed, epoch, rank,
-worker, 2)` for a PackedIterableDataset worker and `(seed, epoch, rank, 1)` for a
-ChunkSampler. The buffer draws the same numbers whatever the items are, so the order of a
-pass is known before reading a byte, and a position in an epoch is one count per process
-that iterates:
+plan (`ChunkPlan`) and the shuffle buffer's generator, `epoch_rng(seed, epoch, rank, worker,
+2)` for a PackedIterableDataset worker, `(seed, epoch, rank, 1)` for a ChunkSampler. The
+buffer draws the same numbers whatever the items, so a pass's order is known before reading
+a byte, and a position in an epoch is one count per process that iterates:
 
     ChunkSampler           {"epoch", "seed", "samples_seen"}                (main process)
     PackedIterableDataset  {"epoch", "seed", "samples_seen", "worker", "num_workers"}
                                                                  (each DataLoader worker)
 
 Counts are equal on every rank (each rank yields the same number of batches), so a state
-saved on one rank resumes any rank. Both states also record the world size of the pass
-("world_size"), so a state loads on another: a ChunkSampler's count is one stream's (a
-loop state with batches of 1, no workers); a StatefulDataLoader that hands each of its
-workers that worker's own state (Lightning's `fit(ckpt_path=)` restores so) has them post
-their counts on the dataset's shared `WorkerBoard`, and each reads all of them at its first
-sample: together they say how far the job got.
-
-A `loop_state` also records the world size it was saved under, so it loads on any other
-world size and worker count: a pass that finds another topology than the state's reads
-the rest of the epoch, re-split for the ranks and workers it has,
-each sample once across the new ranks, with equal lengths per rank. A job that resumed so
-and stops again saves `loop_state(..., resumed_from=the state it loaded)`.
+saved on one rank resumes any rank. Every state (a `loop_state` too) records the world
+size of its pass ("world_size"), so it loads on another topology: the pass reads the rest
+of the epoch re-split for the ranks and workers it has, each sample once, with equal
+lengths per rank. A ChunkSampler's count is one stream's (a loop state with batches of
+1, no workers); workers handed their own states by a StatefulDataLoader (as Lightning's
+`fit(ckpt_path=)` restores) post their counts on the dataset's shared `WorkerBoard`, and
+each reads all of them at its first sample. A job that resumed so and stops again saves
+`loop_state(..., resumed_from=the state it loaded)`.
 
 What counts is what the training loop consumed, not what was produced, and a DataLoader
 runs ahead (the sampler's indices for prefetched batches, workers' prefetched batches).
@@ -38,12 +33,11 @@ Two ways to get it right:
   DataLoader asks worker k for batches k, k+W, k+2W, ... (round robin; a worker that runs
   out leaves the rotation; `in_order=True`, the default), so the batch count maps to an
   exact count per worker (`samples_per_worker`). transformers' Trainer counts the same way;
-  `skip_first_batches` turns its skip into such a count, so the
-  skipped batches are not read.
+  `skip_first_batches` turns its skip into such a count, so skipped batches are not read.
 
 A state applies to one pass: the next pass over its epoch, or the passes of another
-topology's re-split rest (its workers, by the pass's token); another pass
-over the same epoch reads it whole.
+topology's re-split rest (its workers, by the pass's token); another pass over the same
+epoch reads it whole.
 """
 
 from __future__ import annotations
@@ -65,8 +59,8 @@ def segments_of(state: Mapping[str, Any], dealt: int | None, world_now: int,
     """The stretches of the epoch a loop state (and those it resumed from) ran, first first.
 
     `dealt`: the run the reader deals its workers whole, None for its loader's batch (the
-    state's); a state that records no world size ran on `world_now`;
-    `per_worker=False`: one stream per rank (ChunkSampler).
+    state's); a state without a world size ran on `world_now`; `per_worker=False`: one
+    stream per rank (ChunkSampler).
     """
     earlier = state.get("resumed_from")
     before = segments_of(earlier, dealt, world_now, per_worker) if earlier is not None else ()
@@ -81,17 +75,12 @@ def segments_of(state: Mapping[str, Any], dealt: int | None, world_now: int,
 class PendingResume:
     """A resume point waiting for the next pass over its epoch: one count per worker.
 
-    The counts live in a shared int64 tensor, like the dataset's epoch: a DataLoader worker
-    that takes its count marks it used (-1) for the parent too, so the fresh workers of a
-    later pass (persistent_workers=False) do not skip again.
-
-    A new DataLoader asks worker 0 first, but the interrupted one would have asked worker
-    `first` next: during the resumed pass, DataLoader worker w plays the part of worker
-    (w + first) % num_workers (its share, its generator, its count), which puts the rest
-    of the round robin back in the order it would have had.
-
-    `segments` (a loop state's): what the job ran, so a pass on another topology reads the
-    rest re-split (`elastic_for`).
+    The counts live in a shared int64 tensor: a DataLoader worker that takes its count
+    marks it used (-1) for the parent too, so the fresh workers of a later pass
+    (persistent_workers=False) do not skip again. A new DataLoader asks worker 0 first, the
+    interrupted one would have asked worker `first`: in the resumed pass, worker w plays
+    the part of worker (w + first) % num_workers, which restores the round robin's order.
+    `segments` (a loop state's): what the job ran, for a re-split rest (`elastic_for`).
     """
 
     def __init__(self, epoch: int, counts: Sequence[int], first: int = 0,
@@ -111,9 +100,8 @@ class PendingResume:
         """The segments to re-split for a pass on this topology (`num_workers` None: a
         ChunkSampler's single stream), or None where the counts apply as they are.
 
-        `pass_token` names the pass (the same in all its workers): the
-        re-split rest is the pass's that first asked, and the workers of that pass only;
-        a later pass over the same epoch (None: every call is a new pass) reads it whole.
+        `pass_token` names the pass (the same in all its workers; None: each call a new
+        pass): the re-split rest is the first asking pass's; a later pass reads it whole.
         """
         stage = int(self._elastic[0])
         if stage == DONE:
@@ -147,7 +135,6 @@ class PendingResume:
             return True
         workers = max(num_workers, 1)
         return max(last.num_workers, 1) == workers and (workers == 1 or last.dealt == dealt)
-
 
     def worker_for(self, epoch: int, worker: int, num_workers: int) -> int:
         """The worker whose part DataLoader worker `worker` plays in this pass."""
@@ -183,11 +170,9 @@ def pending_from_state(state: Mapping[str, Any], seed: int,
     """Check a state (`state_dict()` or `loop_state(...)`) against this reader and parse it.
 
     `per_rank_of(world_size)`: samples per rank of this reader's epoch on that many ranks;
-    `world_now`: this reader's world size as of now.
-    `here` is (worker, num_workers) of a DataLoader worker loading it, None in the main
-    process. A ChunkSampler's indices are one stream whatever the number of workers
-    (`per_worker=False`): batches reach the loop in sampler order. `dealt`: the batch size
-    a PackedIterableDataset deals its workers, if any.
+    `world_now`: this reader's world size; `here`: (worker, num_workers) of a DataLoader
+    worker loading it, None in the main process; `per_worker=False`: a ChunkSampler's one
+    stream of indices; `dealt`: the batch size a PackedIterableDataset deals its workers.
     """
     if "epoch" not in state and not any(reader_states(state)):
         raise ValueError(f"a resume state needs an epoch; got keys {sorted(state)}")

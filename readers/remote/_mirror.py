@@ -19,6 +19,8 @@ from readers.remote._fields import fetch_field_files
 from readers.remote._locks import LOCKS
 
 DEFAULT_DISK_CACHE_BYTES = 8 * 2**30
+
+
 def default_cache_dir() -> Path:
     user = os.getuid() if hasattr(os, "getuid") else "user"
     return Path(tempfile.gettempdir()) / f"packer-cache-{user}"

@@ -21,7 +21,7 @@ import packer.encode
 from packer import ConvertOptions, convert
 from packer.core.index import INDEX_NAME
 from packer.errors import ctrl_c_pressed, ctrl_c_watched, interrupted
-from packer.formats import _lmdb, _wds
+from packer.formats import _lmdb_writer, _wds
 from packer.formats.base import ShardOptions, WriterPlan
 from packer.storage.filestream import Hasher
 
@@ -55,15 +55,15 @@ def test_ctrl_c_between_closing_and_forgetting_a_descriptor(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Found by the soak: Ctrl-C right after LmdbWriter closed its writeback descriptor made
     abort() close it again (EBADF), reported as "cannot write" with exit 1."""
-    writer = _lmdb.LmdbWriter(WriterPlan(tmp_path, 0, None, ShardOptions()))
+    writer = _lmdb_writer.LmdbWriter(WriterPlan(tmp_path, 0, None, ShardOptions()))
     real_close = os.close
 
     def close_then_interrupt(fd: int) -> None:
         real_close(fd)
-        monkeypatch.setattr(_lmdb.os, "close", real_close)
+        monkeypatch.setattr(_lmdb_writer.os, "close", real_close)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(_lmdb.os, "close", close_then_interrupt)
+    monkeypatch.setattr(_lmdb_writer.os, "close", close_then_interrupt)
     with pytest.raises(KeyboardInterrupt):
         writer._stop_writeback()
     writer.abort()  # must not close the descriptor a second time

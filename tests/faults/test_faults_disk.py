@@ -30,7 +30,7 @@ from packer import ConvertOptions, convert
 from packer.core.index import INDEX_NAME
 from packer.encode import EncodeOptions
 from packer.errors import DestinationError, DiskFullError, PackError
-from packer.formats import _lmdb, _npy
+from packer.formats import _lmdb_writer, _npy
 from packer.formats.base import ShardOptions
 from tests.helpers import FORMATS
 
@@ -134,7 +134,7 @@ class FullTxn:
     def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
         if kind is None:
             try:
-                self._disk.spend(_lmdb.TXN_BYTES)
+                self._disk.spend(_lmdb_writer.TXN_BYTES)
             except OSError:
                 self._txn.abort()
                 raise lmdb.Error("mdb_txn_commit: No space left on device") from None
@@ -150,7 +150,7 @@ def fill_disk(monkeypatch: pytest.MonkeyPatch, fmt: str, disk: Disk) -> None:
         monkeypatch.setattr(_npy, "open", opener(disk), raising=False)
     else:
         real_open = lmdb.open
-        monkeypatch.setattr(_lmdb.lmdb, "open",
+        monkeypatch.setattr(_lmdb_writer.lmdb, "open",
                             lambda *a, **k: FullEnv(real_open(*a, **k), disk))
 
 
@@ -165,7 +165,7 @@ def references(mixed_src: Path, tmp_path_factory: pytest.TempPathFactory) -> dic
     for fmt in FORMATS:
         convert(mixed_src, root / fmt / "out", fmt, options(fmt), run())
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_lmdb, "TXN_BYTES", SMALL_TXN)
+        patch.setattr(_lmdb_writer, "TXN_BYTES", SMALL_TXN)
         convert(mixed_src, root / "lmdb-small-txn" / "out", "lmdb", run=run())
     return {fmt: root / fmt / "out" for fmt in (*FORMATS, "lmdb-small-txn")}
 
@@ -176,7 +176,7 @@ def test_disk_full_stops_clearly_and_resumes(mixed_src: Path, tmp_path: Path,
                                              references: dict[str, Path], fmt: str,
                                              free: int) -> None:
     """Free bytes from none to plenty: the conversion fails where the disk fills."""
-    monkeypatch.setattr(_lmdb, "TXN_BYTES", SMALL_TXN)
+    monkeypatch.setattr(_lmdb_writer, "TXN_BYTES", SMALL_TXN)
     reference = references["lmdb-small-txn" if fmt == "lmdb" else fmt]
     dst = tmp_path / "out"
     disk = Disk(free)

@@ -26,7 +26,7 @@ from PIL import Image
 from packer import ConvertOptions, convert
 from packer.api import verify
 from packer.core.index import open_dataset
-from packer.formats import _lmdb
+from packer.formats import _lmdb_writer
 from packer.formats.base import ShardOptions
 from packer.source.scan import scan
 from tests.format_contract import FormatContract, Sample, expected_samples
@@ -106,8 +106,8 @@ class TestLmdb(FormatContract):
 
     def test_map_grows_when_full(self, src: Path, tmp_path: Path,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr(_lmdb, "INITIAL_MAP", 64 << 10)  # far too small: must grow
-        monkeypatch.setattr(_lmdb, "TXN_BYTES", 32 << 10)  # several transactions
+        monkeypatch.setattr(_lmdb_writer, "INITIAL_MAP", 64 << 10)  # far too small: must grow
+        monkeypatch.setattr(_lmdb_writer, "TXN_BYTES", 32 << 10)  # several transactions
         dst = tmp_path / "out"
         convert(src, dst, self.fmt, run=self.run())
         got = self.stock_read(dst)

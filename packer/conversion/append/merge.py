@@ -38,7 +38,7 @@ from packer.conversion.append.spool import REPLACE_DIR, SPOOL, Replacements
 from packer.conversion.append.stage import READY, Staged
 from packer.conversion.append.values import all_columns, field_counts
 from packer.core.index import SampleTable, ShardInfo, TableBuilder
-from packer.formats import _hdf5_writer, _lmdb, _npy, _npy_fields
+from packer.formats import _hdf5_writer, _lmdb_writer, _npy, _npy_fields
 from packer.formats._parts import part_name
 from packer.formats._wds_names import continued_stem, shard_stem
 from packer.formats._wids import index_extra
@@ -230,10 +230,10 @@ def _lmdb_file(plan: AppendPlan, staged: Staged, replaced: Replacements | None, 
     with open(path, "wb") as out:
         _copy(first, 0, out, first.stat().st_size)
     adding = [plan.folder / shard.name for shard in plan.index.shards[1:]]
-    adding.append(where / _lmdb.FOLDER / "data.mdb")
+    adding.append(where / _lmdb_writer.FOLDER / "data.mdb")
     grown = sum(source.stat().st_size for source in adding)
     env = lmdb.open(str(path), subdir=False, lock=False, readahead=False, max_dbs=0,
-                    map_size=max(_lmdb.INITIAL_MAP, 2 * (path.stat().st_size + grown)))
+                    map_size=max(_lmdb_writer.INITIAL_MAP, 2 * (path.stat().st_size + grown)))
     try:
         with env.begin(write=True) as txn:
             for source in adding:
@@ -243,10 +243,10 @@ def _lmdb_file(plan: AppendPlan, staged: Staged, replaced: Replacements | None, 
     finally:
         env.close()
     fsync_path(path)
-    shard = ShardInfo(f"{_lmdb.FOLDER}/data.mdb", plan.index.num_samples + len(staged.table),
+    shard = ShardInfo(f"{_lmdb_writer.FOLDER}/data.mdb", plan.index.num_samples + len(staged.table),
                       path.stat().st_size, sha256_file(path))
     return Merged((shard,), joined(replaced_rows(plan.table, replaced), staged.table, 0),
-                  [(f"{READY}/data.mdb", f"{_lmdb.FOLDER}/data.mdb")],
+                  [(f"{READY}/data.mdb", f"{_lmdb_writer.FOLDER}/data.mdb")],
                   remove=[s.name for s in plan.index.shards[1:]])
 
 

@@ -29,7 +29,7 @@ import numpy as np
 from packer.conversion.append.spool import Replacements
 from packer.core.field_table import FieldRows
 from packer.core.index import SampleTable
-from packer.formats import _lmdb
+from packer.formats import _lmdb_writer
 
 Segment = tuple[Path, int, int]  # (file, start, size)
 Part = tuple[Path, int, int]  # (file, where its blob starts, its first sample)
@@ -59,9 +59,9 @@ def put_lmdb(txn: Any, table: SampleTable, names: list[str], replaced: Replaceme
     for j, i in enumerate(replaced.at):
         key = table.key(i).encode("utf-8")
         record = replaced.record(j)
-        txn.put(key, _lmdb.pack_value(record.label, record.ext, record.data))
+        txn.put(key, _lmdb_writer.pack_value(record.label, record.ext, record.data))
         for name, value in zip(names, replaced.values(j), strict=True):
-            field_key = _lmdb.field_key(key, name)
+            field_key = _lmdb_writer.field_key(key, name)
             txn.delete(field_key)
             if value is not None:
                 txn.put(field_key, value)
