@@ -78,7 +78,6 @@ def other_members(names: set[str]) -> str:
     return f"{count}: {shown}{more}" if names else "no other members"
 
 
-
 def not_a_dataset(folder: Path) -> SourceError | None:
     """The error for a dataset path that is an image folder rather than a packed dataset
     (no index.json, no conversion state, images in it); None for anything else, whose

@@ -109,8 +109,7 @@ Tails = Strings | Suffixes | None  # how an item's path goes on after the prefix
 
 class SourceItems(Sequence[SourceItem]):
     """The sorted items of a scan; item i has position `first + i`, and its path is
-    `prefix` + its tail (`tails` None: the key itself, as for a packed dataset's samples).
-    """
+    `prefix` + its tail (`tails` None: the key itself, as for a packed dataset's samples)."""
 
     def __init__(self, prefix: str, keys: Strings, tails: Tails,
                  labels: npt.NDArray[np.signedinteger[Any]], origin: Origin | None = None,
@@ -193,9 +192,8 @@ class ItemsBuilder:
         return len(self._labels)
 
     def add(self, key: str, tail: str, label: int, fields: bytes = b"") -> None:
-        """Add a row; raises UnicodeEncodeError (and adds nothing) for an unencodable name.
-
-        `fields`: the row's fields record; every row of a scan with fields has one."""
+        """Add a row and its fields record (every row of a scan with fields has one); raises
+        UnicodeEncodeError (and adds nothing) for an unencodable name."""
         tail_bytes = tail.encode("utf-8", self.errors)
         self._add_key(key, label, fields)
         self._tails += tail_bytes

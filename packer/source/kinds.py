@@ -1,22 +1,20 @@
 """What kind of source SRC is, told from its name and a look at its files before anything
-is read.
+is read: `kind_of` answers the first kind that fits, in this order.
 
-    a brace list          `shards-{000000..000099}.tar`, as webdataset and img2dataset
-                          write it: numeric ranges keep their zero padding, `{a,b}` lists
-                          are alternatives (braceexpand's rules); every shard must exist
-    webdataset shards     a .tar/.tgz whose samples lie at its top level (`KEY.jpg`,
-                          `KEY.cls`) or that holds `.cls` members (a class-folder archive
-                          stays an archive); a folder of shards that holds no sub-folder
-                          (img2dataset's output, its .parquet and _stats.json beside them)
-    Parquet               a .parquet file, a quoted glob of them, a folder of them and no
-                          images or tars, or a folder `datasets.Dataset.save_to_disk` wrote
-    an archive            .tar, .tgz, .zip (a compressed tar of another kind is refused)
-    a packed dataset      a folder with index.json (or an unfinished conversion's files)
-    an image folder       any other folder; images are the names with an image extension
-                          (`image_name`), in an archive as in a folder
+    webdataset shards   a brace list (`shards-{000000..000099}.tar`: numeric ranges keep
+                        their zero padding, `{a,b}` lists are alternatives, as braceexpand
+                        reads them; every shard must exist); a .tar/.tgz whose samples lie
+                        at its top level (`KEY.jpg`, `KEY.cls`) or that holds `.cls`
+                        members; a folder of shards and no sub-folder (img2dataset's)
+    Parquet             a .parquet file, a quoted glob of them, a folder of them and no
+                        images or tars, or a folder `datasets.Dataset.save_to_disk` wrote
+    an archive          .tar, .tgz, .zip (a compressed tar of another kind is refused)
+    a manifest          a .csv or .jsonl file; a .json file is COCO annotations
+    a packed dataset    a folder with index.json (or an unfinished conversion's files)
+    an image folder     any other folder
 
-Shards are taken in name order, so sample i is the same on every run. Every scan asks
-here first, so telling the kinds apart enters one module whatever SRC is.
+Images are the names with an image extension (`image_name`), in an archive as in a
+folder. Shards are taken in name order, so sample i is the same on every run.
 """
 from __future__ import annotations
 
@@ -26,6 +24,7 @@ import re
 import tarfile
 import zlib
 from pathlib import Path
+from typing import Literal
 
 from packer.core.layout import INDEX_NAME, KEYS_NAME, SAMPLES_NAME, STATE_DIR
 from packer.errors import SourceError
@@ -43,6 +42,8 @@ MAX_SHARDS = 1_000_000  # a brace list beyond this is a typo, not a dataset
 PARQUET = ".parquet"
 SAVED = ("state.json", "dataset_info.json")  # what datasets' save_to_disk writes
 SEARCH_DEPTH = 3  # folder levels searched for .parquet files (Hub: <config>/<split>/)
+Kind = Literal["shards", "parquet", "archive", "manifest", "coco", "packed", "folder"]
+FILE_KINDS: dict[str, Kind] = {".csv": "manifest", ".jsonl": "manifest", ".json": "coco"}
 
 
 def image_name(name: str) -> bool:
@@ -69,17 +70,25 @@ def is_packed(path: Path) -> bool:
                                  for name in (INDEX_NAME, SAMPLES_NAME, KEYS_NAME, STATE_DIR))
 
 
-def wds_shards(src: str | Path) -> list[Path] | None:
-    """The shards SRC names when it is webdataset shards: a brace list, a .tar/.tgz of
-    samples, a folder of shards that is not a packed dataset."""
+def kind_of(src: str | Path) -> tuple[Kind | None, list[Path]]:
+    """SRC's kind, with its shards when it is webdataset shards; None when SRC is no such
+    file or folder, or a file of no kind."""
     path = Path(src)
     if has_braces(str(src)):
-        return brace_shards(str(src))
-    if path.is_file() and archive_kind(path) is not None:
-        return [path] if looks_like_wds(path) else None
-    if path.is_dir() and not is_packed(path):
-        return folder_shards(path)
-    return None
+        return "shards", brace_shards(str(src))
+    archive = path.is_file() and archive_kind(path) is not None
+    if archive and looks_like_wds(path):
+        return "shards", [path]
+    shards = folder_shards(path) if path.is_dir() and not is_packed(path) else None
+    if shards is not None:
+        return "shards", shards
+    if is_parquet_source(path):
+        return "parquet", []
+    if path.is_file():
+        return ("archive" if archive else FILE_KINDS.get(path.suffix.lower())), []
+    if path.is_dir():
+        return ("packed" if is_packed(path) else "folder"), []
+    return None, []
 
 
 def is_shard_name(name: str) -> bool:
@@ -145,8 +154,7 @@ def looks_like_wds(path: Path) -> bool:
     """Whether an archive holds webdataset samples rather than class folders: among its
     first members, an image or `.cls` file at the top level, or any `.cls` member.
     Damage and other archive kinds answer False (the archive scan words the error)."""
-    name = path.name.lower()
-    if not name.endswith(SHARD_SUFFIXES):
+    if not path.name.lower().endswith(SHARD_SUFFIXES):
         return False
     try:
         with tarfile.open(path, "r|*") as tar:
@@ -194,7 +202,7 @@ def _holds_only_parquet(folder: Path) -> bool:
                     name = entry.name.lower()
                     if name.startswith("."):
                         continue
-                    if image_name(name) or name.endswith((".tar", ".tgz", ".tar.gz")):
+                    if image_name(name) or name.endswith(SHARD_SUFFIXES):
                         return False
                     found = found or name.endswith(PARQUET)
                     if level < SEARCH_DEPTH and entry.is_dir(follow_symlinks=False):

@@ -30,13 +30,7 @@ import numpy as np
 
 from packer import formats
 from packer.core.fields import FieldSpec, FieldValueError, encode_value, pack_record, parse_text
-from packer.core.index import (
-    INDEX_NAME,
-    REJECTS_NAME,
-    Index,
-    SampleTable,
-    open_dataset,
-)
+from packer.core.index import INDEX_NAME, REJECTS_NAME, Index, SampleTable, open_dataset
 from packer.core.record import Reject, SourceItem
 from packer.dataset import open as dataset_open
 from packer.encode import EncodeOptions

@@ -14,9 +14,8 @@ The scan reads the footers and the label and field columns, never the images; th
 are read in place, a row group at a time (`ParquetSource`). A row without a label (null,
 or a class id out of range) or with a field that is not its type is a reject here; a
 null or undecodable image is one when it is encoded. Without a label column every sample
-is class 0 of one class, `unlabelled`, and a warning says so. Its files: `listing`;
-whether SRC is Parquet at all: `is_parquet_source`. pyarrow is an optional extra, imported when a
-Parquet source is scanned.
+is class 0 of one class, `unlabelled`, and a warning says so. Its files: `listing`.
+pyarrow is an optional extra, imported when a Parquet source is scanned.
 """
 
 from __future__ import annotations

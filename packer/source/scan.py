@@ -1,7 +1,6 @@
-"""Find the inputs: an image folder (class sub-folders), a CSV/JSONL manifest, an archive
-(.tar, tar of tars, .zip), webdataset shards, Parquet files with image bytes, a packed
-dataset (a folder with index.json: format to format), or COCO images (a folder or
-archive with --annotations, or the .json as the manifest).
+"""The items of any SRC, as one `Source`: `kind_of` tells what kind of source SRC is, and
+the scan of that kind finds the items (with --annotations, the COCO images of a folder or
+archive).
 
 Items come back sorted by key, so sample i is the same image in every format made from
 the same source. The key is the path relative to the root, without its extension,
@@ -12,6 +11,7 @@ duplicate key) become rejects here; unreadable or broken files are found by enco
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -25,8 +25,7 @@ from packer.source.coco_images import ArchiveImages, FolderImages, ImageFiles
 from packer.source.fields import FieldChoice
 from packer.source.folder import read_folder
 from packer.source.items import SourceItems
-from packer.source.kinds import archive_kind, is_packed, is_parquet_source, root_prefix, wds_shards
-from packer.source.manifest import key_of as key_of
+from packer.source.kinds import Kind, archive_kind, kind_of, root_prefix
 from packer.source.manifest import read_manifest
 from packer.source.members import ArchiveSource
 from packer.source.packed import PackedSource, read_rejects
@@ -35,8 +34,6 @@ from packer.source.parquet_read import ParquetSource
 from packer.source.shardset import ShardSet
 from packer.source.wds_labels import LabelChoice
 from packer.source.wds_scan import scan_shards
-
-MANIFEST_SUFFIXES = (".csv", ".jsonl")
 
 
 @dataclass(frozen=True)
@@ -64,9 +61,8 @@ class Source:
 
 
 def scan(src: str | Path, fields: FieldChoice | None = None) -> Source:
-    """Scan an image folder, a manifest file, an archive (.tar, .zip) or a packed dataset.
-
-    `fields`: which per-sample fields to take (default: all)."""
+    """Scan SRC, whatever kind of source it is (`kind_of`); `fields`: which per-sample
+    fields to take (default: all)."""
     path = Path(src)
     choice = fields or FieldChoice()
     try:
@@ -75,31 +71,16 @@ def scan(src: str | Path, fields: FieldChoice | None = None) -> Source:
                 raise SourceError(f"{path}: a COCO .json SRC is its own annotations; drop "
                                   "--annotations, or pass the image folder as SRC")
             return scan_coco(path, choice)
-        shards = wds_shards(src)
-        if shards is not None:
+        kind, shards = kind_of(src)
+        if kind == "shards":
             return scan_wds(shards, choice)
-        if is_parquet_source(path):  # Parquet with image bytes
-            tabled = scan_parquet(path, choice)
-            return Source(path, tabled.items, tabled.class_names, tabled.rejects, 0,
-                          archive=tabled.origin, fields=tabled.fields)
-        if choice.label is not None and not (choice.label == "none" and path.is_dir()
-                                             and not is_packed(path)):
+        if choice.label is not None and kind != "parquet" \
+                and not (choice.label == "none" and kind == "folder"):
             raise SourceError(f"{path}: --label {choice.label} applies to webdataset "
                               "shards (a .tar of KEY.jpg + KEY.cls members) and Parquet; an "
                               "image folder takes only --label none; change or drop it")
-        if path.is_file() and archive_kind(path) is not None:
-            archived = scan_archive(path, choice)
-            return Source(path, archived.items, archived.class_names, archived.rejects,
-                          archived.num_ignored, archive=archived.reader,
-                          fields=archived.fields)
-        if path.is_file() and path.suffix.lower() in MANIFEST_SUFFIXES:
-            return scan_manifest(path, choice)
-        if path.is_file() and path.suffix.lower() == ".json":
-            return scan_coco_manifest(path, choice)
-        if is_packed(path):
-            return scan_packed(path, choice)
-        if path.is_dir():
-            return scan_folder(path, choice)
+        if kind is not None:
+            return SCANS[kind](path, choice)
     except FieldValueError as exc:  # a --fields or --field that the source cannot meet
         raise SourceError(str(exc)) from exc
     if path.exists():
@@ -107,6 +88,20 @@ def scan(src: str | Path, fields: FieldChoice | None = None) -> Source:
                           "or .zip archive, webdataset shards or Parquet file; pass one of "
                           "those")
     raise SourceError(f"{path}: no such file or folder; check the source path")
+
+
+def scan_parquet_files(path: Path, choice: FieldChoice) -> Source:
+    """Parquet (or Arrow) files with image bytes (`scan_parquet`)."""
+    tabled = scan_parquet(path, choice)
+    return Source(path, tabled.items, tabled.class_names, tabled.rejects, 0,
+                  archive=tabled.origin, fields=tabled.fields)
+
+
+def scan_archive_file(path: Path, choice: FieldChoice) -> Source:
+    """A .tar, tar of tars or .zip whose members are read in place (`scan_archive`)."""
+    archived = scan_archive(path, choice)
+    return Source(path, archived.items, archived.class_names, archived.rejects,
+                  archived.num_ignored, archive=archived.reader, fields=archived.fields)
 
 
 def scan_coco(root: Path, choice: FieldChoice) -> Source:
@@ -136,12 +131,11 @@ def scan_coco_manifest(annotations: Path, choice: FieldChoice) -> Source:
     return source
 
 
-def scan_packed(folder: Path, choice: FieldChoice | None = None) -> Source:
+def scan_packed(folder: Path, choice: FieldChoice) -> Source:
     """The samples of a packed dataset, in its order, with its keys, labels, classes and
     the fields chosen of its own."""
     origin = PackedSource(folder)
     index = origin.index
-    choice = choice or FieldChoice()
     # --field retypes a packed source's fields too (json boxes -> floats): the values are
     # decoded with the source's types and encoded with the new ones (PackedSource)
     fields = choice.chosen(choice.retyped(index.fields, str(folder)), str(folder))
@@ -163,14 +157,20 @@ def scan_wds(shards: list[Path], choice: FieldChoice) -> Source:
                   archive=found.reader, fields=found.fields)
 
 
-def scan_manifest(manifest: Path, choice: FieldChoice | None = None) -> Source:
+def scan_manifest(manifest: Path, choice: FieldChoice) -> Source:
     """Scan a CSV/JSONL manifest (`read_manifest`)."""
-    items, class_names, rejects, fields = read_manifest(manifest, choice or FieldChoice())
+    items, class_names, rejects, fields = read_manifest(manifest, choice)
     return Source(manifest.parent, items, class_names, rejects, 0, fields=fields)
 
 
-def scan_folder(root: Path, choice: FieldChoice | None = None) -> Source:
+def scan_folder(root: Path, choice: FieldChoice) -> Source:
     """An image folder (`read_folder`)."""
     found = read_folder(root, choice)
     return Source(root, found.items, found.class_names, found.rejects, found.num_ignored,
                   fields=found.fields)
+
+
+SCANS: dict[Kind, Callable[[Path, FieldChoice], Source]] = {
+    "parquet": scan_parquet_files, "archive": scan_archive_file, "manifest": scan_manifest,
+    "coco": scan_coco_manifest, "packed": scan_packed, "folder": scan_folder,
+}

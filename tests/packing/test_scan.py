@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from packer import ConvertOptions, convert
 from packer.errors import SourceError
-from packer.source.scan import key_of, scan
+from packer.source.manifest import key_of
+from packer.source.scan import scan
 from tests.helpers import jpeg_bytes, png_bytes, random_image
 
 JPEG = jpeg_bytes(random_image(24, 20))
