@@ -19,6 +19,7 @@ so resume redoes it from the start.
 would change pages all over the file, so its digest would have to be computed again
 from every byte, and lock-free readers of the old file could see freed pages reused.
 """
+
 from __future__ import annotations
 
 import os

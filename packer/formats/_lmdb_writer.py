@@ -2,6 +2,7 @@
 `data.lmdb.partial/`, renamed `data.lmdb/` when complete. When the map fills, its size
 doubles and the transaction is replayed, so there is no user-visible `map_size`.
 """
+
 from __future__ import annotations
 
 import errno

@@ -16,6 +16,7 @@ is read: `kind_of` answers the first kind that fits, in this order.
 Images are the names with an image extension (`image_name`), in an archive as in a
 folder. Shards are taken in name order, so sample i is the same on every run.
 """
+
 from __future__ import annotations
 
 import glob

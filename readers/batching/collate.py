@@ -21,6 +21,7 @@ builds the batch's images (or raw bytes) in shared memory the worker recycles
 buffer. A worker in which `collate` has run gathers its next npy batches straight into
 a recycled buffer. In the main process (num_workers=0) no shared memory is involved.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence

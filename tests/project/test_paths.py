@@ -24,6 +24,7 @@ from tests.helpers import pack_wds
 
 PRODUCT = ("packer", "readers", "pack_cli")
 READ_BOUND = 19  # modules from PackedDataset(path) to a collated batch
+BATCH_BOUND = 16  # modules a batch after the first crosses (what every step of an epoch repeats)
 CONVERT_BOUND = 35  # modules from `pack convert SRC DST --to lmdb` to index.json
 
 
@@ -64,6 +65,17 @@ def test_one_sample_to_a_batch_crosses_at_most_the_bound(wds: Path, decode: str)
     crossed = modules_crossed(read)
     assert len(crossed) <= READ_BOUND, "\n".join(crossed)
     assert crossed[0] == "readers.datasets" and "readers.batching.collate" in crossed
+
+
+@pytest.mark.parametrize("decode", ["rgb8", "raw"])
+def test_each_next_batch_crosses_at_most_the_batch_bound(wds: Path, decode: str) -> None:
+    options: dict[str, Any] = {"size": (16, 16)} if decode == "rgb8" else {}
+    dataset = PackedDataset(wds, decode=decode, **options)  # type: ignore[arg-type]
+    batches = iter(DataLoader(dataset, batch_size=4, collate_fn=collate))
+    next(batches)  # the first batch opens the handles
+    crossed = modules_crossed(lambda: next(batches))
+    assert len(crossed) <= BATCH_BOUND, "\n".join(crossed)
+    assert "readers.batching.collate" in crossed
 
 
 def test_pack_convert_reaches_the_index_within_the_bound(tmp_path: Path) -> None:
