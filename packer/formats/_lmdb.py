@@ -33,7 +33,7 @@ import numpy as np
 
 from packer.core.index import Index, SampleTable, load_table
 from packer.errors import CorruptDatasetError
-from packer.formats._lmdb_writer import FIELD_SEPARATOR, FOLDER, HEADER, LmdbWriter
+from packer.formats._lmdb_writer import FIELD_SEPARATOR, FOLDER, HEADER, LmdbWriter, field_key
 from packer.formats._parts import read_by_part
 from packer.formats.base import (
     DecodedFields,
@@ -128,7 +128,7 @@ class LmdbReader(DecodedFields):
 
     def _values_part(self, part: int, indices: Sequence[int]
                      ) -> list[tuple[bytes | None, ...]]:
-        suffixes = [FIELD_SEPARATOR + spec.name.encode("ascii") for spec in self.index.fields]
+        suffixes = [field_key(b"", spec.name) for spec in self.index.fields]
         if not suffixes:
             return [() for _ in indices]
         try:

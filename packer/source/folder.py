@@ -17,7 +17,7 @@ from packer.errors import SourceError
 from packer.source.empty import no_class_folders, no_images
 from packer.source.fields import SIDECARS, FieldChoice, repacked, sidecar_record
 from packer.source.items import ItemsBuilder, SourceItems
-from packer.source.kinds import image_name, root_prefix
+from packer.source.kinds import image_name, is_utf8, root_prefix
 from packer.source.wds_labels import UNLABELLED
 
 NO_SIDECARS = sidecar_record("", set())  # the fields record of an image without sidecars
@@ -52,7 +52,7 @@ def read_folder(root: Path, choice: FieldChoice | None = None) -> FolderScan:
     if not classes and not unlabelled:
         raise no_class_folders(root)
     for name in classes:
-        if not _is_utf8(name):
+        if not is_utf8(name):
             raise SourceError(f"{root / name!s}: class folder name is not valid UTF-8; rename it")
     prefix = root_prefix(root)
     found = ItemsBuilder(prefix, errors="strict")  # names must be UTF-8 to become keys
@@ -89,15 +89,6 @@ def _kind(entry: os.DirEntry[str]) -> str:
         return "file" if entry.is_file(follow_symlinks=False) else "not a regular file"
     except OSError:  # a link loop, a vanished entry
         return "a broken link"
-
-
-def _is_utf8(name: str) -> bool:
-    """False for names holding undecodable bytes (surrogate escapes from the file system)."""
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _walk_images(prefix: str, name: str, label: int, found: ItemsBuilder,
@@ -173,7 +164,7 @@ def _add_image(prefix: str, rel: str, label: int, found: ItemsBuilder,
 
 def _unusable(prefix: str, rel: str, kind: str) -> Reject:
     """Why an image name cannot be packed: an undecodable name, or not a regular file."""
-    if not _is_utf8(rel):
+    if not is_utf8(rel):
         printable = os.fsencode(prefix + rel).decode("utf-8", "backslashreplace")
         return Reject(-1, printable, "file name is not valid UTF-8; rename it")
     return Reject(-1, prefix + rel, f"unreadable: {kind}")

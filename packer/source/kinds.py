@@ -53,6 +53,15 @@ def image_name(name: str) -> bool:
     return dot > 0 and not name.startswith(".") and name[dot:].lower() in IMAGE_EXTENSIONS
 
 
+def is_utf8(name: str) -> bool:
+    """False for names holding undecodable bytes (surrogate escapes from the file system)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def archive_kind(path: Path) -> str | None:
     """"tar", "tgz", "zip", "compressed tar", or None when the name is not an archive's."""
     name = path.name.lower()

@@ -36,9 +36,10 @@ from packer.core.record import Reject
 from packer.errors import SourceError
 from packer.source.fields import FieldChoice
 from packer.source.items import ItemsBuilder, SourceItems
+from packer.source.kinds import is_utf8
 from packer.source.manifest import MAX_CLASSES
 from packer.source.parquet_columns import Layout, layout_of, row_records
-from packer.source.parquet_files import describe, is_utf8, listing
+from packer.source.parquet_files import describe, listing
 from packer.source.parquet_read import ParquetSource, RowTable, TableFile, load_pyarrow, open_table
 from packer.source.wds_labels import UNLABELLED
 

@@ -23,14 +23,6 @@ from packer.source.parquet_read import TableFile, one_line, open_table
 HF_SHARD = re.compile(r"(.+)-\d{5}-of-\d{5}")  # the Hub's `<split>-00000-of-00002`
 
 
-def is_utf8(name: str) -> bool:
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def listing(path: Path) -> tuple[Path, list[Path]]:
     """What keys are relative to, and the files in key order."""
     if glob.has_magic(path.name):
