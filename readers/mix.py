@@ -1,7 +1,10 @@
 """Mix: several packed datasets read as one, in chosen proportions, exactly once and resumable.
 
-    mix = Mix([PackedIterableDataset(a), PackedIterableDataset(b)], weights=[0.8, 0.2])
+    mix = Mix([PackedIterableDataset(a), PackedDataset(b)], weights=[0.8, 0.2])
     DataLoader(mix, batch_size=64, num_workers=4)
+
+A source is either reader of a packed dataset: the mix reads it by chunks either way,
+so one way mixes map-style and iterable datasets alike.
 
 The plan (`GroupPlan`) lives in one index space, the sources' indices laid
 end to end: source s holds indices offsets[s] .. offsets[s + 1] - 1. Each epoch draws

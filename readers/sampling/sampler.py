@@ -21,7 +21,7 @@ pass's, so a loop that never calls it still gets a new order every epoch.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence, Sized
+from collections.abc import Iterator, Mapping, Sized
 from itertools import islice
 from typing import Any
 
@@ -79,8 +79,7 @@ class ChunkSampler(DistributedSampler[int]):
     def __init__(self, dataset: Sized, *, shuffle: bool = True, seed: int = 0,
                  partition: PartitionOptions = DEFAULT_PARTITION,
                  class_weights: ClassWeights | None = None,
-                 sample_weights: npt.ArrayLike | None = None,
-                 source_weights: Sequence[float] | None = None) -> None:
+                 sample_weights: npt.ArrayLike | None = None) -> None:
         # DistributedSampler.__init__ would ask the process group now: it may not exist yet
         self.dataset = dataset  # type: ignore[assignment]  # any Sized, as Sampler takes
         self.partition = partition
@@ -88,8 +87,7 @@ class ChunkSampler(DistributedSampler[int]):
         own_chunk_size = getattr(dataset, "chunk_size", DEFAULT_CHUNK_SIZE)
         self._chunk_size = partition.chunk_size_or(own_chunk_size)
         self._args = (len(dataset), shuffle, partition.drop_last, seed)
-        self._weights = weighted_split(dataset, class_weights, sample_weights, self._chunk_size,
-                                       source_weights)
+        self._weights = weighted_split(dataset, class_weights, sample_weights, self._chunk_size)
         self.shuffle, self.drop_last, self.seed = shuffle, partition.drop_last, seed
         self._plan_for(self._world.now()[1])  # bad arguments fail here
         self.buffer_size = partition.buffer_size

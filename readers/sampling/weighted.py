@@ -27,7 +27,7 @@ import numpy.typing as npt
 
 from packer.core.index import open_dataset
 from readers.plan.chunks import ChunkPlan, Spans, check_epoch, cycle_to, epoch_rng, take
-from readers.plan.groups import CLASS_STREAM, MIX_STREAM, GroupPlan, largest_remainder
+from readers.plan.groups import CLASS_STREAM, GroupPlan, largest_remainder
 
 ClassWeights = str | Mapping[Any, float] | Sequence[float]
 WEIGHTED_STREAM = 5
@@ -114,20 +114,6 @@ class ClassSplit:
         largest_remainder(weights, 0)  # bad weights fail here
         return cls(groups, tuple(weights.tolist()), names)
 
-    @classmethod
-    def of_sources(cls, dataset: Any, source_weights: Sequence[float]) -> ClassSplit:
-        """The sources of a ConcatDataset as groups, mixed as `readers.Mix` does."""
-        if not hasattr(dataset, "source_groups"):
-            raise TypeError(f"source_weights needs a readers.concat.ConcatDataset, not "
-                            f"{type(dataset).__name__}")
-        groups = dataset.source_groups()
-        if len(source_weights) != len(groups):
-            raise ValueError(f"{len(source_weights)} source_weights for {len(groups)} "
-                             "sources: give one each")
-        largest_remainder(source_weights, 0)  # bad weights fail here
-        return cls(groups, tuple(float(w) for w in source_weights),
-                   tuple(str(s) for s in range(len(groups))), MIX_STREAM)
-
     def plan(self, num_samples: int, chunk_size: int, world_size: int, shuffle: bool,
              drop_last: bool, seed: int) -> ChunkPlan:
         counts = tuple(largest_remainder(self.weights, num_samples).tolist())
@@ -175,14 +161,10 @@ class SampleSplit:
 
 def weighted_split(dataset: Any, class_weights: ClassWeights | None,
                    sample_weights: npt.ArrayLike | None, chunk_size: int,
-                   source_weights: Sequence[float] | None = None,
                    ) -> ClassSplit | SampleSplit | None:
     """The weighting a sampler was asked for, checked now (bad weights fail at construction)."""
-    given = [class_weights, sample_weights, source_weights]
-    if sum(w is not None for w in given) > 1:
-        raise ValueError("give one of class_weights, sample_weights and source_weights")
-    if source_weights is not None:
-        return ClassSplit.of_sources(dataset, source_weights)
+    if class_weights is not None and sample_weights is not None:
+        raise ValueError("give one of class_weights and sample_weights")
     if class_weights is not None:
         return ClassSplit.of(dataset, class_weights, chunk_size)
     if sample_weights is not None:

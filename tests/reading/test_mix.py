@@ -15,8 +15,7 @@ from torch.utils.data import DataLoader
 from packer import ConvertOptions, convert
 from packer.formats.base import ShardOptions
 from packer.testing import make_sample_folder
-from readers import ChunkSampler, Mix, PackedDataset, PackedIterableDataset, loop_state
-from readers.concat import ConcatDataset
+from readers import Mix, PackedDataset, PackedIterableDataset, loop_state
 from readers.mix import _MixedReader
 from readers.options import PartitionOptions
 
@@ -139,39 +138,25 @@ def test_bad_arguments_say_what_to_fix(sources: tuple[Path, Path]) -> None:
         Mix([])
 
 
-def view_and_sampler(sources: tuple[Path, Path], **kwargs: Any) -> tuple[Any, ChunkSampler]:
-    """Map-style mixing: a ConcatDataset of the sources, a ChunkSampler with source_weights."""
-    view = ConcatDataset([PackedDataset(p, decode="raw", with_keys=True, chunk_size=4)
-                          for p in sources], with_source=True)
-    sampler = ChunkSampler(view, seed=5, source_weights=WEIGHTS,
-                           partition=PartitionOptions(buffer_size=6, **kwargs))
-    sampler.set_epoch(1)
-    return view, sampler
+def mixed(parts: list[Any], workers: int, context: str) -> list[tuple[int, str]]:
+    """(source, key) of the mix of `parts` (make_mix's settings), epoch 1."""
+    mix = Mix(parts, WEIGHTS, epoch_size=EPOCH_SIZE, seed=5, with_source=True,
+              partition=PartitionOptions(buffer_size=6))
+    mix.set_epoch(1)
+    return read(loader(mix, workers, context))
 
 
-@pytest.mark.parametrize(("workers", "context"), [(0, None), (2, "fork"), (2, "spawn")])
-def test_map_style_mix_counts_and_workers(sources: tuple[Path, Path], workers: int,
-                                          context: str | None) -> None:
-    view, sampler = view_and_sampler(sources, drop_last=False)
-    extra: dict[str, Any] = {"multiprocessing_context": context} if workers else {}
-    samples = read(DataLoader(view, batch_size=BATCH, sampler=sampler, num_workers=workers,
-                              collate_fn=list, **extra))
-    assert Counter(source for source, _ in samples) == {0: 24, 1: 10}  # 23.8 and 10.2
-    sampler.set_epoch(1)
-    assert samples == [(view[i][3], view[i][2]) for i in sampler]  # the sampler's order
-
-
-def test_map_style_mix_splits_ranks_and_resumes(sources: tuple[Path, Path]) -> None:
-    ranks = [list(view_and_sampler(sources, rank=r, world_size=2)[1]) for r in range(2)]
-    assert len(ranks[0]) == len(ranks[1]) == 17
-    whole = list(view_and_sampler(sources, rank=0, world_size=1)[1])
-    assert Counter(ranks[0] + ranks[1]) == Counter(whole)
-    _, sampler = view_and_sampler(sources)
-    stream = iter(sampler)
-    head = list(islice(stream, 5))
-    _, again = view_and_sampler(sources)
-    again.load_state_dict(sampler.state_dict())
-    assert head + list(again) == whole
+@pytest.mark.parametrize(("workers", "context"), [(0, "fork"), (2, "fork"), (2, "spawn")])
+def test_map_style_sources_mix_as_iterable_ones(sources: tuple[Path, Path], workers: int,
+                                                context: str) -> None:
+    """PackedDataset sources mix into the same samples as PackedIterableDataset ones."""
+    views = [PackedDataset(path, decode="raw", with_keys=True, chunk_size=4) for path in sources]
+    streams = [PackedIterableDataset(path, decode="raw", with_keys=True,
+                                     partition=PartitionOptions(chunk_size=4))
+               for path in sources]
+    samples = mixed(views, workers, context)
+    assert Counter(source for source, _ in samples) == {0: 22, 1: 9}
+    assert samples == mixed(streams, workers, context)
 
 
 def test_the_mixed_reader_routes_reads_and_prefetches_to_each_source() -> None:
