@@ -20,7 +20,7 @@ from typing import Any
 
 from packer.core.index import Index
 from packer.errors import DatasetExistsError
-from packer.source.scan import Source
+from packer.source.kinds import Source
 from packer.storage.atomic import write_atomic
 
 JOB_KEY = "job"  # in index.json's `extra`

@@ -33,7 +33,8 @@ from packer.formats._wds_names import continued_stem, name_of, shard_stem
 from packer.formats.base import ShardOptions, Writer, WriterPlan
 from packer.imaging.resize import load_torch
 from packer.source.fields import FieldChoice
-from packer.source.scan import Source, scan
+from packer.source.kinds import Source
+from packer.source.scan import scan
 from packer.storage.atomic import write_atomic
 from packer.storage.hashing import sha256_file
 

@@ -20,44 +20,30 @@ import os
 import tarfile
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from packer.core.fields import FieldSpec
 from packer.core.record import Reject
 from packer.errors import SourceError
 from packer.source.archive_sidecars import Sidecars
 from packer.source.empty import other_members
 from packer.source.fields import FieldChoice
 from packer.source.items import ItemsBuilder, SourceItems, Strings, Suffixes
-from packer.source.kinds import archive_kind, image_name
+from packer.source.kinds import Source, archive_kind, image_name
 from packer.source.members import ArchiveSource, ArchiveStat, Columns, Entry, MemberTable
 from packer.source.tarheaders import _Unusual, inner_tar_folder, tar_entries
 from packer.source.zipdirectory import zip_entries
 
 
-def scan_archive(path: Path, choice: FieldChoice) -> ArchiveScan:
+def scan_archive(path: Path, choice: FieldChoice) -> Source:
     """Items, class names, rejects, ignored count, reader and sidecar fields of an archive."""
     kind = checked_kind(path)
     before = stat_archive(path)
     listing = list_members(path, kind, before, lambda: _Listing(f"{path}:"))
     return listing.build(path, kind, before, choice)
-
-
-@dataclass(frozen=True)
-class ArchiveScan:
-    """What the scan of a class-folder archive found."""
-
-    items: SourceItems
-    class_names: tuple[str, ...]
-    rejects: list[Reject]
-    num_ignored: int
-    reader: ArchiveSource
-    fields: tuple[FieldSpec, ...]
 
 
 def checked_kind(path: Path) -> str:
@@ -237,7 +223,7 @@ class _Listing:
         self.columns.append(entry)
 
     def build(self, path: Path, kind: str, before: ArchiveStat, choice: FieldChoice
-              ) -> ArchiveScan:
+              ) -> Source:
         """Sort the items, label classes in name order, identify the archive, read sidecars."""
         names = tuple(sorted(self.classes))
         if not names:
@@ -264,7 +250,7 @@ class _Listing:
                             fields=records)
         self.rejects.sort(key=lambda reject: reject.path)
         ignored = len(self.ignored) + len(self.sidecars.entries) - len(used)
-        return ArchiveScan(items, names, self.rejects, ignored, origin, fields)
+        return Source(path, items, names, self.rejects, ignored, archive=origin, fields=fields)
 
 
 def member_origin(path: Path, kind: str, before: ArchiveStat, built: SourceItems,

@@ -41,9 +41,9 @@ from packer.core.record import Reject
 from packer.errors import SourceError
 from packer.source.coco_images import ImageFiles, _Missing
 from packer.source.fields import FieldChoice
-from packer.source.items import ItemsBuilder, SourceItems
+from packer.source.items import ItemsBuilder
+from packer.source.kinds import Source
 from packer.source.manifest import key_of
-from packer.source.members import ArchiveSource
 from packer.storage.hashing import sha256_file
 
 # Arrays, not JSON text: what a detection model takes, and read without parsing text
@@ -55,21 +55,8 @@ CATEGORIES_KEY = "categories"  # in index.json's `extra`
 ANNOTATIONS_KEY = "annotations"  # in index.json's `extra`: the file's name and sha256
 
 
-class CocoScan:
-    """What a COCO scan found (the scan turns it into a Source)."""
-
-    def __init__(self, items: SourceItems, class_names: tuple[str, ...],
-                 rejects: list[Reject], fields: tuple[FieldSpec, ...],
-                 extra: dict[str, Any], archive: ArchiveSource | None) -> None:
-        self.items = items
-        self.archive = archive  # set when the images are members of an archive
-        self.class_names = class_names
-        self.rejects = rejects
-        self.fields = fields
-        self.extra = extra
-
-
-def read_coco(images_in: ImageFiles, annotations: Path, choice: FieldChoice) -> CocoScan:
+def read_coco(root: Path, images_in: ImageFiles, annotations: Path, choice: FieldChoice
+              ) -> Source:
     """The images that `annotations` lists, found in a folder or an archive
     (`images_in`), with their annotations as fields."""
     data = _load(annotations)
@@ -106,7 +93,8 @@ def read_coco(images_in: ImageFiles, annotations: Path, choice: FieldChoice) -> 
     items, archive = images_in.finish(builder.build(rejects), builder.order)
     extra = {CATEGORIES_KEY: categories,
              ANNOTATIONS_KEY: {"file": annotations.name, "sha256": sha256_file(annotations)}}
-    return CocoScan(items, (images_in.class_name(),), rejects, specs, extra, archive)
+    return Source(root, items, (images_in.class_name(),), rejects, archive=archive,
+                  fields=specs, extra=extra)
 
 
 def _load(annotations: Path) -> Any:

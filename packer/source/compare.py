@@ -16,10 +16,11 @@ from packer.core.index import REJECTS_NAME, Index, SampleTable
 from packer.core.record import SourceItem
 from packer.errors import PackError, RejectReason
 from packer.source.fields import FieldChoice
+from packer.source.kinds import Source
 from packer.source.members import ArchiveSource
 from packer.source.packed import stores_original
 from packer.source.parquet_read import ParquetSource
-from packer.source.scan import Source, scan
+from packer.source.scan import scan
 from packer.source.shardset import ShardSet
 from packer.storage.files import read_input
 

@@ -8,33 +8,21 @@ not regular files and unreadable folders are rejects, found without opening a fi
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
-from packer.core.fields import FieldSpec, FieldValueError
+from packer.core.fields import FieldValueError
 from packer.core.record import Reject
 from packer.errors import SourceError
 from packer.source.empty import no_class_folders, no_images
 from packer.source.fields import SIDECARS, FieldChoice, repacked, sidecar_record
-from packer.source.items import ItemsBuilder, SourceItems
-from packer.source.kinds import image_name, is_utf8, root_prefix
+from packer.source.items import ItemsBuilder
+from packer.source.kinds import Source, image_name, is_utf8, root_prefix
 from packer.source.wds_labels import UNLABELLED
 
 NO_SIDECARS = sidecar_record("", set())  # the fields record of an image without sidecars
 
 
-@dataclass(frozen=True)
-class FolderScan:
-    """What the walk of an image folder found."""
-
-    items: SourceItems
-    class_names: tuple[str, ...]
-    rejects: list[Reject]
-    num_ignored: int
-    fields: tuple[FieldSpec, ...]
-
-
-def read_folder(root: Path, choice: FieldChoice | None = None) -> FolderScan:
+def read_folder(root: Path, choice: FieldChoice | None = None) -> Source:
     """Scan `root/<class>/.../<image>`; hidden and non-image files are ignored and counted,
     but `x.txt` / `x.json` beside `x.jpg` are its fields `txt` / `json` (sidecars).
 
@@ -74,7 +62,7 @@ def read_folder(root: Path, choice: FieldChoice | None = None) -> FolderScan:
     elif fields != every:  # the records hold (txt, json): keep the fields chosen
         keep = [every.index(spec) for spec in fields]
         found.map_fields(lambda record: repacked(record, len(every), keep))
-    return FolderScan(found.build(rejects), tuple(classes), rejects, ignored, fields)
+    return Source(root, found.build(rejects), tuple(classes), rejects, ignored, fields=fields)
 
 
 def _kind(entry: os.DirEntry[str]) -> str:

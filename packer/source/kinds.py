@@ -14,7 +14,8 @@ is read: `kind_of` answers the first kind that fits, in this order.
     an image folder     any other folder
 
 Images are the names with an image extension (`image_name`), in an archive as in a
-folder. Shards are taken in name order, so sample i is the same on every run.
+folder. Shards are taken in name order, so sample i is the same on every run. `Source` is
+what the scan of every kind returns.
 """
 
 from __future__ import annotations
@@ -24,11 +25,21 @@ import os
 import re
 import tarfile
 import zlib
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from packer.core.layout import INDEX_NAME, KEYS_NAME, SAMPLES_NAME, STATE_DIR
 from packer.errors import SourceError
+
+if TYPE_CHECKING:
+    from packer.core.fields import FieldSpec
+    from packer.core.record import Reject
+    from packer.source.items import SourceItems
+    from packer.source.members import ArchiveSource
+    from packer.source.packed import PackedSource
+    from packer.source.parquet_read import ParquetSource
+    from packer.source.shardset import ShardSet
 
 IMAGE_EXTENSIONS = frozenset(
     {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff", ".ppm", ".pgm", ".pbm"}
@@ -45,6 +56,31 @@ SAVED = ("state.json", "dataset_info.json")  # what datasets' save_to_disk write
 SEARCH_DEPTH = 3  # folder levels searched for .parquet files (Hub: <config>/<split>/)
 Kind = Literal["shards", "parquet", "archive", "manifest", "coco", "packed", "folder"]
 FILE_KINDS: dict[str, Kind] = {".csv": "manifest", ".jsonl": "manifest", ".json": "coco"}
+
+
+@dataclass(frozen=True)
+class Source:
+    """What a scan found: items to encode, class names, early rejects, ignored files.
+
+    `archive` is set when SRC's items are read in place: the members of a .tar or .zip (read
+    as the extracted files would be), webdataset shards or Parquet files. `origin` is set
+    when SRC is a packed dataset: its items are that dataset's samples, in its order, and
+    `origin` reads their bytes; `inherited` are the rejects of the conversion that made it
+    (they carry over, so the lineage to the images stays whole).
+    """
+
+    root: Path
+    items: SourceItems
+    class_names: tuple[str, ...]
+    rejects: list[Reject]
+    num_ignored: int = 0
+    origin: PackedSource | None = None
+    inherited: list[Reject] = field(default_factory=list)
+    # SRC is an archive (or webdataset shards, or Parquet files): reads its items in place
+    archive: ArchiveSource | ShardSet | ParquetSource | None = None
+    fields: tuple[FieldSpec, ...] = ()  # per-sample fields (`FieldChoice` chose them)
+    extra: dict[str, Any] = field(default_factory=dict)  # for index.json's extra (COCO)
+
 
 
 def image_name(name: str) -> bool:

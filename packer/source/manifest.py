@@ -27,7 +27,8 @@ from packer.source.fields import (
     json_record,
     widened,
 )
-from packer.source.items import ItemsBuilder, SourceItems
+from packer.source.items import ItemsBuilder
+from packer.source.kinds import Source
 
 MAX_CLASSES = 1_000_000
 
@@ -38,8 +39,7 @@ def key_of(relative: str) -> str:
     return str(pure.with_suffix("")) if pure.suffix else str(pure)
 
 
-def read_manifest(manifest: Path, choice: FieldChoice
-                  ) -> tuple[SourceItems, tuple[str, ...], list[Reject], tuple[FieldSpec, ...]]:
+def read_manifest(manifest: Path, choice: FieldChoice) -> Source:
     """The items, class names, rejects and fields of a manifest of `path,label` rows (and
     fields beside them); labels are class names or integers.
 
@@ -69,7 +69,7 @@ def read_manifest(manifest: Path, choice: FieldChoice
                                                 f"{exc}"))
                 continue
         found.add(key_of(os.path.relpath(full, root).replace(os.sep, "/")), full, label, record)
-    return found.build(rejects), class_names, rejects, specs
+    return Source(root, found.build(rejects), class_names, rejects, fields=specs)
 
 
 def _manifest_specs(manifest: Path, choice: FieldChoice) -> tuple[FieldSpec, ...]:

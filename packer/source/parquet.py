@@ -25,42 +25,30 @@ import hashlib
 import logging
 import os
 from array import array
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from packer.core.fields import FieldSpec, FieldValueError, pack_record
+from packer.core.fields import FieldValueError, pack_record
 from packer.core.record import Reject
 from packer.errors import SourceError
 from packer.source.fields import FieldChoice
 from packer.source.items import ItemsBuilder, SourceItems
-from packer.source.kinds import is_utf8
+from packer.source.kinds import Source, is_utf8
 from packer.source.manifest import MAX_CLASSES
 from packer.source.parquet_columns import Layout, layout_of, row_records
 from packer.source.parquet_files import describe, listing
 from packer.source.parquet_read import ParquetSource, RowTable, TableFile, load_pyarrow, open_table
 from packer.source.wds_labels import UNLABELLED
 
-__all__ = ["ParquetScan", "scan_parquet"]
+__all__ = ["scan_parquet"]
 
 BATCH_ROWS = 4096  # rows of label and field columns read at a time
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class ParquetScan:
-    """What scan_parquet found (the scan makes it a Source)."""
-
-    items: SourceItems
-    class_names: tuple[str, ...]
-    rejects: list[Reject]
-    fields: tuple[FieldSpec, ...]
-    origin: ParquetSource
-
-
-def scan_parquet(path: Path, choice: FieldChoice) -> ParquetScan:
+def scan_parquet(path: Path, choice: FieldChoice) -> Source:
     """The rows of the Parquet (or Arrow) files at `path` as items (module docstring)."""
     load_pyarrow(str(path))
     root, paths = listing(path)
@@ -97,7 +85,7 @@ def scan_parquet(path: Path, choice: FieldChoice) -> ParquetScan:
     items = SourceItems(built.prefix, built.keys, built.tails, built.labels, origin,
                         fields=built.fields)
     rejects.sort(key=lambda reject: reject.path)
-    return ParquetScan(items, names, rejects, layout.fields, origin)
+    return Source(path, items, names, rejects, archive=origin, fields=layout.fields)
 
 
 def _class_names(files: list[TableFile], schema: Any, layout: Layout

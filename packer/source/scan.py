@@ -12,52 +12,22 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from packer.core.fields import FieldSpec, FieldValueError
-from packer.core.record import Reject
+from packer.core.fields import FieldValueError
 from packer.errors import SourceError
 from packer.source.archive import scan_archive
 from packer.source.coco import read_coco
 from packer.source.coco_images import ArchiveImages, FolderImages, ImageFiles
 from packer.source.fields import FieldChoice
 from packer.source.folder import read_folder
-from packer.source.items import SourceItems
-from packer.source.kinds import Kind, archive_kind, kind_of, root_prefix
+from packer.source.kinds import Kind, Source, archive_kind, kind_of, root_prefix
 from packer.source.manifest import read_manifest
-from packer.source.members import ArchiveSource
 from packer.source.packed import PackedSource, read_rejects
 from packer.source.parquet import scan_parquet
-from packer.source.parquet_read import ParquetSource
-from packer.source.shardset import ShardSet
 from packer.source.wds_labels import LabelChoice
 from packer.source.wds_scan import scan_shards
-
-
-@dataclass(frozen=True)
-class Source:
-    """What a scan found: items to encode, class names, early rejects, ignored files.
-
-    `archive` is set when SRC's items are read in place: the members of a .tar or .zip (read
-    as the extracted files would be), webdataset shards or Parquet files. `origin` is set
-    when SRC is a packed dataset: its items are that dataset's samples, in its order, and
-    `origin` reads their bytes; `inherited` are the rejects of the conversion that made it
-    (they carry over, so the lineage to the images stays whole).
-    """
-
-    root: Path
-    items: SourceItems
-    class_names: tuple[str, ...]
-    rejects: list[Reject]
-    num_ignored: int
-    origin: PackedSource | None = None
-    inherited: list[Reject] = field(default_factory=list)
-    # SRC is an archive (or webdataset shards, or Parquet files): reads its items in place
-    archive: ArchiveSource | ShardSet | ParquetSource | None = None
-    fields: tuple[FieldSpec, ...] = ()  # per-sample fields (`FieldChoice` chose them)
-    extra: dict[str, Any] = field(default_factory=dict)  # for index.json's extra (COCO)
 
 
 def scan(src: str | Path, fields: FieldChoice | None = None) -> Source:
@@ -90,20 +60,6 @@ def scan(src: str | Path, fields: FieldChoice | None = None) -> Source:
     raise SourceError(f"{path}: no such file or folder; check the source path")
 
 
-def scan_parquet_files(path: Path, choice: FieldChoice) -> Source:
-    """Parquet (or Arrow) files with image bytes (`scan_parquet`)."""
-    tabled = scan_parquet(path, choice)
-    return Source(path, tabled.items, tabled.class_names, tabled.rejects, 0,
-                  archive=tabled.origin, fields=tabled.fields)
-
-
-def scan_archive_file(path: Path, choice: FieldChoice) -> Source:
-    """A .tar, tar of tars or .zip whose members are read in place (`scan_archive`)."""
-    archived = scan_archive(path, choice)
-    return Source(path, archived.items, archived.class_names, archived.rejects,
-                  archived.num_ignored, archive=archived.reader, fields=archived.fields)
-
-
 def scan_coco(root: Path, choice: FieldChoice) -> Source:
     """An image folder or archive whose images a COCO file lists (`read_coco`)."""
     images: ImageFiles
@@ -114,9 +70,7 @@ def scan_coco(root: Path, choice: FieldChoice) -> Source:
     else:
         raise SourceError(f"{root}: --annotations needs SRC to be the folder (or archive) of "
                           "the images its `file_name`s are relative to")
-    found = read_coco(images, Path(str(choice.annotations)), choice)
-    return Source(root, found.items, found.class_names, found.rejects, 0,
-                  archive=found.archive, fields=found.fields, extra=found.extra)
+    return read_coco(root, images, Path(str(choice.annotations)), choice)
 
 
 def scan_coco_manifest(annotations: Path, choice: FieldChoice) -> Source:
@@ -151,26 +105,10 @@ def scan_wds(shards: list[Path], choice: FieldChoice) -> Source:
         label = LabelChoice.parse(choice.label)
     except ValueError as exc:
         raise SourceError(str(exc)) from exc
-    found = scan_shards(shards, choice, label)
-    root = shards[0] if len(shards) == 1 else shards[0].parent
-    return Source(root, found.items, found.class_names, found.rejects, found.num_ignored,
-                  archive=found.reader, fields=found.fields)
-
-
-def scan_manifest(manifest: Path, choice: FieldChoice) -> Source:
-    """Scan a CSV/JSONL manifest (`read_manifest`)."""
-    items, class_names, rejects, fields = read_manifest(manifest, choice)
-    return Source(manifest.parent, items, class_names, rejects, 0, fields=fields)
-
-
-def scan_folder(root: Path, choice: FieldChoice) -> Source:
-    """An image folder (`read_folder`)."""
-    found = read_folder(root, choice)
-    return Source(root, found.items, found.class_names, found.rejects, found.num_ignored,
-                  fields=found.fields)
+    return scan_shards(shards, choice, label)
 
 
 SCANS: dict[Kind, Callable[[Path, FieldChoice], Source]] = {
-    "parquet": scan_parquet_files, "archive": scan_archive_file, "manifest": scan_manifest,
-    "coco": scan_coco_manifest, "packed": scan_packed, "folder": scan_folder,
+    "parquet": scan_parquet, "archive": scan_archive, "manifest": read_manifest,
+    "coco": scan_coco_manifest, "packed": scan_packed, "folder": read_folder,
 }

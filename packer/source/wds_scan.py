@@ -23,12 +23,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packer.core.fields import FieldSpec, FieldValueError, encode_value, parse_text
+from packer.core.fields import FieldValueError, encode_value, parse_text
 from packer.core.record import Reject
 from packer.errors import SourceError
 from packer.source.archive import checked_kind, clean_name, list_members, stat_archive
 from packer.source.fields import FieldChoice
-from packer.source.items import SourceItems
+from packer.source.kinds import Source
 from packer.source.members import Entry
 from packer.source.shardset import ShardAdder, ShardSet, read_small_members
 from packer.source.wds_labels import LabelChoice, Labels
@@ -58,19 +58,7 @@ class WdsScan:
     ignored: int = 0
 
 
-@dataclass(frozen=True)
-class Shards:
-    """What the scan of a shards source gives the conversion."""
-
-    items: SourceItems
-    reader: ShardSet
-    class_names: tuple[str, ...]
-    rejects: list[Reject]
-    num_ignored: int
-    fields: tuple[FieldSpec, ...]
-
-
-def scan_shards(shards: list[Path], choice: FieldChoice, label: LabelChoice) -> Shards:
+def scan_shards(shards: list[Path], choice: FieldChoice, label: LabelChoice) -> Source:
     """The items of these shards (in key order), their reader, classes, rejects, the
     count of ignored members and the fields."""
     found = WdsScan(shards, Labels(label))
@@ -92,7 +80,9 @@ def scan_shards(shards: list[Path], choice: FieldChoice, label: LabelChoice) -> 
     if not len(items):
         raise _nothing_packable(where, len(shards), found.rejects)
     found.rejects.sort(key=lambda reject: reject.path)
-    return Shards(items, reader, class_names, found.rejects, found.ignored, specs)
+    root = shards[0] if len(shards) == 1 else shards[0].parent
+    return Source(root, items, class_names, found.rejects, found.ignored, archive=reader,
+                  fields=specs)
 
 
 def _nothing_packable(where: str, count: int, rejects: list[Reject]) -> SourceError:

@@ -26,8 +26,9 @@ from packer.core.record import Reject, SourceItem
 from packer.encode import EncodeOptions
 from packer.formats.base import ShardOptions
 from packer.source.fields import FieldChoice
+from packer.source.kinds import Source
 from packer.source.packed import read_rejects, stores_original
-from packer.source.scan import Source, scan
+from packer.source.scan import scan
 
 # The EncodeOptions a user may pass to `pack append`: each must equal DST's own.
 OPTION_FLAGS = {"check": "--check", "resize": "--resize", "size": "--size", "fit": "--fit",
