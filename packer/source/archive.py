@@ -15,7 +15,6 @@ seek: tarfile streams it once for the listing (at uncompressed offsets), and a
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tarfile
 import zlib
@@ -33,8 +32,17 @@ from packer.source.empty import other_members
 from packer.source.fields import FieldChoice
 from packer.source.items import ItemsBuilder, SourceItems, Strings, Suffixes
 from packer.source.kinds import Source, archive_kind, image_name
-from packer.source.members import ArchiveSource, ArchiveStat, Columns, Entry, MemberTable
-from packer.source.tarheaders import _Unusual, inner_tar_folder, tar_entries
+from packer.source.members import (
+    ArchiveSource,
+    ArchiveStat,
+    Columns,
+    Entry,
+    MemberTable,
+    member_reader,
+    not_utf8,
+    stat_archive,
+)
+from packer.source.tarheaders import _Unusual, inner_tar_folder, tar_entries, tar_entry, truncated
 from packer.source.zipdirectory import zip_entries
 
 
@@ -74,35 +82,29 @@ S = TypeVar("S", bound=Sink)
 def list_members(path: Path, kind: str, before: ArchiveStat, make: Callable[[], S]) -> S:
     """Every member into a fresh `make()`; a tar by its headers, or by tarfile (into
     another fresh one) when they hold something rare or it is compressed."""
-    sink = make()
-    if kind != "tar":
-        entries = zip_entries(path) if kind == "zip" else _tar_entries(path, None, "r|gz")
-        for entry in entries:
-            sink.add(entry)
-        return sink
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    if kind == "tar":
         try:
-            for entry in tar_entries(fd, str(path), before.size):
-                sink.add(entry)
-            return sink
-        finally:
-            os.close(fd)
-    except _Unusual:
-        sink = make()
-        for entry in _tar_entries(path, before.size, "r:"):
-            sink.add(entry)
-        return sink
-    except OSError as exc:
-        raise SourceError(f"{path}: cannot read the archive ({exc.strerror or exc})") from exc
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                return _filled(make(), tar_entries(fd, str(path), before.size))
+            finally:
+                os.close(fd)
+        except _Unusual:
+            pass  # tarfile reads it below
+        except OSError as exc:
+            raise SourceError(f"{path}: cannot read the archive ({exc.strerror or exc})") \
+                from exc
+    if kind == "zip":
+        return _filled(make(), zip_entries(path))
+    if kind == "tar":
+        return _filled(make(), _tar_entries(path, before.size, "r:"))
+    return _filled(make(), _tar_entries(path, None, "r|gz"))
 
 
-def stat_archive(path: Path) -> ArchiveStat:
-    """The archive's size and mtime, which must not change while it is read."""
-    try:
-        return ArchiveStat.of(path)
-    except OSError as exc:
-        raise SourceError(f"{path}: cannot read the archive ({exc.strerror or exc})") from exc
+def _filled(sink: S, entries: Iterator[Entry]) -> S:
+    for entry in entries:
+        sink.add(entry)
+    return sink
 
 
 def clean_name(name: str) -> str | None:
@@ -123,8 +125,7 @@ def _tar_entries(path: Path, end: int | None, mode: str) -> Iterator[Entry]:
     last = "(none: the first header is damaged)"
     try:
         with tarfile.open(path, mode) as tar:  # type: ignore[call-overload]
-            while (member := tar.next()) is not None:
-                _forget_headers(tar)
+            for member in _members(tar):
                 if end is not None and member.isfile() and member.offset_data + member.size > end:
                     raise tarfile.ReadError(f"member {member.name!r} ends past the end")
                 if member.isfile() and inner_tar_folder(member.name) is not None:
@@ -133,8 +134,7 @@ def _tar_entries(path: Path, end: int | None, mode: str) -> Iterator[Entry]:
                     yield _tar_entry(member, 0, member.name)
                 last = member.name
     except (tarfile.ReadError, EOFError, OSError, zlib.error) as exc:  # OSError: bad gzip
-        raise SourceError(f"{path}: truncated or damaged after member {last!r} ({exc}); "
-                          "re-download or re-create the archive") from exc
+        raise truncated(str(path), last, str(exc)) from exc
 
 
 def _inner_tar(path: Path, tar: tarfile.TarFile, member: tarfile.TarInfo,
@@ -147,30 +147,25 @@ def _inner_tar(path: Path, tar: tarfile.TarFile, member: tarfile.TarInfo,
         return
     try:
         with tarfile.open(fileobj=handle, mode=mode) as inner:  # type: ignore[call-overload]
-            while (sub := inner.next()) is not None:
-                _forget_headers(inner)
+            for sub in _members(inner):
                 yield _tar_entry(sub, member.offset_data, f"{folder}/{sub.name}")
     except (tarfile.ReadError, EOFError) as exc:
         raise SourceError(f"{path}:{member.name}: truncated or damaged inner tar ({exc}); "
                           "re-download or re-create the archive") from exc
 
 
-def _forget_headers(tar: tarfile.TarFile) -> None:
-    """Drop the headers tarfile keeps in its (untyped) `members` list: memory stays flat."""
-    members: list[tarfile.TarInfo] = vars(tar)["members"]
-    members.clear()
+def _members(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
+    """The members in archive order, dropping the headers tarfile keeps in its (untyped)
+    `members` list: memory stays flat."""
+    while (member := tar.next()) is not None:
+        vars(tar)["members"].clear()
+        yield member
 
 
 def _tar_entry(member: tarfile.TarInfo, base: int, name: str) -> Entry:
-    if member.isdir():
-        return Entry(name, "dir")
-    if member.issym() or member.islnk():
-        return Entry(name, "a link member: links are not followed in archives")
     if member.issparse():
         return Entry(name, "a sparse member: extract the archive to read it")
-    if not member.isfile():
-        return Entry(name, "not a regular file")
-    return Entry(name, "file", base + member.offset_data, member.size)
+    return tar_entry(name, member.type, base + member.offset_data, member.size)
 
 
 class _Listing:
@@ -216,9 +211,7 @@ class _Listing:
         try:
             self.found.add_file(name[:dot], name[dot:], label)  # a suffix, not the path
         except UnicodeEncodeError:
-            printable = name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-            self.rejects.append(Reject(-1, self.prefix + printable,
-                                       "member name is not valid UTF-8; rename it"))
+            self.rejects.append(not_utf8(self.prefix, name))
             return
         self.columns.append(entry)
 
@@ -255,22 +248,13 @@ class _Listing:
 
 def member_origin(path: Path, kind: str, before: ArchiveStat, built: SourceItems,
                   labels: npt.NDArray[np.int32], table: MemberTable) -> ArchiveSource:
-    """The reader of the items' members, once the archive is known unchanged."""
-    if stat_archive(path) != before:
-        raise SourceError(f"{path}: the archive changed while it was scanned; convert again")
-    return ArchiveSource(path, kind, table, _identity(before, built, labels, table), before)
-
-
-def _identity(before: ArchiveStat, items: SourceItems, labels: npt.NDArray[np.int32],
-              table: MemberTable) -> str:
-    """The archive's fingerprint for resume: size, mtime and a hash of the member table."""
-    digest = hashlib.sha256(f"{before.size}:{before.mtime_ns}\n".encode())
-    digest.update(items.keys.data)
-    if isinstance(items.tails, Strings):
-        digest.update(items.tails.data)
-    elif isinstance(items.tails, Suffixes):  # each member's extension
-        digest.update("\0".join(items.tails.names).encode("utf-8", "surrogateescape"))
-        digest.update(np.ascontiguousarray(items.tails.ids).tobytes())
-    digest.update(labels.astype(np.int32).tobytes())
-    table.digest_into(digest.update)
-    return digest.hexdigest()
+    """The reader of the items' members, once the archive is known unchanged; its
+    fingerprint also covers the items' keys, extensions and labels."""
+    parts = [built.keys.data]
+    if isinstance(built.tails, Strings):
+        parts.append(built.tails.data)
+    elif isinstance(built.tails, Suffixes):  # each member's extension
+        parts.append("\0".join(built.tails.names).encode("utf-8", "surrogateescape"))
+        parts.append(np.ascontiguousarray(built.tails.ids).tobytes())
+    parts.append(labels.astype(np.int32).tobytes())
+    return member_reader(path, kind, before, table, "archive", parts)

@@ -13,11 +13,11 @@ from __future__ import annotations
 import numpy as np
 
 from packer.core.fields import FieldSpec, FieldValueError, pack_record
-from packer.core.record import Reject, SourceItem
+from packer.core.record import Reject
 from packer.errors import RejectReason
 from packer.source.fields import SIDECARS, FieldChoice, sidecar_value
 from packer.source.items import SourceItems, Strings
-from packer.source.members import ArchiveSource, Columns, Entry
+from packer.source.members import ArchiveSource, Entry, read_entries
 
 SUFFIX_OF = {spec.name: suffix for suffix, spec in SIDECARS.items()}
 
@@ -53,7 +53,8 @@ class Sidecars:
                 specs: tuple[FieldSpec, ...], rejects: list[Reject]) -> Strings:
         """Each item's fields record, read from its sidecars."""
         wanted = sorted(pair for pair in used if SIDECARS[pair[1]] in specs)
-        data = _read(archive, [self.entries[pair] for pair in wanted])
+        data = read_entries(archive.path, archive.kind, archive.stat,
+                            [self.entries[pair] for pair in wanted])
         values = dict(zip(wanted, data, strict=True))
         records = []
         for i in range(len(items)):
@@ -81,22 +82,3 @@ def _value(spec: FieldSpec, raw: bytes | RejectReason | None, archive: ArchiveSo
         rejects.append(Reject(-1, where, f"bad sidecar, its image is packed without the "
                                          f"{spec.name!r} field: {exc}"))
         return None
-
-
-def _read(archive: ArchiveSource, entries: list[Entry]) -> list[bytes | RejectReason]:
-    """The bytes of these members (a damaged one: its reason), in archive order."""
-    columns = Columns()
-    for entry in entries:
-        columns.append(entry)
-    table = columns.table(np.arange(len(entries)))
-    reader = ArchiveSource(archive.path, archive.kind, table, archive.fingerprint, archive.stat)
-    found: dict[int, bytes | RejectReason] = {}
-    try:
-        for i in np.argsort(table.offsets, kind="stable").tolist():
-            try:
-                found[i] = reader.read(SourceItem(i, str(archive.path), "", 0))
-            except RejectReason as exc:
-                found[i] = exc
-    finally:
-        reader.close()
-    return [found[i] for i in range(len(entries))]

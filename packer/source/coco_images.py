@@ -27,15 +27,9 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from packer.source.archive import (
-    checked_kind,
-    clean_name,
-    list_members,
-    member_origin,
-    stat_archive,
-)
+from packer.source.archive import checked_kind, clean_name, list_members, member_origin
 from packer.source.items import SourceItems
-from packer.source.members import ArchiveSource, Columns, Entry
+from packer.source.members import ArchiveSource, Columns, Entry, stat_archive
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
 TWICE = "the archive holds two members of this name; rename one"

@@ -90,13 +90,10 @@ class GzipCursor:
 
     def _behind(self, i: int) -> bool:
         """Whether the stream went past member i (without keeping it)."""
-        return int(self.offsets[i]) < self._position()
-
-    def _position(self) -> int:
         if self.passed == 0:
-            return 0
+            return False
         last = int(self.by_offset[self.passed - 1])
-        return int(self.offsets[last] + self.sizes[last])
+        return int(self.offsets[i]) < int(self.offsets[last] + self.sizes[last])
 
     def _advance_to(self, i: int) -> bytes:
         """Read forward to member i, keeping the members passed that are still wanted."""

@@ -21,11 +21,13 @@ a pickled source carries its path, its member table and the archive's fingerprin
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 import threading
 import zlib
 from array import array
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from packer.core.record import SourceItem
+from packer.core.record import Reject, SourceItem
 from packer.errors import RejectReason, SourceError
 from packer.source.gzcursor import GzipCursor
 
@@ -65,11 +67,6 @@ class MemberTable:
     sizes: npt.NDArray[np.int64]
     methods: npt.NDArray[np.uint8]
     crcs: npt.NDArray[np.uint32]
-
-    def digest_into(self, update: Any) -> None:
-        """Feed the table's bytes to a hash: part of the archive's fingerprint."""
-        for column in (self.offsets, self.sizes, self.methods, self.crcs):
-            update(np.ascontiguousarray(column).tobytes())
 
 
 class Columns:
@@ -106,6 +103,55 @@ class ArchiveStat:
         return cls(info.st_size, info.st_mtime_ns)
 
 
+def not_utf8(prefix: str, name: str) -> Reject:
+    """The reject of a member whose name holds bytes that are not UTF-8."""
+    printable = name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return Reject(-1, prefix + printable, "member name is not valid UTF-8; rename it")
+
+
+def stat_archive(path: Path) -> ArchiveStat:
+    """The archive's size and mtime, which must not change while it is read."""
+    try:
+        return ArchiveStat.of(path)
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read the archive ({exc.strerror or exc})") from exc
+
+
+def member_reader(path: Path, kind: str, before: ArchiveStat, table: MemberTable,
+                  noun: str, parts: Iterable[bytes] = ()) -> ArchiveSource:
+    """The reader of these members, once the archive is known unchanged since `before`;
+    its fingerprint (for resume) is a hash of the size, mtime, `parts` and the table."""
+    if stat_archive(path) != before:
+        raise SourceError(f"{path}: the {noun} changed while it was scanned; convert again")
+    digest = hashlib.sha256(f"{before.size}:{before.mtime_ns}\n".encode())
+    for part in parts:
+        digest.update(part)
+    for column in (table.offsets, table.sizes, table.methods, table.crcs):
+        digest.update(np.ascontiguousarray(column).tobytes())
+    return ArchiveSource(path, kind, table, digest.hexdigest(), before)
+
+
+def read_entries(path: Path, kind: str, stat: ArchiveStat, entries: Sequence[Entry]
+                 ) -> list[bytes | RejectReason]:
+    """The bytes of these members (a damaged one: its reason), read in archive order;
+    those the listing read already (`Entry.head`) are not read again."""
+    columns = Columns()
+    for entry in entries:
+        columns.append(entry)
+    reader = ArchiveSource(path, kind, columns.table(np.arange(len(entries))), "", stat)
+    found: list[bytes | RejectReason] = [entry.head for entry in entries]
+    try:
+        for i in np.argsort(reader.table.offsets, kind="stable").tolist():
+            if not entries[i].head:
+                try:
+                    found[i] = reader.read_member(i)
+                except RejectReason as exc:
+                    found[i] = exc
+    finally:
+        reader.close()
+    return found
+
+
 class ArchiveSource:
     """Reads the bytes of archive members for encoding (see the module docstring).
 
@@ -131,19 +177,11 @@ class ArchiveSource:
 
     def open(self) -> None:
         """Refuse an archive that changed since the scan (its offsets would be wrong)."""
-        self._check_unchanged()
-        if self.kind != "tgz":
-            self._descriptor()
-
-    def _check_unchanged(self) -> None:
-        try:
-            now = ArchiveStat.of(self.path)
-        except OSError as exc:
-            raise SourceError(f"{self.path}: cannot read the archive "
-                              f"({exc.strerror or exc})") from exc
-        if now != self.stat:
+        if stat_archive(self.path) != self.stat:
             raise SourceError(f"{self.path}: the archive changed since it was scanned; "
                               "convert again")
+        if self.kind != "tgz":
+            self._descriptor()
 
     def read(self, item: SourceItem) -> bytes:
         """The bytes of member `item.position`; damage raises RejectReason."""

@@ -36,11 +36,6 @@ class _Unusual(Exception):
     """A header this reader leaves to tarfile."""
 
 
-def tar_entries(fd: int, where: str, end: int) -> Iterator[Entry]:
-    """The members of the tar open at `fd` (`end` bytes), with top-level tars opened."""
-    return _entries(fd, where, 0, end, "")
-
-
 class _Window:
     """Header blocks read WINDOW bytes at a time: small members share one system call."""
 
@@ -48,9 +43,6 @@ class _Window:
         self.fd = fd
         self.start = 0
         self.data = b""
-
-    def block(self, offset: int) -> bytes:
-        return self.read(offset, BLOCK)
 
     def cached(self, offset: int, size: int) -> bytes:
         """A small member's bytes when the window already holds them, else b""."""
@@ -70,18 +62,23 @@ class _Window:
         return self.data[at : at + size]
 
 
-def _entries(fd: int, where: str, base: int, end: int, folder: str) -> Iterator[Entry]:
+def tar_entries(fd: int, where: str, end: int, base: int = 0, folder: str = ""
+                ) -> Iterator[Entry]:
+    """The members of the tar open at `fd` (`end` bytes), with top-level tars opened
+    (a tar within: from `base`, its members' names under `folder`)."""
     offset, last = base, "(none: the first header is damaged)"
     extended: dict[str, str | int] = {}
     window = _Window(fd)
     while offset + BLOCK <= end:
-        block = window.block(offset)
+        block = window.read(offset, BLOCK)
         if block == ZERO:
             return
         name, kind, size = _header(block)
         data = offset + BLOCK
         if kind in (b"L", b"K", b"x"):
-            payload = _read(window, data, size, end, where, last)
+            if data + size > end:
+                raise truncated(where, last, "an extended header ends past the end")
+            payload = window.read(data, size)
             if kind == b"L":
                 extended["path"] = _text(payload)
             elif kind == b"x" and PAX_READ.search(payload):  # else mtime and such: unread
@@ -98,9 +95,9 @@ def _entries(fd: int, where: str, base: int, end: int, folder: str) -> Iterator[
             raise truncated(where, last, f"member {name!r} ends past the end")
         if not folder and regular and (inner := inner_tar_folder(name)) is not None:
             yield Entry(inner, "dir")  # a top-level NAME.tar is the folder NAME
-            yield from _entries(fd, f"{where}:{name}", data, data + size, inner + "/")
+            yield from tar_entries(fd, f"{where}:{name}", data + size, data, inner + "/")
         else:
-            yield _entry(folder + name, kind, data, size, window.cached(data, size))
+            yield tar_entry(folder + name, kind, data, size, window.cached(data, size))
         last = name.rstrip("/")  # as tarfile names folders
         offset = data + _padded(size) if regular or kind not in KNOWN else data
     if offset < end and os.pread(fd, end - offset, offset).strip(b"\0"):
@@ -125,7 +122,8 @@ def truncated(where: str, last: str, detail: str) -> SourceError:
                        "re-download or re-create the archive")
 
 
-def _entry(name: str, kind: bytes, data: int, size: int, head: bytes = b"") -> Entry:
+def tar_entry(name: str, kind: bytes, data: int, size: int, head: bytes = b"") -> Entry:
+    """A member of this type byte (what tarfile's `TarInfo.type` holds)."""
     if kind == b"5":
         return Entry(name, "dir")
     if kind in LINKS:
@@ -137,25 +135,21 @@ def _entry(name: str, kind: bytes, data: int, size: int, head: bytes = b"") -> E
 
 def _header(block: bytes) -> tuple[str, bytes, int]:
     """Name, type and size of a header block; _Unusual for what tarfile should read."""
-    try:
-        return _parsed(block)
-    except ValueError as exc:  # a number field that is not octal: damaged
-        raise _Unusual("number field") from exc
-
-
-def _parsed(block: bytes) -> tuple[str, bytes, int]:
     field = block[148:156]
     stored = field.split(b"\0", 1)[0].strip()
-    # The checksum is the sum of the block's bytes, its own field counted as spaces.
-    # adler32's low half is 1 + that sum modulo 65521, in C: the sum checked modulo 65521
-    # (a damaged block that passes must be off by a multiple of it, and still parse).
-    if not stored or (int(stored, 8) - (zlib.adler32(block) & 0xFFFF) + 1 + sum(field)
-                      - 256) % ADLER != 0:
-        raise _Unusual("checksum")  # damaged, or signed: let tarfile decide
-    if block[124] & 0x80:
-        raise _Unusual("base-256 size")
+    try:  # a number field that is not octal: damaged
+        # The checksum is the sum of the block's bytes, its own field counted as spaces.
+        # adler32's low half is 1 + that sum modulo 65521, in C: the sum checked modulo
+        # 65521 (a damaged block that passes must be off by a multiple of it, and parse).
+        if not stored or (int(stored, 8) - (zlib.adler32(block) & 0xFFFF) + 1 + sum(field)
+                          - 256) % ADLER != 0:
+            raise _Unusual("checksum")  # damaged, or signed: let tarfile decide
+        if block[124] & 0x80:
+            raise _Unusual("base-256 size")
+        size = int(block[124:136].split(b"\0", 1)[0].strip() or b"0", 8)
+    except ValueError as exc:
+        raise _Unusual("number field") from exc
     kind = block[156:157]
-    size = int(block[124:136].split(b"\0", 1)[0].strip() or b"0", 8)
     if kind == b"x":  # a pax header: its records matter, not its own name
         return "", kind, size
     name = _text(block[0:100])
@@ -190,12 +184,6 @@ def _pax(payload: bytes) -> dict[str, str | int]:
     except ValueError as exc:
         raise _Unusual("pax record") from exc
     return out
-
-
-def _read(window: _Window, data: int, size: int, end: int, where: str, last: str) -> bytes:
-    if data + size > end:
-        raise truncated(where, last, "an extended header ends past the end")
-    return window.read(data, size)
 
 
 def _padded(size: int) -> int:

@@ -11,14 +11,21 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable, Mapping
-from typing import cast
 
-from packer.core.fields import RESERVED, FieldSpec, FieldType, pack_record
+from packer.core.fields import (
+    RESERVED,
+    FieldSpec,
+    FieldType,
+    FieldValueError,
+    encode_value,
+    pack_record,
+    parse_text,
+)
 from packer.source.fields import FieldChoice
 
 NOT_NAME = re.compile(r"[^A-Za-z0-9_]")
 LENGTH = struct.Struct("<q")
-Convert = Callable[[str, bytes], tuple[str, bytes]]
+TEXT_EXTENSIONS = frozenset({"txt", "text", "caption"})
 
 
 def field_name(ext: str) -> str:
@@ -37,14 +44,13 @@ class FieldNames:
     def __init__(self) -> None:
         self.by_ext: dict[str, FieldSpec] = {}
 
-    def record(self, members: Mapping[str, bytes], convert: Convert) -> bytes:
+    def record(self, members: Mapping[str, bytes]) -> bytes:
         """The fields record of one sample over the fields met so far."""
         values: dict[str, bytes] = {}
         for ext, raw in members.items():
-            kind, value = convert(ext, raw)
+            kind, value = _field_value(ext, raw)
             if ext not in self.by_ext:
-                self.by_ext[ext] = FieldSpec(self._unique(field_name(ext)),
-                                             cast(FieldType, kind))
+                self.by_ext[ext] = FieldSpec(self._unique(field_name(ext)), kind)
             values[ext] = value
         return pack_record([values.get(ext) for ext in self.by_ext])
 
@@ -87,3 +93,18 @@ def _values(record: bytes) -> list[bytes | None]:
         values.append(record[at : at + length])
         at += length
     return values
+
+
+def _field_value(ext: str, raw: bytes) -> tuple[FieldType, bytes]:
+    """A field's type and byte form, from its member's extension and bytes."""
+    if ext in TEXT_EXTENSIONS:
+        try:
+            return "str", encode_value("str", raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise FieldValueError(f"the .{ext} member is not UTF-8 text ({exc})") from exc
+    if ext == "json":
+        try:
+            return "json", parse_text("json", raw.decode("utf-8"))
+        except (UnicodeDecodeError, FieldValueError) as exc:
+            raise FieldValueError(f"the .json member is not JSON ({exc})") from exc
+    return "bytes", raw

@@ -25,15 +25,11 @@ from packer.source.kinds import expand_braces, has_braces, is_shard_name
 CACHE_ENV = "PACKER_SHARD_CACHE"
 
 
-def cache_root() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "packer-readers" /
-                "shards")
-
-
 def fetch_shards(url: str, storage_options: Mapping[str, Any] | None = None) -> Path:
     """The local folder holding the shards `url` names, downloaded where missing."""
     urls = _shard_urls(url, storage_options)
-    folder = cache_root() / hashlib.sha256(url.encode()).hexdigest()[:16]
+    root = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "packer-readers" / "shards"
+    folder = Path(root) / hashlib.sha256(url.encode()).hexdigest()[:16]
     names = [PurePosixPath(name).name for name in urls]
     if len(set(names)) != len(names):
         raise SourceError(f"{url}: two shards share a file name; pass one folder of shards")

@@ -23,20 +23,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packer.core.fields import FieldValueError, encode_value, parse_text
+from packer.core.fields import FieldValueError
 from packer.core.record import Reject
 from packer.errors import SourceError
-from packer.source.archive import checked_kind, clean_name, list_members, stat_archive
+from packer.source.archive import checked_kind, clean_name, list_members
 from packer.source.fields import FieldChoice
 from packer.source.kinds import Source
-from packer.source.members import Entry
-from packer.source.shardset import ShardAdder, ShardSet, read_small_members
+from packer.source.members import ArchiveStat, Entry, stat_archive
+from packer.source.shardset import ShardSetBuilder, read_small_members
 from packer.source.wds_labels import LabelChoice, Labels
 from packer.source.wds_records import FieldNames, final_specs
 
 KEY_RULE = re.compile(r"^((?:.*/|)[^./][^/]*?)\.([^/]*)$")  # webdataset's base_plus_ext
 IMAGE_ORDER = ("jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff", "ppm", "pgm", "pbm")
-TEXT_EXTENSIONS = frozenset({"txt", "text", "caption"})
 
 
 @dataclass
@@ -45,13 +44,13 @@ class Sample:
 
     key: str
     members: dict[str, Entry] = field(default_factory=dict)
+    small: dict[str, bytes] = field(default_factory=dict)  # labels and fields, read
 
 
 @dataclass
 class WdsScan:
     """What the scan of every shard found, before the items are built."""
 
-    shards: list[Path]
     labels: Labels
     names: FieldNames = field(default_factory=FieldNames)
     rejects: list[Reject] = field(default_factory=list)
@@ -61,26 +60,25 @@ class WdsScan:
 def scan_shards(shards: list[Path], choice: FieldChoice, label: LabelChoice) -> Source:
     """The items of these shards (in key order), their reader, classes, rejects, the
     count of ignored members and the fields."""
-    found = WdsScan(shards, Labels(label))
-    where = str(shards[0] if len(shards) == 1 else shards[0].parent)
-    builder = ShardSet.builder("")
+    found = WdsScan(Labels(label))
+    root = shards[0] if len(shards) == 1 else shards[0].parent
+    where = str(root)
+    builder = ShardSetBuilder()
     for number, shard in enumerate(shards):
         kind = checked_kind(shard)
         before = stat_archive(shard)
         entries = list_members(shard, kind, before, _Entries).entries
-        named = str(shard)
-        samples = list(_grouped(entries, named, found))
+        samples = list(_grouped(entries, str(shard), found))
         if number == 0:
             found.labels.settle(any("cls" in sample.members for sample in samples))
-        _add_samples(shard, kind, named, samples, found, builder.shard(shard, kind, before),
-                     choice.enabled)
+        builder.shard(shard, kind, before)
+        _add_samples(shard, kind, before, samples, found, builder, choice.enabled)
     specs = final_specs(found.names, choice, where)
     class_names, remap = found.labels.classes(where)
     items, reader = builder.build(found.rejects, remap, found.names.remapper(specs))
     if not len(items):
         raise _nothing_packable(where, len(shards), found.rejects)
     found.rejects.sort(key=lambda reject: reject.path)
-    root = shards[0] if len(shards) == 1 else shards[0].parent
     return Source(root, items, class_names, found.rejects, found.ignored, archive=reader,
                   fields=specs)
 
@@ -136,51 +134,31 @@ def _grouped(entries: list[Entry], where: str, found: WdsScan) -> Iterator[Sampl
         yield current
 
 
-def _add_samples(shard: Path, kind: str, where: str, samples: list[Sample], found: WdsScan,
-                 adder: ShardAdder, with_fields: bool) -> None:
+def _add_samples(shard: Path, kind: str, before: ArchiveStat, samples: list[Sample],
+                 found: WdsScan, builder: ShardSetBuilder, with_fields: bool) -> None:
     """Read the shard's small members, then add each sample with an image."""
     labels = found.labels
-    images = [_image_ext(sample) for sample in samples]
+    images = [next((ext for ext in IMAGE_ORDER if ext in sample.members), None)
+              for sample in samples]
     small = [(sample, ext) for sample, image in zip(samples, images, strict=True)
              for ext in sample.members
              if image != ext and (labels.needs(ext) or
                                   (with_fields and not labels.consumes(ext)))]
-    data = read_small_members(shard, kind, [s.members[e] for s, e in small])
-    values: dict[int, dict[str, bytes]] = {}
+    data = read_small_members(shard, kind, before, [s.members[e] for s, e in small])
     for (sample, ext), raw in zip(small, data, strict=True):
-        values.setdefault(id(sample), {})[ext] = raw
+        sample.small[ext] = raw
     for sample, image in zip(samples, images, strict=True):
-        path = f"{where}:{sample.key}"
+        path = f"{shard}:{sample.key}"
         if image is None:
             found.rejects.append(Reject(-1, path, "no image member (jpg, png, webp, ...) in "
                                         f"this sample (it has .{', .'.join(sample.members)})"))
             continue
-        members = values.get(id(sample), {})
         try:
-            token = labels.token(members)
-            record = found.names.record({ext: raw for ext, raw in members.items()
-                                         if not labels.consumes(ext)}, _field_value) \
+            token = labels.token(sample.small)
+            record = found.names.record({ext: raw for ext, raw in sample.small.items()
+                                         if not labels.consumes(ext)}) \
                 if with_fields else b""
         except FieldValueError as exc:
             found.rejects.append(Reject(-1, f"{path}.{image}", str(exc)))
             continue
-        adder.add(sample.key, f"{path}.{image}", token, sample.members[image], record)
-
-
-def _image_ext(sample: Sample) -> str | None:
-    return next((ext for ext in IMAGE_ORDER if ext in sample.members), None)
-
-
-def _field_value(ext: str, raw: bytes) -> tuple[str, bytes]:
-    """A field's type and byte form, from its member's extension and bytes."""
-    if ext in TEXT_EXTENSIONS:
-        try:
-            return "str", encode_value("str", raw.decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            raise FieldValueError(f"the .{ext} member is not UTF-8 text ({exc})") from exc
-    if ext == "json":
-        try:
-            return "json", parse_text("json", raw.decode("utf-8"))
-        except (UnicodeDecodeError, FieldValueError) as exc:
-            raise FieldValueError(f"the .json member is not JSON ({exc})") from exc
-    return "bytes", raw
+        builder.add(sample.key, f"{path}.{image}", token, sample.members[image], record)

@@ -43,12 +43,8 @@ def zip_entries(path: Path) -> Iterator[Entry]:
             for _ in range(count):
                 yield _record(handle, shift)
     except (OSError, struct.error, ValueError) as exc:
-        raise damaged(path, str(exc)) from exc
-
-
-def damaged(path: Path, detail: str) -> SourceError:
-    return SourceError(f"{path}: not a readable zip ({detail}): truncated or damaged "
-                       "(its member list is at the end); re-download or re-create it")
+        raise SourceError(f"{path}: not a readable zip ({exc}): truncated or damaged "
+                          "(its member list is at the end); re-download or re-create it") from exc
 
 
 def _directory(handle: BinaryIO) -> tuple[int, int, int]:

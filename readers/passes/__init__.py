@@ -9,7 +9,8 @@ resumes, who owns the split, and the records it reads.
     resume        state_dict / load_state_dict: a position in an epoch, resumed
     loop          loop_state: a training loop's position, in batches
 
-    partition_owner   whether the readers or the framework around the loader split the data
+    partition_owner   whether the readers or the framework around the loader split the data;
+                  OwnedSplit: the world, plan and len() that ChunkSampler shares with them
     skip          skip_first_batches: a loader's first batches skipped unread
     stream        one pass's records: in order, through a shuffle buffer, or resumed
 

@@ -16,15 +16,14 @@ and provides `_plan_for(world_size)` (a ChunkPlan or subclass) and
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from torch.utils.data import get_worker_info
 
 from readers.options import PartitionOptions
-from readers.options.values import PartitionBy
 from readers.passes.epochs import PassEpochs
 from readers.passes.loop import loop_state
-from readers.passes.partition_owner import LoaderView, loader_view
+from readers.passes.partition_owner import LoaderView, OwnedSplit
 from readers.passes.resume import (
     PendingResume,
     from_worker_states,
@@ -38,20 +37,28 @@ from readers.plan.chunks import ChunkPlan, Spans, check_epoch, num_in
 from readers.plan.elastic import piece
 
 
-class PartitionPasses:
+class LatestPass(NamedTuple):
+    """A process's latest pass, as its `state_dict()` reports it: the worker it played,
+    the topology it split for and whether it read a rest re-split."""
+
+    epoch: int
+    worker: int
+    num_workers: int
+    world_size: int
+    dealt: int | None
+    resplit: bool = False
+
+
+class PartitionPasses(OwnedSplit):
     """Passes over a split plan; see the module docstring."""
 
-    _world: LateWorld
     _sent: RankWorld | None  # the world when sent to a spawned worker
     _sent_view: LoaderView | None  # the loader's view when sent
     _split: tuple[bool, bool, int]  # (shuffle, drop_last, seed)
     _epochs: PassEpochs
     _resume: PendingResume | None
-    _pass: tuple[int, int, int] | None  # (epoch, worker, num_workers) ...
-    _seen: int  # ... of this process's latest pass, and the samples it yielded
-    _topology: tuple[int, int | None]  # (world_size, dealt) of that pass
-    _resplit: bool  # whether that pass read a rest re-split
-    _split_by: PartitionBy  # who splits across ranks (PartitionOptions.by)
+    _pass: LatestPass | None  # this process's latest pass ...
+    _seen: int  # ... and the samples it yielded
     _pending_skip: LoaderSkip | None  # batches the coming pass starts after (skip)
     _posted: Mapping[str, Any] | None  # a worker's own state, posted on the board
     batch_size: int | None
@@ -70,33 +77,11 @@ class PartitionPasses:
         self._split = (shuffle, partition.drop_last, seed)
         self._split_by, self._pending_skip = partition.by, None
         self._epochs = PassEpochs()
-        self._resume, self._pass, self._seen = None, None, 0
-        self._topology, self._resplit, self._posted = (1, None), False, None
-
-    def _check_plan(self) -> None:
-        """Make the plan for the world as of now, so bad arguments fail in `__init__`
-        rather than in a DataLoader worker."""
-        self._plan_for(self.world_size)
-
-    def _plan_for(self, world_size: int) -> ChunkPlan:
-        raise NotImplementedError
+        self._resume, self._pass, self._seen, self._posted = None, None, 0, None
 
     def _stream(self, spans: Spans, plan: ChunkPlan, where: tuple[int, int, int],
                 skip: int) -> Iterator[Any]:
         raise NotImplementedError
-
-    @property
-    def plan(self) -> ChunkPlan:
-        """The split for the world as of now."""
-        return self._plan_for(self.world_size)
-
-    @property
-    def rank(self) -> int:
-        return self._world.now(self._sent_here())[0]
-
-    @property
-    def world_size(self) -> int:
-        return self._world.now(self._sent_here())[1]
 
     def _sent_here(self) -> RankWorld | None:
         """The world the main process sent, in a DataLoader worker."""
@@ -131,21 +116,13 @@ class PartitionPasses:
         world = 1 if view.framework_splits else self.world_size
         state = loop_state(self._epochs.next, skip.batches, skip.batch_size, skip.num_workers,
                            skip.drop_last, world_size=world)
-        self._resume = pending_from_state(
-            state, self._split[2], lambda size: self._plan_for(size).num_per_rank, None,
-            dealt=self._dealt(view), world_now=world)
+        self._resume = pending_from_state(state, self._split[2], self._per_rank, None,
+                                          dealt=self._dealt(view), world_now=world)
 
     def _view(self) -> LoaderView:
         """What the loader asking now wants (`loader_view`); in a spawned worker the
         view its parent found fills the gaps."""
-        return loader_view(self, self._split_by).or_else(
-            self._sent_view if get_worker_info() else None)
-
-    def __len__(self) -> int:
-        """Samples this rank yields per epoch; the whole epoch's when a framework that splits
-        across ranks itself asks."""
-        world_size = 1 if self._view().framework_splits else self.world_size
-        return self._plan_for(world_size).num_per_rank
+        return super()._view().or_else(self._sent_view if get_worker_info() else None)
 
     def __iter__(self) -> Iterator[Any]:
         """This process's share of the epoch, less what a loaded state says it has seen.
@@ -157,29 +134,26 @@ class PartitionPasses:
         worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
         posted, self._posted = self._posted, None
         if posted is not None:  # the other workers' counts are read at the first sample
-            self._pass, self._seen, self._resplit = (int(posted["epoch"]), worker,
-                                                     num_workers), 0, True
-            self._topology = (self.world_size, self._dealt(self._view()))
-            return self._after_board(posted, num_workers)
+            self._pass = LatestPass(int(posted["epoch"]), worker, num_workers, self.world_size,
+                                    self._dealt(self._view()), resplit=True)
+            self._seen = 0
+            return self._after_board(posted, worker, num_workers)
         return self._start(worker, num_workers)
 
-    def _after_board(self, posted: Mapping[str, Any], num_workers: int) -> Iterator[Any]:
+    def _after_board(self, posted: Mapping[str, Any], worker: int,
+                     num_workers: int) -> Iterator[Any]:
         """The pass, once the loader's workers have all posted their counts
         (`WorkerBoard`): the rest of the epoch they name, re-split."""
-        states = [{**posted, "worker": worker, "samples_seen": seen}
-                  for worker, seen in enumerate(self._epochs.board.gather(num_workers))]
-        self._resume = from_worker_states(states, self._split[2],
-                                          lambda world: self._plan_for(world).num_per_rank)
-        info = get_worker_info()
-        yield from self._start(info.id if info is not None else 0, num_workers)
+        states = [{**posted, "worker": w, "samples_seen": seen}
+                  for w, seen in enumerate(self._epochs.board.gather(num_workers))]
+        self._resume = from_worker_states(states, self._split[2], self._per_rank)
+        yield from self._start(worker, num_workers)
 
     def _start(self, worker: int, num_workers: int) -> Iterator[Any]:
         """The pass of (DataLoader) worker `worker` of `num_workers`; see `__iter__`."""
         self._take_loader_skip()
         view = self._view()
-        rank, world_size = self._world.for_pass(self._sent_here())
-        if view.framework_splits:
-            rank, world_size = 0, 1  # the framework keeps each rank's part of the whole
+        rank, world_size = self._world_for_pass(view)
         plan = self._plan_for(world_size)
         epoch, resume, skip, dealt = self._epochs.start_pass(), self._resume, 0, self._dealt(view)
         elastic = resume.elastic_for(epoch, world_size, num_workers, dealt,
@@ -194,9 +168,8 @@ class PartitionPasses:
             spans = plan.worker_spans(epoch, rank, worker, num_workers, dealt)
             if resume is not None:
                 skip = resume.take(epoch, worker, num_in(spans))
-        self._pass, self._seen = (epoch, worker, num_workers), skip
-        self._topology = (world_size, dealt)
-        self._resplit = elastic is not None
+        self._pass = LatestPass(epoch, worker, num_workers, world_size, dealt, elastic is not None)
+        self._seen = skip
         return self._stream(spans, plan, (epoch, rank, worker), skip)
 
     def _dealt(self, view: LoaderView) -> int | None:
@@ -225,14 +198,13 @@ class PartitionPasses:
         of theirs: save `loop_state` there.
         """
         info = get_worker_info()
-        here = (self.epoch, *((info.id, info.num_workers) if info is not None else (0, 1)))
-        epoch, worker, num_workers = self._pass if self._pass is not None else here
-        world_size, dealt = self._topology if self._pass is not None else (self.world_size,
-                                                                            self.batch_size)
-        state = {"epoch": epoch, "seed": self._split[2], "samples_seen": self._seen,
-                 "worker": worker, "num_workers": num_workers, "world_size": world_size,
-                 "dealt": dealt or 0}
-        if self._resplit and self._pass is not None:
+        latest = self._pass or LatestPass(
+            self.epoch, *((info.id, info.num_workers) if info is not None else (0, 1)),
+            self.world_size, self.batch_size)
+        state = {"epoch": latest.epoch, "seed": self._split[2], "samples_seen": self._seen,
+                 "worker": latest.worker, "num_workers": latest.num_workers,
+                 "world_size": latest.world_size, "dealt": latest.dealt or 0}
+        if latest.resplit:
             state["resumed_from"] = 1  # its counts are of a re-split rest: refused on load
         return state
 
@@ -257,9 +229,8 @@ class PartitionPasses:
             self._epochs.set_next(check_epoch(int(state["epoch"])))
             return
         self._posted = None
-        self._resume = pending_from_state(
-            state, self._split[2], lambda world: self._plan_for(world).num_per_rank, here,
-            dealt=self.batch_size, world_now=self.world_size)
+        self._resume = pending_from_state(state, self._split[2], self._per_rank, here,
+                                          dealt=self.batch_size, world_now=self.world_size)
         self._epochs.set_next(self._resume.epoch)
 
 

@@ -43,6 +43,8 @@ from types import FrameType
 from torch.utils.data import DataLoader
 
 from readers.options.values import PartitionBy
+from readers.passes.world import LateWorld, RankWorld
+from readers.plan.chunks import ChunkPlan
 
 SPLITTER_PACKAGES = ("accelerate", "transformers")
 SAID = "PartitionOptions(by='framework')"
@@ -67,13 +69,64 @@ class LoaderView:
 
     def or_else(self, other: LoaderView | None) -> LoaderView:
         """This view, its gaps filled from `other` (the view a parent process sent)."""
-        if other is None:
-            return self
-        if self.framework_splits:
+        if other is None or self.framework_splits:
             return self
         if other.framework_splits:
             return other
         return LoaderView(None, self.batch_size or other.batch_size)
+
+
+class OwnedSplit:
+    """What ChunkSampler and the iterable readers (PartitionPasses) share: a plan for the
+    world resolved late (`LateWorld`), split by the readers or by the framework that asks
+    (`_split_by`, PartitionOptions.by). Each provides `_plan_for(world_size)`."""
+
+    _world: LateWorld
+    _split_by: PartitionBy
+
+    def _plan_for(self, world_size: int) -> ChunkPlan:
+        raise NotImplementedError
+
+    def _check_plan(self) -> None:
+        """Make the plan for the world as of now, so bad arguments fail in `__init__`
+        rather than in a DataLoader worker."""
+        self._plan_for(self.world_size)
+
+    def _per_rank(self, world_size: int) -> int:
+        """Samples per rank of an epoch split for `world_size` ranks."""
+        return self._plan_for(world_size).num_per_rank
+
+    def _sent_here(self) -> RankWorld | None:
+        """The world a parent process sent this copy (none here; see PartitionPasses)."""
+        return None
+
+    def _view(self) -> LoaderView:
+        """What the loader asking now wants (`loader_view`)."""
+        return loader_view(self, self._split_by)
+
+    @property
+    def plan(self) -> ChunkPlan:
+        """The split for the world as of now."""
+        return self._plan_for(self.world_size)
+
+    @property
+    def rank(self) -> int:
+        return self._world.now(self._sent_here())[0]
+
+    @property
+    def world_size(self) -> int:
+        return self._world.now(self._sent_here())[1]
+
+    def __len__(self) -> int:
+        """Samples this rank yields per epoch; the whole epoch's when a framework that splits
+        across ranks itself asks."""
+        return self._per_rank(1 if self._view().framework_splits else self.world_size)
+
+    def _world_for_pass(self, view: LoaderView) -> RankWorld:
+        """The rank and world size a pass starting now splits for (`LateWorld.for_pass`);
+        0 of 1 when the framework splits: it keeps each rank's part of the whole."""
+        world = self._world.for_pass(self._sent_here())
+        return (0, 1) if view.framework_splits else world
 
 
 def loader_view(target: object, by: PartitionBy = "auto") -> LoaderView:

@@ -174,7 +174,7 @@ def pending_from_state(state: Mapping[str, Any], seed: int,
     worker loading it, None in the main process; `per_worker=False`: a ChunkSampler's one
     stream of indices; `dealt`: the batch size a PackedIterableDataset deals its workers.
     """
-    if "epoch" not in state and not any(reader_states(state)):
+    if "epoch" not in state and not reader_states(state):
         raise ValueError(f"a resume state needs an epoch; got keys {sorted(state)}")
     epoch = check_epoch(int(state.get("epoch", 0)))
     _check_seed(state, seed)
@@ -188,7 +188,7 @@ def pending_from_state(state: Mapping[str, Any], seed: int,
         return _from_loop_state(state, epoch, per_rank_of,
                                 segments_of(state, dealt, world_now, per_worker))
     if "samples_seen" not in state and here is None and per_worker:
-        workers = list(reader_states(state))
+        workers = reader_states(state)
         if workers:
             return from_worker_states(workers, seed, per_rank_of)
     if "samples_seen" not in state:

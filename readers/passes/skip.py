@@ -69,28 +69,24 @@ def _iterable_reader(loader: object) -> Skips | None:
 
 def _skip_of(loader: object, num_batches: int) -> LoaderSkip:
     """What `num_batches` of `loader` are, in batches of the DataLoader under it."""
+    name = named(loader)
     try:
-        return _batches_under(loader, num_batches)
+        batch_size = documented(loader, "batch_size", name) or 1
+        if type(loader).__name__ == "DataLoaderDispatcher" and not documented(
+                loader, "split_batches", name):
+            # each dispatched batch is num_processes batches of the loader on rank 0
+            num_batches *= documented(getattr(loader, "state", None), "num_processes", name)
+        shard = getattr(loader, "dataset", None)
+        if type(shard).__name__ == "IterableDatasetShard":
+            # each rank keeps its slice of every run the shard takes across the ranks
+            batch_size = across_ranks(shard, batch_size, named(shard))
+        return LoaderSkip(num_batches, batch_size, documented(loader, "num_workers", name),
+                          bool(documented(loader, "drop_last", name)))
     except _Changed as changed:
         raise RuntimeError(
             f"{changed}, which readers.skip_first_batches reads to place the skip (a newer "
             f"release?): skip with accelerate's skip_first_batches, which reads the skipped "
             f"batches") from None
-
-
-def _batches_under(loader: object, num_batches: int) -> LoaderSkip:
-    name = named(loader)
-    batch_size = documented(loader, "batch_size", name) or 1
-    if type(loader).__name__ == "DataLoaderDispatcher" and not documented(
-            loader, "split_batches", name):
-        # each dispatched batch is num_processes batches of the loader on rank 0
-        num_batches *= documented(getattr(loader, "state", None), "num_processes", name)
-    shard = getattr(loader, "dataset", None)
-    if type(shard).__name__ == "IterableDatasetShard":
-        # each rank keeps its slice of every run the shard takes across the ranks
-        batch_size = across_ranks(shard, batch_size, named(shard))
-    return LoaderSkip(num_batches, batch_size, documented(loader, "num_workers", name),
-                      bool(documented(loader, "drop_last", name)))
 
 
 def _accelerate_skip(loader: LoaderT, num_batches: int) -> LoaderT:

@@ -66,6 +66,11 @@ def rotate(spans: Spans, offset: int) -> Spans:
     return rotated
 
 
+def shuffle_chunks(chunks: Spans, rng: np.random.Generator) -> Spans:
+    """The chunks permuted, their sequence then rotated to start at a random sample."""
+    return rotate(chunks[rng.permutation(len(chunks))], int(rng.integers(num_in(chunks))))
+
+
 def cycle_to(spans: Spans, count: int) -> Spans:
     """The sequence repeated from its start until it holds `count` samples; repeats flagged."""
     total = num_in(spans)
@@ -86,6 +91,17 @@ def expand(spans: Spans) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
     positions = np.arange(int(lengths.sum()), dtype=np.int64)
     indices = positions + np.repeat(spans[:, 0] - begins, lengths)
     return indices, np.repeat(spans[:, 2].astype(bool), lengths)
+
+
+def even_out(spans: Spans, world_size: int, drop_last: bool) -> Spans:
+    """`spans` cut (drop_last) or cycled with flagged repeats to a multiple of world_size."""
+    total = num_in(spans)
+    per_rank = total // world_size if drop_last else -(-total // world_size)
+    if per_rank < 1:
+        raise ValueError(f"the rest of the epoch has {total} samples: too few for "
+                         f"{world_size} ranks with drop_last=True")
+    total = per_rank * world_size
+    return take(spans, 0, total) if drop_last else cycle_to(spans, total)
 
 
 def split_evenly(count: int, part: int, num_parts: int) -> tuple[int, int]:
@@ -148,12 +164,14 @@ class ChunkPlan:
 
     def epoch_spans(self, epoch: int) -> Spans:
         """The whole epoch's sequence, trimmed or padded to world_size * num_per_rank."""
+        return even_out(self.sequence(epoch), self.world_size, self.drop_last)
+
+    def sequence(self, epoch: int) -> Spans:
+        """The epoch's `num_samples` draws before they are evened out for the ranks."""
         spans = chunk_spans(self.num_samples, self.chunk_size)
-        if self.shuffle:
-            rng = epoch_rng(self.seed, check_epoch(epoch))
-            spans = rotate(spans[rng.permutation(len(spans))], int(rng.integers(self.num_samples)))
-        total = self.num_per_rank * self.world_size
-        return take(spans, 0, total) if self.drop_last else cycle_to(spans, total)
+        if not self.shuffle:
+            return spans
+        return shuffle_chunks(spans, epoch_rng(self.seed, check_epoch(epoch)))
 
     def rank_spans(self, epoch: int, rank: int) -> Spans:
         """What rank `rank` reads this epoch."""

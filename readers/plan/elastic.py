@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from readers.plan.chunks import Spans, cycle_to, expand, num_in, take, worker_bounds
+from readers.plan.chunks import Spans, even_out, expand, num_in, take, worker_bounds
 
 # positions 0..count-1 in the order stream `(rank, worker)` delivers them
 StreamOrder = Callable[[int, int, int], npt.NDArray[np.int64]]
@@ -59,38 +59,21 @@ class Segment:
                              "or more")
 
 
-def even_out(spans: Spans, world_size: int, drop_last: bool) -> Spans:
-    """`spans` cut (drop_last) or cycled with flagged repeats to a multiple of world_size."""
-    total = num_in(spans)
-    per_rank = total // world_size if drop_last else -(-total // world_size)
-    if per_rank < 1:
-        raise ValueError(f"the rest of the epoch has {total} samples: too few for "
-                         f"{world_size} ranks with drop_last=True")
-    total = per_rank * world_size
-    return take(spans, 0, total) if drop_last else cycle_to(spans, total)
-
-
 def consumed_mask(sequence: Spans, segment: Segment, order: StreamOrder) -> npt.NDArray[np.bool_]:
     """Which positions of `sequence` (evened for segment.world_size) the segment consumed."""
     total = num_in(sequence)
     per_rank = total // segment.world_size
     mask = np.zeros(total, dtype=bool)
     workers = max(segment.num_workers, 1)
-    for worker, count in enumerate(_counts(per_rank, segment)):
+    counts = segment.counts if segment.counts is not None else samples_per_worker(
+        per_rank, segment.batches_consumed, segment.batch_size, segment.num_workers,
+        segment.drop_last, segment.dealt)[0]  # delivered by each worker, on every rank
+    for worker, count in enumerate(counts):
         lo, hi = worker_bounds(per_rank, worker, workers, segment.dealt)
         for rank in range(segment.world_size):
             positions = order(rank, worker, hi - lo)[:count]
             mask[rank * per_rank + lo + positions] = True
     return mask
-
-
-def _counts(per_rank: int, segment: Segment) -> list[int]:
-    """Samples each worker's stream had delivered (the same on every rank)."""
-    if segment.counts is not None:
-        return list(segment.counts)
-    counts, _ = samples_per_worker(per_rank, segment.batches_consumed, segment.batch_size,
-                                   segment.num_workers, segment.drop_last, segment.dealt)
-    return counts
 
 
 def samples_per_worker(num_per_rank: int, batches_consumed: int, batch_size: int,

@@ -35,10 +35,9 @@ from readers.plan.chunks import (
     ChunkPlan,
     Spans,
     check_epoch,
-    cycle_to,
     epoch_rng,
     num_in,
-    rotate,
+    shuffle_chunks,
     take,
 )
 
@@ -63,12 +62,6 @@ def largest_remainder(weights: Sequence[float] | npt.ArrayLike,
     return counts
 
 
-def group_pass(chunks: Spans, seed: int, stream: int, group: int, number: int) -> Spans:
-    """Pass `number` over one group: its chunks permuted and rotated, every sample once."""
-    rng = epoch_rng(seed, number, stream, group)
-    return rotate(chunks[rng.permutation(len(chunks))], int(rng.integers(num_in(chunks))))
-
-
 def group_draws(chunks: Spans, count: int, seed: int, stream: int, group: int,
                 epoch: int) -> Spans:
     """Epoch `epoch`'s `count` draws from one group: its passes' positions from epoch * count."""
@@ -76,8 +69,8 @@ def group_draws(chunks: Spans, count: int, seed: int, stream: int, group: int,
     start, stop = epoch * count, (epoch + 1) * count
     pieces = [np.zeros((0, 3), dtype=np.int64)]
     for number in range(start // size, -(-stop // size)):
-        begin = number * size
-        spans = group_pass(chunks, seed, stream, group, number)
+        begin = number * size  # pass `number` over the group: every sample once
+        spans = shuffle_chunks(chunks, epoch_rng(seed, number, stream, group))
         pieces.append(take(spans, max(start - begin, 0), min(stop - begin, size)))
     return np.concatenate(pieces)
 
@@ -115,7 +108,7 @@ class GroupPlan(ChunkPlan):
             if count and num_in(chunks) == 0:
                 raise ValueError(f"group {number} has no samples but should give {count}")
 
-    def epoch_spans(self, epoch: int) -> Spans:
+    def sequence(self, epoch: int) -> Spans:
         epoch = check_epoch(epoch)
         rows, keys = [], []
         pieces_before = 0
@@ -123,14 +116,12 @@ class GroupPlan(ChunkPlan):
             if count == 0:
                 continue
             draws = group_draws(chunks, count, self.seed, self.stream, g, epoch)
-            spans, piece = cut(draws, self.chunk_size)
-            rows.append(spans)
+            pieces, piece = cut(draws, self.chunk_size)
+            rows.append(pieces)
             keys.append(piece + pieces_before)
             pieces_before += int(piece[-1]) + 1
         order = epoch_rng(self.seed, epoch, self.stream).permutation(pieces_before)
         place = np.empty_like(order)
         place[order] = np.arange(pieces_before)
-        spans = np.concatenate(rows)
-        spans = spans[np.argsort(place[np.concatenate(keys)], kind="stable")]
-        total = self.num_per_rank * self.world_size
-        return take(spans, 0, total) if self.drop_last else cycle_to(spans, total)
+        spans: Spans = np.concatenate(rows)
+        return spans[np.argsort(place[np.concatenate(keys)], kind="stable")]

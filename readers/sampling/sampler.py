@@ -30,7 +30,7 @@ from torch.utils.data import DistributedSampler
 
 from readers.options import DEFAULT_CHUNK_SIZE, DEFAULT_PARTITION, PartitionOptions
 from readers.passes.loop import LoopState, loop_state
-from readers.passes.partition_owner import loader_view
+from readers.passes.partition_owner import OwnedSplit
 from readers.passes.resume import (
     PendingResume,
     pending_from_state,
@@ -61,7 +61,7 @@ class PaddedIndex(int):
         return f"PaddedIndex({int(self)})"
 
 
-class ChunkSampler(DistributedSampler[int]):
+class ChunkSampler(OwnedSplit, DistributedSampler[int]):  # type: ignore[override]  # rank
     """Yields this rank's indices chunk by chunk, shuffled within `buffer_size` indices.
 
     The order depends only on (seed, epoch), so every rank agrees without communicating;
@@ -82,20 +82,20 @@ class ChunkSampler(DistributedSampler[int]):
                  sample_weights: npt.ArrayLike | None = None) -> None:
         # DistributedSampler.__init__ would ask the process group now: it may not exist yet
         self.dataset = dataset  # type: ignore[assignment]  # any Sized, as Sampler takes
-        self.partition = partition
+        self.partition, self._split_by = partition, partition.by
         self._world = LateWorld.of(partition.rank, partition.world_size)
         own_chunk_size = getattr(dataset, "chunk_size", DEFAULT_CHUNK_SIZE)
         self._chunk_size = partition.chunk_size_or(own_chunk_size)
         self._args = (len(dataset), shuffle, partition.drop_last, seed)
         self._weights = weighted_split(dataset, class_weights, sample_weights, self._chunk_size)
         self.shuffle, self.drop_last, self.seed = shuffle, partition.drop_last, seed
-        self._plan_for(self._world.now()[1])  # bad arguments fail here
+        self._check_plan()
         self.buffer_size = partition.buffer_size
         self._next_epoch = 0
         self._resume: PendingResume | None = None
         self._pass_epoch: int | None = None  # the epoch of the latest pass, and its count
         self._yielded = 0
-        self._pass_world = self._world.now()[1]  # the world size of the latest pass
+        self._pass_world = self.world_size  # the world size of the latest pass
         self._loaded: LoopState | None = None  # the loaded state, as a loop state ...
         self._resumed_from: LoopState | None = None  # ... that the latest pass re-split
         self._untouched: PassStart | None = None  # the latest pass, while none of it is drawn
@@ -106,19 +106,6 @@ class ChunkSampler(DistributedSampler[int]):
             return self._weights.plan(num_samples, self._chunk_size, world_size, shuffle,
                                       drop_last, seed)
         return ChunkPlan(num_samples, self._chunk_size, world_size, shuffle, drop_last, seed)
-
-    @property
-    def plan(self) -> ChunkPlan:
-        """The split for the world as of now."""
-        return self._plan_for(self.world_size)
-
-    @property
-    def rank(self) -> int:  # type: ignore[override]
-        return self._world.now()[0]
-
-    @property
-    def world_size(self) -> int:
-        return self._world.now()[1]
 
     @property
     def num_replicas(self) -> int:  # type: ignore[override]
@@ -144,12 +131,6 @@ class ChunkSampler(DistributedSampler[int]):
         self._next_epoch = check_epoch(epoch)
         self._untouched = None
 
-    def __len__(self) -> int:
-        """Indices this rank yields per epoch; the whole epoch's when a framework that splits
-        the batches across ranks itself asks."""
-        world_size = 1 if loader_view(self, self.partition.by).framework_splits else self.world_size
-        return self._plan_for(world_size).num_per_rank
-
     def __iter__(self) -> Iterator[int]:
         """This epoch's indices, less those a loaded state says were seen (the first ones).
 
@@ -164,7 +145,11 @@ class ChunkSampler(DistributedSampler[int]):
         epoch, plan, rank, spans, skip = start
         self._untouched = start if num_in(spans) > skip else None  # nothing to draw: done
         self._pass_epoch, self._yielded, self._pass_world = epoch, skip, plan.world_size
-        self._forward_epoch(epoch)
+        # a dataset with set_epoch (PackedDataset's crops) learns the epoch here, in the main
+        # process before any index reaches a worker: Lightning calls set_epoch on the sampler only
+        set_epoch = getattr(self.dataset, "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(epoch)
         indices, padded = expand(spans)
         stream: Iterator[int] = (
             PaddedIndex(i) if pad else int(i)
@@ -177,9 +162,7 @@ class ChunkSampler(DistributedSampler[int]):
 
     def _start_pass(self) -> PassStart:
         """The epoch, plan, rank, spans and skip of a new pass (the epoch is used up)."""
-        rank, world_size = self._world.for_pass()
-        if loader_view(self, self.partition.by).framework_splits:
-            rank, world_size = 0, 1  # the framework keeps each rank's batches of the whole
+        rank, world_size = self._world_for_pass(self._view())
         plan = self._plan_for(world_size)
         epoch, self._next_epoch = self._next_epoch, self._next_epoch + 1
         spans, skip = self._spans(plan, epoch, rank)
@@ -189,25 +172,14 @@ class ChunkSampler(DistributedSampler[int]):
         """This rank's spans of the pass and how many of its indices a resume skips; a
         state saved on another world size gives the rest of its epoch, re-split."""
         resume, self._resumed_from = self._resume, None
-        if resume is None:
-            return plan.rank_spans(epoch, rank), 0
-        elastic = resume.elastic_for(epoch, plan.world_size, None, None)
+        elastic = resume.elastic_for(epoch, plan.world_size, None, None) if resume else None
         if elastic is None:
-            return plan.rank_spans(epoch, rank), resume.take(epoch, 0, plan.num_per_rank)
+            skip = resume.take(epoch, 0, plan.num_per_rank) if resume else 0
+            return plan.rank_spans(epoch, rank), skip
         self._resumed_from = self._loaded
         rest = rest_after(self._plan_for(elastic[0].world_size), elastic, epoch,
                           self.buffer_size, per_worker=False)
         return piece(rest, plan.world_size, plan.drop_last, rank, 0, 1, None), 0
-
-    def _forward_epoch(self, epoch: int) -> None:
-        """Tell a dataset with `set_epoch` (PackedDataset's crops) the epoch of this pass.
-
-        Here, when the pass starts in the main process and before any index reaches a
-        worker, because Lightning calls set_epoch on the sampler only.
-        """
-        set_epoch = getattr(self.dataset, "set_epoch", None)
-        if callable(set_epoch):
-            set_epoch(epoch)
 
     def _counted(self, stream: Iterator[int]) -> Iterator[int]:
         for i in stream:
@@ -238,9 +210,8 @@ class ChunkSampler(DistributedSampler[int]):
         Takes `state_dict()` or `loop_state(...)`. A later `set_epoch` to another epoch
         raises if the state stops mid-epoch and ignores a finished one.
         """
-        self._resume = pending_from_state(
-            state, self.seed, lambda world: self._plan_for(world).num_per_rank, here=None,
-            per_worker=False, world_now=self.world_size)
+        self._resume = pending_from_state(state, self.seed, self._per_rank, here=None,
+                                          per_worker=False, world_now=self.world_size)
         saved = int(state.get("world_size", self.world_size))
         self._loaded = stream_state(state, saved) if "epoch" in state else None
         self._next_epoch = self._resume.epoch

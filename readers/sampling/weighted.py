@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from packer.core.index import open_dataset
-from readers.plan.chunks import ChunkPlan, Spans, check_epoch, cycle_to, epoch_rng, take
+from readers.plan.chunks import ChunkPlan, Spans, check_epoch, epoch_rng
 from readers.plan.groups import CLASS_STREAM, GroupPlan, largest_remainder
 
 ClassWeights = str | Mapping[Any, float] | Sequence[float]
@@ -97,8 +97,6 @@ class ClassSplit:
 
     groups: tuple[Spans, ...]
     weights: tuple[float, ...]
-    names: tuple[str, ...]
-    stream: int = CLASS_STREAM
 
     @classmethod
     def of(cls, dataset: Any, class_weights: ClassWeights, chunk_size: int) -> ClassSplit:
@@ -112,13 +110,13 @@ class ClassSplit:
             raise ValueError(f"class_weights draws from class(es) {empty}, which have no "
                              "samples: give them weight 0")
         largest_remainder(weights, 0)  # bad weights fail here
-        return cls(groups, tuple(weights.tolist()), names)
+        return cls(groups, tuple(weights.tolist()))
 
     def plan(self, num_samples: int, chunk_size: int, world_size: int, shuffle: bool,
              drop_last: bool, seed: int) -> ChunkPlan:
         counts = tuple(largest_remainder(self.weights, num_samples).tolist())
         return GroupPlan(num_samples, chunk_size, world_size, shuffle, drop_last, seed,
-                         groups=self.groups, counts=counts, stream=self.stream)
+                         groups=self.groups, counts=counts, stream=CLASS_STREAM)
 
 
 @dataclass(frozen=True, eq=False)
@@ -127,15 +125,14 @@ class SampleWeightPlan(ChunkPlan):
 
     weights: npt.NDArray[np.float64] = field(default_factory=lambda: np.ones(0))
 
-    def epoch_spans(self, epoch: int) -> Spans:
+    def sequence(self, epoch: int) -> Spans:
         rng = epoch_rng(self.seed, check_epoch(epoch), WEIGHTED_STREAM)
         running = np.cumsum(self.weights) / self.weights.sum() * self.num_samples
         points = rng.random() + np.arange(self.num_samples)
         indices = np.searchsorted(running, points, side="right").astype(np.int64)
         indices = np.minimum(indices, len(self.weights) - 1)[rng.permutation(self.num_samples)]
         spans: Spans = np.stack([indices, indices + 1, np.zeros_like(indices)], axis=1)
-        total = self.num_per_rank * self.world_size
-        return take(spans, 0, total) if self.drop_last else cycle_to(spans, total)
+        return spans
 
 
 @dataclass(frozen=True, eq=False)

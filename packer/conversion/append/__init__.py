@@ -25,7 +25,7 @@ from typing import Any
 from packer.conversion.append import commit
 from packer.conversion.append.held import Existing
 from packer.conversion.append.plan import AppendPlan, plan_append
-from packer.conversion.append.stage import stage, stage_dir, stage_replacements
+from packer.conversion.append.stage import stage, stage_dir
 from packer.conversion.destination import refuse_inside_source, write_errors
 from packer.conversion.writing import OnError, rejected
 from packer.core.index import Index, read_index
@@ -105,7 +105,7 @@ def append(src: str | Path, dst: str | Path, encode: Mapping[str, Any] | None = 
 def _run(plan: AppendPlan, workers: int | None, on_error: OnError, resume: bool,
          progress: Callable[[int], None] | None,
          on_total: Callable[[int], None] | None) -> AppendResult:
-    first = commit.new_rejects(plan, None)
+    first = commit.new_rejects(plan)
     if on_error == "fail" and first:
         raise rejected(first[0])
     if on_total is not None:
@@ -116,11 +116,10 @@ def _run(plan: AppendPlan, workers: int | None, on_error: OnError, resume: bool,
     from packer.conversion.append.merge import merge  # h5py and lmdb: loaded when an append merges
 
     staged = stage(plan, workers, on_error, resume, progress)
-    spooled = stage_replacements(plan, workers, on_error, resume, progress)
-    merged = merge(plan, staged, spooled, stage_dir(plan.folder))
-    commit.prepare(plan, staged, spooled, merged)
-    record = commit.committing(plan.folder)
-    assert record is not None  # prepare() just wrote it
+    spooled = stage(plan, workers, on_error, resume, progress, spool=True) \
+        if plan.replacing else None
+    merged = merge(plan, staged, spooled)
+    record = commit.prepare(plan, staged, spooled, merged)
     commit.apply(plan.folder, record)
     return _result(plan.folder, record, len(commit.new_rejects(plan, staged, spooled)))
 

@@ -16,83 +16,92 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from packer.conversion.append.plan import AppendPlan
 from packer.conversion.append.stage import READY, STAGE_DIR, Staged, stage_dir
-from packer.core import checks
 from packer.core.index import (
-    FIELDS_NAME,
     INDEX_NAME,
-    KEYS_NAME,
     REJECTS_NAME,
-    SAMPLES_NAME,
-    TABLE_DIGEST,
+    SampleTable,
+    ShardInfo,
     save_table,
     table_files,
+    write_index,
 )
 from packer.core.record import Reject
 from packer.storage.atomic import fsync_dir, write_atomic
-
-if TYPE_CHECKING:
-    from packer.conversion.append.merge import Merged
 
 COMMIT = "commit.json"
 APPENDED = "appended"  # index.json's extra: one entry per append, oldest first
 
 
-def new_rejects(plan: AppendPlan, staged: Staged | None, spooled: Staged | None = None
-                ) -> list[Reject]:
+@dataclass
+class Merged:
+    """The grown dataset's data files, ready to be moved into DST."""
+
+    shards: tuple[ShardInfo, ...]  # every shard, DST's first
+    table: SampleTable  # every sample, DST's first
+    moves: list[tuple[str, str]]  # (path in the staging folder, path in DST)
+    extra: dict[str, Any] = field(default_factory=dict)  # for index.json's extra
+    extend: dict[str, Any] | None = None  # a file that grows in place at the commit (npy)
+    field_counts: tuple[int, ...] = ()  # per field, the samples with a value
+    remove: list[str] = field(default_factory=list)  # DST files the grown dataset drops
+
+
+def new_rejects(plan: AppendPlan, *stagings: Staged | None) -> list[Reject]:
     """This append's rejects that DST's rejects.jsonl does not list yet."""
     listed = {reject.path for reject in plan.old_rejects}
-    found = plan.scan_rejects() + plan.conflicts + (staged.rejects if staged else []) + \
-        (spooled.rejects if spooled else [])
-    return [r for r in found if r.path not in listed]
+    return [r for r in _found(plan, stagings) if r.path not in listed]
 
 
-def replaced_keys(spooled: Staged | None) -> list[str]:
-    """The keys of the samples a --replace replaced (those of its inputs not rejected)."""
-    return [] if spooled is None else spooled.table.keys()
+def _found(plan: AppendPlan, stagings: tuple[Staged | None, ...]) -> list[Reject]:
+    """The rejects of the scan, the conflicts and the stagings."""
+    return plan.source.rejects + plan.conflicts + \
+        [r for staged in stagings if staged is not None for r in staged.rejects]
 
 
-def prepare(plan: AppendPlan, staged: Staged, spooled: Staged | None, merged: Merged) -> None:
-    """Write the table, rejects and index of the grown dataset, then commit.json."""
+def prepare(plan: AppendPlan, staged: Staged, spooled: Staged | None, merged: Merged
+            ) -> dict[str, Any]:
+    """Write the table, rejects and index of the grown dataset, then commit.json (the
+    record it returns)."""
     where = stage_dir(plan.folder)
     ready = where / READY
     save_table(ready, merged.table)
-    tried = {item.path for item in [*plan.items, *plan.replacing]}  # packed, or a reject now
-    kept = [r for r in plan.old_rejects if r.path not in tried]
-    listed = {r.path for r in kept}
-    found = plan.source.rejects + plan.conflicts + staged.rejects + \
-        (spooled.rejects if spooled else [])
-    rejects = kept + [r for r in found if r.path not in listed]
-    lines = "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in rejects)
-    write_atomic(ready / REJECTS_NAME, lines.encode("utf-8"))
-    replaced = replaced_keys(spooled)
+    num_rejected = _write_rejects(plan, staged, spooled, ready)
+    replaced = [] if spooled is None else spooled.table.keys()
     entry: dict[str, Any] = {"num_samples": len(staged.table),
                              "new_classes": list(plan.new_classes)}
     if replaced:
         entry["replaced"] = replaced
     history = [*plan.index.extra.get(APPENDED, ()), entry]
-    index = replace(plan.index, num_samples=len(merged.table), class_names=plan.class_names,
-                    shards=merged.shards, num_rejected=len(rejects),
-                    field_counts=merged.field_counts,
-                    extra={**plan.index.extra, **merged.extra, APPENDED: history})
-    digest = checks.files_digest(table_files(ready, index))
-    index = replace(index, extra={**index.extra, TABLE_DIGEST: digest})
-    text = json.dumps(index.to_json(), indent=1, sort_keys=True, ensure_ascii=False)
-    write_atomic(ready / INDEX_NAME, (text + "\n").encode("utf-8"))
-    tables = (SAMPLES_NAME, KEYS_NAME, *((FIELDS_NAME,) if index.fields else ()))
-    moves = [*merged.moves, *((f"{READY}/{name}", name) for name in
-                              (*tables, REJECTS_NAME, INDEX_NAME))]
+    index = write_index(ready, replace(
+        plan.index, num_samples=len(merged.table), class_names=plan.class_names,
+        shards=merged.shards, num_rejected=num_rejected, field_counts=merged.field_counts,
+        extra={**plan.index.extra, **merged.extra, APPENDED: history}))
+    names = (*(path.name for path in table_files(ready, index)), REJECTS_NAME, INDEX_NAME)
+    moves = [*merged.moves, *((f"{READY}/{name}", name) for name in names)]
     record = {"moves": moves, "extend": merged.extend, "remove": merged.remove,
-              "num_new": len(staged.table),
-              "new_classes": list(plan.new_classes), "replaced": replaced,
-              "first_new_label": len(plan.index.class_names)}
+              "num_new": len(staged.table), "new_classes": list(plan.new_classes),
+              "replaced": replaced, "first_new_label": len(plan.index.class_names)}
     write_atomic(where / COMMIT, json.dumps(record).encode("utf-8"))
     fsync_dir(where)
+    return record
+
+
+def _write_rejects(plan: AppendPlan, staged: Staged, spooled: Staged | None, ready: Path
+                   ) -> int:
+    """The grown dataset's rejects.jsonl: DST's (less the inputs tried again: packed now,
+    or rejects again), then this append's; returns their count."""
+    tried = {item.path for item in [*plan.items, *plan.replacing]}
+    kept = [r for r in plan.old_rejects if r.path not in tried]
+    listed = {r.path for r in kept}
+    rejects = kept + [r for r in _found(plan, (staged, spooled)) if r.path not in listed]
+    lines = "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in rejects)
+    write_atomic(ready / REJECTS_NAME, lines.encode("utf-8"))
+    return len(rejects)
 
 
 def committing(folder: Path) -> dict[str, Any] | None:
@@ -132,19 +141,26 @@ def extend(folder: Path, where: Path, grow: dict[str, Any]) -> None:
     interruption), append the staged bytes, fsync, then write its new header.
 
     Done again from the start by a rerun: the staged file stays until the end."""
-    with open(folder / grow["file"], "r+b") as out, \
-            open(where / grow["source"], "rb") as staged:
+    with open(folder / grow["file"], "r+b") as out:
         out.truncate(grow["keep"])
-        start, at, size = int(grow["start"]), int(grow["keep"]), int(grow["size"])
-        while size > 0:
-            done = os.copy_file_range(staged.fileno(), out.fileno(), size, start, at)
-            if done <= 0:
-                raise OSError(f"{where / grow['source']}: ended {size} bytes early; "
-                              "delete the .pack-append folder and append again")
-            start, at, size = start + done, at + done, size - done
+        copy_range(where / grow["source"], int(grow["start"]), out.fileno(), int(grow["keep"]),
+                   int(grow["size"]), "delete the .pack-append folder and append again")
         os.fsync(out.fileno())
         os.pwrite(out.fileno(), bytes.fromhex(grow["header"]), 0)
         os.fsync(out.fileno())
+
+
+def copy_range(src: Path, start: int, out: int, at: int, size: int,
+               fix: str = "restore it or reconvert") -> int:
+    """Copy `size` bytes of `src` from `start` into the open file `out` at `at` (the
+    kernel copies); returns where the copy ends in `out`."""
+    with open(src, "rb") as handle:
+        while size > 0:
+            done = os.copy_file_range(handle.fileno(), out, size, start, at)
+            if done <= 0:
+                raise OSError(f"{src}: ended {size} bytes early; {fix}")
+            start, at, size = start + done, at + done, size - done
+    return at
 
 
 def finished_dir(folder: Path) -> Path:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +30,12 @@ import h5py
 import lmdb
 import numpy as np
 
+from packer.conversion.append.commit import Merged, copy_range
 from packer.conversion.append.plan import AppendPlan
 from packer.conversion.append.replace import blob_segments, put_lmdb, replaced_rows, write_rows
 from packer.conversion.append.replace_wds import rewrite_shards
 from packer.conversion.append.spool import REPLACE_DIR, SPOOL, Replacements
-from packer.conversion.append.stage import READY, Staged
+from packer.conversion.append.stage import READY, Staged, stage_dir
 from packer.conversion.append.values import all_columns, field_counts
 from packer.core.index import SampleTable, ShardInfo, TableBuilder
 from packer.formats import _hdf5_writer, _lmdb_writer, _npy, _npy_fields
@@ -47,25 +47,14 @@ from packer.storage.hashing import sha256_file, sha256_range
 from packer.storage.pieces import Piece
 
 
-@dataclass
-class Merged:
-    """The grown dataset's data files, ready to be moved into DST."""
-
-    shards: tuple[ShardInfo, ...]  # every shard, DST's first
-    table: SampleTable  # every sample, DST's first
-    moves: list[tuple[str, str]]  # (path in the staging folder, path in DST)
-    extra: dict[str, Any] = field(default_factory=dict)  # for index.json's extra
-    extend: dict[str, Any] | None = None  # a file that grows in place at the commit (npy)
-    field_counts: tuple[int, ...] = ()  # per field, the samples with a value
-    remove: list[str] = field(default_factory=list)  # DST files the grown dataset drops
-
-
-def merge(plan: AppendPlan, staged: Staged, spooled: Staged | None, where: Path) -> Merged:
-    """Build the grown dataset's files in `where/ready` (the replacements `spooled`)."""
+def merge(plan: AppendPlan, staged: Staged, spooled: Staged | None) -> Merged:
+    """Build the grown dataset's files in the staging folder's `ready/` (the replacements
+    `spooled`, when any was not a reject)."""
+    where = stage_dir(plan.folder)
     ready = where / READY
     shutil.rmtree(ready, ignore_errors=True)
     ready.mkdir()
-    replaced = None if spooled is None else replacements(plan, spooled, where)
+    replaced = replacements(plan, spooled, where) if spooled and len(spooled.table) else None
     build = {"wds": _wds, "npy": _npy_files, "hdf5": _hdf5, "lmdb": _lmdb_file}
     merged = build[plan.index.format](plan, staged, replaced, where, ready)
     merged.field_counts = field_counts(plan, staged, replaced)
@@ -93,7 +82,7 @@ def joined(old: SampleTable, new: SampleTable, shift: int) -> SampleTable:
 def _wds(plan: AppendPlan, staged: Staged, replaced: Replacements | None, where: Path,
          ready: Path) -> Merged:
     old, shards, moves = replaced_rows(plan.table, replaced), plan.index.shards, []
-    if replaced is not None and replaced.at:
+    if replaced is not None:
         shards, names = rewrite_shards(plan.folder, plan.index, old, replaced, ready)
         moves = [(f"{READY}/{name}", name) for name in names]
     shards += staged.shards
@@ -124,13 +113,11 @@ def _npy_files(plan: AppendPlan, staged: Staged, replaced: Replacements | None, 
     _npy_fields.write_fields(ready, all_columns(plan, staged, replaced))
     moves = [(f"{READY}/{name}", name)
              for name in (_npy.LABELS, *_npy_fields.field_files(plan.index.fields))]
-    staged_rows = (where / _npy.IMAGES, _npy.HEADER_BYTES, new * row)
-    if replaced is not None and replaced.at:
+    if replaced is not None:
         path = ready / _npy.IMAGES
         with open(path, "wb") as out:
-            _copy(plan.folder / _npy.IMAGES, 0, out, keep)
-            _copy(*staged_rows[:2], out, new * row)
-            out.flush()
+            at = copy_range(plan.folder / _npy.IMAGES, 0, out.fileno(), 0, keep)
+            copy_range(where / _npy.IMAGES, _npy.HEADER_BYTES, out.fileno(), at, new * row)
             write_rows(out.fileno(), replaced, _npy.HEADER_BYTES, row)
             os.pwrite(out.fileno(), header, 0)
             os.fsync(out.fileno())
@@ -152,19 +139,6 @@ def _row_pieces(path: Path, shard: ShardInfo, size: int) -> list[Piece]:
     if shard.pieces and sum(n for n, _ in shard.pieces[1:]) == size:
         return [piece for piece in shard.pieces[1:] if piece[0]]
     return [(size, sha256_range(path, _npy.HEADER_BYTES, size))] if size else []
-
-
-def _copy(src: Path, start: int, out: Any, size: int) -> None:
-    """Append `size` bytes of `src` from `start` to the open file `out`."""
-    out.flush()
-    with open(src, "rb") as handle:
-        at = out.tell()
-        while size > 0:
-            done = os.copy_file_range(handle.fileno(), out.fileno(), size, start, at)
-            if done <= 0:
-                raise OSError(f"{src}: ended {size} bytes early; restore it or reconvert")
-            start, at, size = start + done, at + done, size - done
-    out.seek(at)
 
 
 def _new_part(plan: AppendPlan, staged: Staged) -> Merged:
@@ -190,7 +164,7 @@ def _blob(path: Path) -> tuple[int, int, list[str]]:
 
 def _hdf5(plan: AppendPlan, staged: Staged, replaced: Replacements | None, where: Path,
           ready: Path) -> Merged:
-    if replaced is None or not replaced.at:
+    if replaced is None:
         return _new_part(plan, staged)
     parts, old_exts = [], []
     for shard, first in zip(plan.index.shards, plan.index.shard_starts.tolist(), strict=False):
@@ -211,24 +185,20 @@ def _hdf5(plan: AppendPlan, staged: Staged, replaced: Replacements | None, where
     if at is None:
         raise RuntimeError(f"{path}: h5py did not allocate /images")
     with open(path, "r+b") as out:
-        out.seek(at)
         for source, start, size in [*segments, (where / _hdf5_writer.FILE, new_at, new_size)]:
-            _copy(source, start, out, size)
-        out.flush()
+            at = copy_range(source, start, out.fileno(), at, size)
         os.fsync(out.fileno())
-    shard = ShardInfo(_hdf5_writer.FILE, len(table), path.stat().st_size, sha256_file(path))
-    return Merged((shard,), table, [(f"{READY}/{_hdf5_writer.FILE}", _hdf5_writer.FILE)],
-                  remove=[s.name for s in plan.index.shards[1:]])
+    return _one_file(plan, path, _hdf5_writer.FILE, table)
 
 
 def _lmdb_file(plan: AppendPlan, staged: Staged, replaced: Replacements | None, where: Path,
                ready: Path) -> Merged:
-    if replaced is None or not replaced.at:
+    if replaced is None:
         return _new_part(plan, staged)
     path = ready / "data.mdb"
     first = plan.folder / plan.index.shards[0].name
     with open(path, "wb") as out:
-        _copy(first, 0, out, first.stat().st_size)
+        copy_range(first, 0, out.fileno(), 0, first.stat().st_size)
     adding = [plan.folder / shard.name for shard in plan.index.shards[1:]]
     adding.append(where / _lmdb_writer.FOLDER / "data.mdb")
     grown = sum(source.stat().st_size for source in adding)
@@ -243,10 +213,15 @@ def _lmdb_file(plan: AppendPlan, staged: Staged, replaced: Replacements | None, 
     finally:
         env.close()
     fsync_path(path)
-    shard = ShardInfo(f"{_lmdb_writer.FOLDER}/data.mdb", plan.index.num_samples + len(staged.table),
-                      path.stat().st_size, sha256_file(path))
-    return Merged((shard,), joined(replaced_rows(plan.table, replaced), staged.table, 0),
-                  [(f"{READY}/data.mdb", f"{_lmdb_writer.FOLDER}/data.mdb")],
+    return _one_file(plan, path, f"{_lmdb_writer.FOLDER}/data.mdb",
+                     joined(replaced_rows(plan.table, replaced), staged.table, 0))
+
+
+def _one_file(plan: AppendPlan, path: Path, name: str, table: SampleTable) -> Merged:
+    """The grown dataset written again as the one file `path` in ready/, `name` in DST,
+    whose other parts it drops."""
+    shard = ShardInfo(name, len(table), path.stat().st_size, sha256_file(path))
+    return Merged((shard,), table, [(f"{READY}/{path.name}", name)],
                   remove=[s.name for s in plan.index.shards[1:]])
 
 

@@ -22,7 +22,7 @@ from packer.conversion.append.fields import Reorder, field_order
 from packer.conversion.append.held import Existing, Held, Renumbered
 from packer.conversion.identity import JOB_KEY
 from packer.core.index import INDEX_NAME, Index, SampleTable, open_dataset
-from packer.core.record import Reject, SourceItem
+from packer.core.record import Origin, Reject, SourceItem
 from packer.encode import EncodeOptions
 from packer.formats.base import ShardOptions
 from packer.source.fields import FieldChoice
@@ -58,11 +58,6 @@ class AppendPlan:
     def new_classes(self) -> tuple[str, ...]:
         return self.class_names[len(self.index.class_names) :]
 
-    def scan_rejects(self) -> list[Reject]:
-        """The scan's rejects that DST's rejects.jsonl does not list yet."""
-        listed = {reject.path for reject in self.old_rejects}
-        return [r for r in self.source.rejects if r.path not in listed]
-
 
 def stored_options(index: Index, asked: dict[str, Any]) -> EncodeOptions:
     """DST's encode options; a given option that differs is refused, naming both values."""
@@ -97,15 +92,8 @@ def shard_options(index: Index) -> ShardOptions:
 def plan_append(src: Path, dst: Path, asked: dict[str, Any], existing: Existing = "size",
                 fields: FieldChoice | None = None, replace: bool = False,
                 drop_duplicates: bool = False) -> AppendPlan:
-    """Open DST, scan SRC and sort its inputs into new ones and ones DST holds.
-
-    `existing`: how an input whose key DST holds is compared with the stored sample
-    when DST stores the original files: "size" (a stat), "digest" (read and hashed).
-    `fields`: which of SRC's fields to take (default: all; each must be one of DST's).
-    `replace`: an input whose key DST holds with other bytes, class or field values
-    replaces that sample (same index) instead of being a reject. `drop_duplicates`: a
-    new input whose stored bytes a sample (old or new) has is a reject.
-    """
+    """Open DST, scan SRC and sort its inputs into new ones, replacements and conflicts
+    (the options are `append`'s)."""
     if existing not in ("size", "digest"):
         raise ValueError(f"existing must be size or digest, not {existing!r}")
     index, table = open_dataset(dst)
@@ -116,61 +104,52 @@ def plan_append(src: Path, dst: Path, asked: dict[str, Any], existing: Existing 
     mapping = [_label_for(name, names) for name in source.class_names]
     held = Held(table, existing if stores_original(index) and source.origin is None
                 and source.archive is None else None)
-    sorted_ = _Sorted(source, reorder)
+    origin = source.origin or source.archive
+    new, replacing = _Picked(origin, reorder), _Picked(origin, reorder)
+    replaced: list[int] = []
+    conflicts: list[Reject] = []
     for item in source.items:
         label = mapping[item.label]
         i = held.positions.get(item.key)
         if i is None:
-            sorted_.add_new(item, label)
+            new.add(item, label)
             continue
         fields_record = reorder(item.fields) if item.origin is None else b""
         if (problem := held.conflict(item, label, fields_record, i)) is None:
             continue
         if replace:
-            sorted_.add_replacement(item, label, i)
+            replacing.add(item, label)
+            replaced.append(i)
         else:
-            sorted_.conflicts.append(Reject(item.position, item.path,
-                                            f"key {item.key!r} is already in {dst} {problem}; "
-                                            "rename the file, append with --replace, or "
-                                            "convert the union instead"))
+            conflicts.append(Reject(item.position, item.path,
+                                    f"key {item.key!r} is already in {dst} {problem}; "
+                                    "rename the file, append with --replace, or "
+                                    "convert the union instead"))
     shards = shard_options(index)
     settings = {"format": index.format, "encode": options.to_json(),
                 "shards": dataclasses.asdict(shards), "drop_duplicates": drop_duplicates}
-    fingerprint = _fingerprint(dst, [*sorted_.items, *sorted_.replacing], sorted_.replaced,
-                               settings)
-    return AppendPlan(dst, index, table, source, sorted_.items, tuple(names),
-                      sorted_.conflicts, read_rejects(dst), options, shards, fingerprint,
-                      sorted_.replacing, sorted_.replaced, drop_duplicates)
+    fingerprint = _fingerprint(dst, [*new.items, *replacing.items], replaced, settings)
+    return AppendPlan(dst, index, table, source, new.items, tuple(names), conflicts,
+                      read_rejects(dst), options, shards, fingerprint, replacing.items,
+                      replaced, drop_duplicates)
 
 
-class _Sorted:
-    """The inputs of a plan as they are sorted: new ones, replacements, conflicts; each
-    staging numbers its items 0..n-1 and reads a packed or archive SRC by scan position."""
+class _Picked:
+    """The inputs of one staging, numbered 0..n-1; a packed or archive SRC is read by
+    their scan positions (`Renumbered`)."""
 
-    def __init__(self, source: Source, reorder: Reorder) -> None:
+    def __init__(self, origin: Origin | None, reorder: Reorder) -> None:
         self.reorder = reorder
         self.items: list[SourceItem] = []
-        self.replacing: list[SourceItem] = []
-        self.replaced: list[int] = []
-        self.conflicts: list[Reject] = []
-        self._scanned: tuple[list[int], list[int]] = ([], [])
-        origin = source.origin or source.archive
-        self._origins = (None, None) if origin is None else \
-            tuple(Renumbered(origin, scanned, reorder)
-                  for scanned in self._scanned)
+        self.positions: list[int] = []
+        self.origin = None if origin is None else Renumbered(origin, self.positions, reorder)
 
-    def add_new(self, item: SourceItem, label: int) -> None:
-        self.items.append(self._renumbered(item, label, 0, len(self.items)))
-
-    def add_replacement(self, item: SourceItem, label: int, i: int) -> None:
-        self.replacing.append(self._renumbered(item, label, 1, len(self.replacing)))
-        self.replaced.append(i)
-
-    def _renumbered(self, item: SourceItem, label: int, which: int, at: int) -> SourceItem:
-        self._scanned[which].append(item.position)
-        if item.origin is None:
-            return SourceItem(at, item.path, item.key, label, None, self.reorder(item.fields))
-        return SourceItem(at, item.path, item.key, label, self._origins[which])
+    def add(self, item: SourceItem, label: int) -> None:
+        self.positions.append(item.position)
+        at = len(self.items)
+        self.items.append(SourceItem(at, item.path, item.key, label, None,
+                                     self.reorder(item.fields)) if item.origin is None
+                          else SourceItem(at, item.path, item.key, label, self.origin))
 
 
 def _label_for(name: str, names: list[str]) -> int:

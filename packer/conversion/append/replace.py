@@ -67,20 +67,15 @@ def put_lmdb(txn: Any, table: SampleTable, names: list[str], replaced: Replaceme
                 txn.put(field_key, value)
 
 
-def blob_segments(parts: list[Part], table: SampleTable, replaced: Replacements | None
+def blob_segments(parts: list[Part], table: SampleTable, replaced: Replacements
                   ) -> tuple[list[Segment], np.ndarray]:
     """The pieces of one hdf5 blob of DST's samples in order (runs of old bytes from
     each part, the replaced samples' bytes from the spool) and each sample's offset in
     it. `parts`: (file, where its blob starts, its first sample) of each of DST's parts."""
-    sizes = np.asarray(table.sizes, dtype=np.int64)
-    taken: dict[int, Segment] = {} if replaced is None else {  # sample -> its new bytes
+    sizes = np.array(table.sizes, dtype=np.int64)
+    taken: dict[int, Segment] = {  # sample -> its new bytes
         i: (replaced.path, int(replaced.table.offsets[j]), int(replaced.table.sizes[j]))
         for i, j in replaced.by_index().items()}
-    if len(parts) == 1 and not taken:
-        total = int(sizes.sum())
-        path, at, _ = parts[0]
-        return [(path, at, total)] if total else [], np.asarray(table.offsets, np.int64)
-    sizes = sizes.copy()
     for i, (_, _, size) in taken.items():
         sizes[i] = size
     offsets = np.zeros(len(sizes), np.int64)

@@ -35,26 +35,27 @@ def rewrite_shards(folder: Path, index: Index, table: SampleTable, replaced: Rep
     reader = _wds.open_reader(folder, index, table)
     try:
         for k in affected:
-            shards[k] = _rewrite(folder, index, table, reader, by_index, replaced, k, ready)
+            shards[k] = _rewrite(reader, by_index, replaced, k, ready)
     finally:
         reader.close()
     return tuple(shards), [shards[k].name for k in affected]
 
 
-def _rewrite(folder: Path, index: Index, table: SampleTable, reader: _wds.WdsReader,
-             by_index: dict[int, int], replaced: Replacements, k: int,
-             ready: Path) -> ShardInfo:
+def _rewrite(reader: _wds.WdsReader, by_index: dict[int, int], replaced: Replacements,
+             k: int, ready: Path) -> ShardInfo:
+    """Shard k written again into `ready`; the table the reader reads by gets its new
+    offsets (each sample's after it is read)."""
+    index, table = reader.index, reader.table
     start, stop = int(index.shard_starts[k]), int(index.shard_starts[k + 1])
     name = index.shards[k].name
-    exts = _extensions(folder / name)
+    exts = _extensions(reader.folder / name)
     path = ready / name
     digest = hashlib.sha256()
     at = 0
     with open(path, "wb") as out:
         for i in range(start, stop):
             j = by_index.get(i)
-            record = replaced.record(j) if j is not None else \
-                _old_record(reader, index, table, exts, i)
+            record = replaced.record(j) if j is not None else _old_record(reader, exts, i)
             pieces, image_at, fields_at = _wds.sample_pieces(record, index.fields)
             for piece in pieces:
                 out.write(piece)
@@ -71,14 +72,14 @@ def _rewrite(folder: Path, index: Index, table: SampleTable, reader: _wds.WdsRea
     return ShardInfo(name, stop - start, at + len(_wds.END_OF_ARCHIVE), digest.hexdigest())
 
 
-def _old_record(reader: _wds.WdsReader, index: Index, table: SampleTable,
-                exts: dict[int, str], i: int) -> Record:
+def _old_record(reader: _wds.WdsReader, exts: dict[int, str], i: int) -> Record:
+    table = reader.table
     key = table.key(i)
     ext = exts.get(int(table.offsets[i]))
     if ext is None:
         raise CorruptDatasetError(f"{reader.folder}: no image member of sample {i} ({key!r}) "
                                   "where the table says; restore the shard or reconvert")
-    fields = pack_record(reader.field_values_many([i])[0]) if index.fields else b""
+    fields = pack_record(reader.field_values_many([i])[0]) if reader.index.fields else b""
     return Record(i, key, int(table.labels[i]), reader.read(i), ext, table.digest(i), fields)
 
 

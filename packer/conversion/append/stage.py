@@ -11,6 +11,7 @@ staging is complete, its `staged.json` says so.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from collections.abc import Callable
@@ -31,7 +32,7 @@ from packer.core.index import (
     shard_from_json,
     shard_json,
 )
-from packer.core.record import Reject, SourceItem
+from packer.core.record import Reject
 from packer.formats._wds import WdsWriter
 from packer.formats._wds_names import continued_stem, shard_stem
 from packer.formats.base import Writer, WriterPlan
@@ -70,28 +71,13 @@ def stage_dir(folder: Path) -> Path:
 
 
 def stage(plan: AppendPlan, workers: int | None, on_error: OnError, resume: bool,
-          progress: Callable[[int], None] | None = None) -> Staged:
-    """Encode `plan.items` into the staging folder (resumed when `resume` and the
-    interrupted staging is of this same append); returns what it holds."""
-    old = plan.index.shards if plan.index.format == "wds" else ()
-    return _stage(plan, stage_dir(plan.folder), plan.items, old, workers, on_error, resume,
-                  progress)
-
-
-def stage_replacements(plan: AppendPlan, workers: int | None, on_error: OnError,
-                       resume: bool, progress: Callable[[int], None] | None = None
-                       ) -> Staged | None:
-    """Encode `plan.replacing` into the spool (`SpoolWriter`), after
-    `stage`; None when the append replaces nothing."""
-    if not plan.replacing:
-        return None
-    return _stage(plan, stage_dir(plan.folder) / REPLACE_DIR, plan.replacing, (), workers,
-                  on_error, resume, progress)
-
-
-def _stage(plan: AppendPlan, where: Path, items: list[SourceItem], old: tuple[ShardInfo, ...],
-           workers: int | None, on_error: OnError, resume: bool,
-           progress: Callable[[int], None] | None) -> Staged:
+          progress: Callable[[int], None] | None, *, spool: bool = False) -> Staged:
+    """Encode `plan.items` into the staging folder, or with `spool` `plan.replacing` into
+    the spool of replacements (`SpoolWriter`); resumed when `resume` and the interrupted
+    staging is of this same append. Returns what it holds."""
+    where = stage_dir(plan.folder) / REPLACE_DIR if spool else stage_dir(plan.folder)
+    items = plan.replacing if spool else plan.items
+    old = plan.index.shards if plan.index.format == "wds" and not spool else ()
     if resume and (staged := read_staged(where, plan.fingerprint)) is not None:
         if progress is not None:
             progress(len(items))
@@ -100,13 +86,12 @@ def _stage(plan: AppendPlan, where: Path, items: list[SourceItem], old: tuple[Sh
         load_torch()  # npy resizes with torch: import it up front, as convert does
     journal = Journal(where)
     done = _resume_point(journal, plan, resume, old)
-    spooled = where.name == REPLACE_DIR
-    writer = _open_spool(plan, where) if spooled else _open_writer(plan, where, done, old)
+    writer = _open_spool(plan, where) if spool else _open_writer(plan, where, done, old)
     module = formats.load(plan.index.format)
     job = WriterLoop(writer, journal, done, on_error, progress,
-                     group=plan.shards.max_samples if module.GROUPS_INPUTS and not spooled
+                     group=plan.shards.max_samples if module.GROUPS_INPUTS and not spool
                      else None, path_of=lambda position: items[position].path,
-                     drop_duplicates=plan.drop_duplicates and not spooled)
+                     drop_duplicates=plan.drop_duplicates and not spool)
     if job.kept is not None:  # --drop-duplicates: DST's samples are kept first
         job.kept = {**_digests(plan), **job.kept}
     if progress is not None:
@@ -115,9 +100,10 @@ def _stage(plan: AppendPlan, where: Path, items: list[SourceItem], old: tuple[Sh
         with source_open(plan.source), closed_after(encoded(items[done.src_stop :],
                                                             plan.options, workers)) as records:
             job.consume(records)
-        shards = writer.finish(job.build_table())
+        table = job.build_table()
+        shards = writer.finish(table)
     types = tuple(sorted(getattr(writer, "image_types", ())))
-    staged = Staged(job.build_table(), tuple(shards[len(old) :]), job.rejects(), types,
+    staged = Staged(table, tuple(shards[len(old) :]), job.rejects(), types,
                     tuple(getattr(writer, "exts", ())))
     _write_staged(where, plan.fingerprint, staged)
     journal.remove()
@@ -161,11 +147,8 @@ def _resume_point(journal: Journal, plan: AppendPlan, resume: bool,
         return Progress(shards=old)
     parts = journal.read_parts()
     names = {shard.name for shard in old}
-    keep = len(parts)
-    for number, part in enumerate(parts):
-        if not all(str(s["name"]) in names or _intact(where, s) for s in part["shards"]):
-            keep = number
-            break
+    keep = next((number for number, part in enumerate(parts) if not all(
+        str(s["name"]) in names or _intact(where, s) for s in part["shards"])), len(parts))
     journal.truncate(keep)
     done = journal.load(parts[:keep])
     if not keep:
@@ -182,8 +165,7 @@ def _write_staged(where: Path, fingerprint: str, staged: Staged) -> None:
     save_table(where, staged.table, prefix=PREFIX, with_records=True)
     text = json.dumps({"fingerprint": fingerprint,
                        "shards": [shard_json(shard) for shard in staged.shards],
-                       "rejects": [{"position": r.position, "path": r.path, "reason": r.reason}
-                                   for r in staged.rejects],
+                       "rejects": [dataclasses.asdict(r) for r in staged.rejects],
                        "image_types": list(staged.image_types), "exts": list(staged.exts)})
     write_atomic(where / STAGED, text.encode("utf-8"))
     fsync_dir(where)
@@ -197,7 +179,7 @@ def read_staged(where: Path, fingerprint: str) -> Staged | None:
             return None
         return Staged(load_table(where, prefix=PREFIX, mmap=False),
                       tuple(shard_from_json(shard) for shard in data["shards"]),
-                      [Reject(r["position"], r["path"], r["reason"]) for r in data["rejects"]],
+                      [Reject(**r) for r in data["rejects"]],
                       tuple(data["image_types"]), tuple(data.get("exts", ())))
     except (OSError, ValueError, KeyError, TypeError):
         return None
