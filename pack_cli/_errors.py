@@ -47,15 +47,12 @@ def user_errors() -> Iterator[None]:
         if interrupted(exc):  # also a Ctrl-C that a library wrapped in its own error (h5py)
             click.echo(RESUME_HINT, err=True)
             sys.exit(130)
-        if isinstance(exc, PackError):
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(1)
         if isinstance(exc, click.BadParameter):
             click.echo(f"error: {exc.message}", err=True)
             sys.exit(2)
-        if isinstance(exc, ValueError):
+        if isinstance(exc, (PackError, ValueError)):
             click.echo(f"error: {exc}", err=True)
-            sys.exit(2)
+            sys.exit(1 if isinstance(exc, PackError) else 2)
         raise
 
 

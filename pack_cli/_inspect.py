@@ -38,21 +38,21 @@ def info_command(dst: str | None, as_json: bool, storage_options: tuple[str, ...
     pack info --env
     """
     with user_errors():
-        if show_env or dst is None:
-            if dst is not None or not show_env:
-                raise click.UsageError("give a dataset (pack info DST) or --env, not both"
-                                       if show_env else "missing DST: pack info DST, or "
-                                       "pack info --env for the environment")
+        if show_env:
+            if dst is not None:
+                raise click.UsageError("give a dataset (pack info DST) or --env, not both")
             facts = environment()
             click.echo(json.dumps(facts, indent=1) if as_json
                        else "\n".join(f"{key}: {value}" for key, value in facts.items()))
             return
-        if storage_options and not is_url(dst):
-            raise click.BadParameter("--storage-option applies to a URL (s3://..., file://...)")
+        if dst is None:
+            raise click.UsageError("missing DST: pack info DST, or pack info --env for the "
+                                   "environment")
+        parsed = url_storage_options(dst, storage_options)
         image_folder = None if is_url(dst) else not_a_dataset(Path(dst))
         if image_folder is not None:
             raise image_folder
-        description = describe(dst, storage_options=parse_storage_options(storage_options))
+        description = describe(dst, storage_options=parsed)
         click.echo(json.dumps(description, indent=1, ensure_ascii=False) if as_json
                    else render(description))
 
@@ -112,10 +112,8 @@ def verify_command(dst: str, source: Path | None, annotations: Path | None, repa
         if annotations is not None and (source is None or is_url(dst)):
             raise click.BadParameter("--annotations needs --source (the image folder) and "
                                      "a local DST")
-        if storage_options and not is_url(dst):
-            raise click.BadParameter("--storage-option applies to a URL (s3://..., file://...)")
         report = verify(dst, source, annotations, repair=repair,
-                        storage_options=parse_storage_options(storage_options))
+                        storage_options=url_storage_options(dst, storage_options))
     if as_json:
         click.echo(json.dumps(report.__dict__, indent=1, ensure_ascii=False))
     elif report.ok:
@@ -130,9 +128,14 @@ def verify_command(dst: str, source: Path | None, annotations: Path | None, repa
         sys.exit(1)
 
 
-# Registers `pack bench`, `pack tune` and `pack profile` on the group above.
-
 MAX_DAMAGE_LINES = 20
+
+
+def url_storage_options(dst: str, pairs: tuple[str, ...]) -> dict[str, Any]:
+    """--storage-option, refused unless DST is a URL."""
+    if pairs and not is_url(dst):
+        raise click.BadParameter("--storage-option applies to a URL (s3://..., file://...)")
+    return parse_storage_options(pairs)
 
 
 def damage_lines(report: Report) -> list[str]:

@@ -65,14 +65,11 @@ def run_sweep(path: Path, workers_text: str, batch_size: int, prefetch_text: str
     configs = [LoaderConfig(w, p if w else None, batch_size, pin_memory)
                for w in parse_ints(workers_text, "--workers")
                for p in (parse_ints(prefetch_text, "--prefetch") if w else [0])]
-    bar = tqdm(total=len(configs), disable=not sys.stderr.isatty(), desc="sweep")
-    try:
+    with tqdm(total=len(configs), disable=not sys.stderr.isatty(), desc="sweep") as bar:
         def advance(_: object) -> None:
             bar.update(1)
 
         results = sweep(dataset, configs, seconds, progress=advance)
-    finally:
-        bar.close()
     return dataset, results
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
@@ -16,7 +16,6 @@ from packer.core.fields import parse_spec
 from packer.source.fields import FieldChoice
 from packer.source.wds_labels import LabelChoice
 
-F = TypeVar("F", bound=Callable[..., Any])
 UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20,
          "GIB": 2**30}
 
@@ -55,8 +54,7 @@ def parse_size(text: str | None) -> tuple[int, int] | None:
     if len(parts) not in (1, 2) or not all(re.fullmatch("[0-9]+", p) and int(p) > 0
                                            for p in parts):
         raise click.BadParameter(f"{text!r} is not a size like 256x256 (height x width)")
-    height = int(parts[0])
-    return (height, int(parts[-1]))
+    return int(parts[0]), int(parts[-1])
 
 
 def parse_storage_options(pairs: Iterable[str]) -> dict[str, Any]:

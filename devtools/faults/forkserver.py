@@ -218,6 +218,21 @@ def _run_cli(argv: list[str], exit_code: list[int]) -> None:
         exit_code.append(0)
     except SystemExit as exc:
         exit_code.append(exc.code if isinstance(exc.code, int) else int(exc.code is not None))
+    except KeyboardInterrupt as exc:  # one on `run`'s first instruction, before its `try`:
+        if not _at_entry(run, exc):    # as one before the command started, die of it
+            raise
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+
+
+def _at_entry(function: Any, exc: BaseException) -> bool:
+    """Whether `exc` was raised on the line `function` starts at, in its own frame: a
+    signal checked when the call begins, before any statement of the function runs."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    code = function.__code__
+    return tb is not None and tb.tb_frame.f_code is code and tb.tb_lineno == code.co_firstlineno
 
 
 def _arm(signum: int | None, at_event: int | None) -> list[int]:

@@ -55,10 +55,9 @@ def encode_ordered(batches: Iterable[list[SourceItem]], options: EncodeOptions,
         func = partial(encode_batch_at, options=options, cwd=os.getcwd())
         return map_ordered_ray(func, batches, workers, address)
     func = partial(encode_batch, options=options)
-    if workers is None and not options.transforms and options.check == "none":
-        return map_ordered_adaptive(func, batches, os.cpu_count() or 1,
-                                    FAST_ITEM_S * batch_size(options))
     threads = os.cpu_count() or 1 if workers is None else workers
+    if workers is None and not options.transforms and options.check == "none":
+        return map_ordered_adaptive(func, batches, threads, FAST_ITEM_S * batch_size(options))
     return map_ordered(func, batches, threads)
 
 
@@ -111,13 +110,9 @@ def map_ordered(func: Callable[[Task], Result], tasks: Iterable[Task], workers: 
     `workers=0` runs inline; `window` bounds the tasks in flight (default 4 per worker).
     """
     if workers <= 0:
-        return map(func, tasks)
+        yield from map(func, tasks)
+        return
     limit = window or 4 * workers
-    return _map_threads(func, tasks, workers, limit)
-
-
-def _map_threads(func: Callable[[Task], Result], tasks: Iterable[Task], workers: int,
-                 limit: int) -> Iterator[Result]:
     pool = ThreadPoolExecutor(workers, thread_name_prefix="packer-encode")
     pending: collections.deque[Future[Result]] = collections.deque()
     try:

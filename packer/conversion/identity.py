@@ -130,9 +130,9 @@ def check_same_job(where: str, index: Index, job: JobIdentity,
     if recorded.get("fingerprint") == job.fingerprint:
         return
     changes = differences(recorded, job)
-    made = " and ".join(kind for kind, present in (
-        ("from another source", any(c.startswith("the source") for c in changes)),
-        ("with other options", any(c.startswith("--") for c in changes))) if present)
+    made = " and ".join(kind for kind, prefix in (("from another source", "the source"),
+                                                  ("with other options", "--"))
+                        if any(c.startswith(prefix) for c in changes))
     raise DatasetExistsError(
         f"{where}: already holds a complete dataset made {made or 'by another job'} "
         f"({'; '.join(changes) or 'fingerprints differ'}); pass --overwrite to replace it "

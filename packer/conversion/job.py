@@ -22,7 +22,7 @@ from packer.conversion.executors import (
 )
 from packer.conversion.identity import JOB_KEY, JobIdentity, changed_since, identify, save_identity
 from packer.conversion.journal import Journal, Progress, ResumeRefused
-from packer.conversion.parallel import CommittedShards, use_parallel_writers, written_groups
+from packer.conversion.parallel import CommittedShards, written_groups
 from packer.conversion.writing import OnError, WriterLoop, rejected
 from packer.core.field_table import FieldRowsBuilder, present_counts
 from packer.core.index import REJECTS_NAME, Index, SampleTable, ShardInfo, save_table, write_index
@@ -130,10 +130,12 @@ def convert_local(src: str | Path, dst: str | Path, fmt: str,
         limits = run.shards.for_inputs(len(source.items))  # a function of the inputs alone
         plan = WriterPlan(folder, len(source.items), options.size, limits, done.num_samples,
                           done.shards, stem, source.fields)
-        parallel = use_parallel_writers(fmt, run.executor, run.shards.max_samples) and \
-            on_part is None and not source.fields and not run.drop_duplicates
-        # a URL DST: the driver writes and uploads; Ray's shard writers do not write
-        # fields, nor see each other's samples (duplicates)
+        # Ray tasks write the shards: wds on Ray with --shard-samples, into a folder (a URL
+        # DST: the driver writes and uploads); they do not write fields, nor see each
+        # other's samples (duplicates)
+        parallel = module.GROUPS_INPUTS and run.executor == "ray" and \
+            run.shards.max_samples is not None and on_part is None and not source.fields \
+            and not run.drop_duplicates
         writer: Writer = (CommittedShards(folder, done.shards, stem) if parallel
                           else module.open_writer(plan))
         if on_total is not None:
@@ -147,7 +149,7 @@ def convert_local(src: str | Path, dst: str | Path, fmt: str,
         with aborted_on_failure(writer), source_open(source):
             # The generators are closed here, whatever ends the loop (closed_after says why)
             if isinstance(writer, CommittedShards):  # parallel: Ray tasks write the shards
-                assert limits.max_samples is not None  # use_parallel_writers checked it
+                assert limits.max_samples is not None  # `parallel` checked it
                 with closed_after(written_groups(
                         folder, source.items, done.src_stop, limits.max_samples, options,
                         limits.max_bytes, run.workers, run.ray_address,

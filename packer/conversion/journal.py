@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packer.conversion.identity import JobIdentity, check_same_job
+from packer.conversion.identity import STATE_JOB, JobIdentity, check_same_job
 from packer.core.index import (
     Index,
     SampleTable,
@@ -58,18 +58,18 @@ class Journal:
 
     def exists(self) -> bool:
         """Whether an earlier run recorded a job (killed inside start(), it did not)."""
-        return (self.state / "job.json").is_file()
+        return (self.state / STATE_JOB).is_file()
 
     def start(self, job_fingerprint: str) -> None:
         """Begin a fresh job, forgetting any earlier state."""
         shutil.rmtree(self.state, ignore_errors=True)
         self.state.mkdir(parents=True)
-        write_atomic(self.state / "job.json", json.dumps({"fingerprint": job_fingerprint}).encode())
+        write_atomic(self.state / STATE_JOB, json.dumps({"fingerprint": job_fingerprint}).encode())
         fsync_dir(self.state.parent)
 
     def fingerprint(self) -> str | None:
         try:
-            return str(json.loads((self.state / "job.json").read_text())["fingerprint"])
+            return str(json.loads((self.state / STATE_JOB).read_text())["fingerprint"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
@@ -128,7 +128,7 @@ class Journal:
 
     def remove(self) -> None:
         """Delete the state, job.json last: a removal cut short still names its job."""
-        job = self.state / "job.json"
+        job = self.state / STATE_JOB
         with contextlib.suppress(FileNotFoundError):
             for path in self.state.iterdir():
                 if path.is_dir() and not path.is_symlink():  # a parallel wds run's groups
@@ -152,8 +152,7 @@ class Journal:
         folder = self.state.parent
         index = read_index(folder)
         check_same_job(str(folder), index, job, self.fingerprint())
-        if self.state.exists():
-            self.remove()
+        self.remove()
         return index
 
 
@@ -168,5 +167,3 @@ def _well_formed(part: Any, number: int) -> bool:
             and isinstance(part.get("shards"), list)
             and all(isinstance(s, dict) and s.keys() - {"pieces"} == shard_fields
                     for s in part["shards"]))
-
-

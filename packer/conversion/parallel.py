@@ -28,7 +28,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from packer import formats
 from packer.conversion.journal import STATE_DIR, Progress
 from packer.conversion.writing import GroupResult, WriterLoop
 from packer.core.index import SampleTable, ShardInfo
@@ -190,9 +189,4 @@ def written_groups(folder: Path, items: Sequence[SourceItem], start: int, size: 
         cwd=os.getcwd(), stop_at_reject=stop_at_reject)
     return map_ordered_ray(func, plan_groups(items, start, size), workers, address)
 
-
-def use_parallel_writers(fmt: str, executor: str, max_samples: int | None) -> bool:
-    """Whether tasks write the shards: wds on Ray with --shard-samples (into a folder:
-    convert() also asks that no upload hook is set, as for a URL DST)."""
-    return formats.load(fmt).GROUPS_INPUTS and executor == "ray" and max_samples is not None
 

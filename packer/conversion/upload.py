@@ -35,9 +35,12 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from packer.conversion.destination import is_ours
+from packer.conversion.identity import check_same_job
+from packer.conversion.job import ConvertOptions, convert_local, plan_job
+from packer.conversion.journal import STATE_DIR, ResumeRefused
 from packer.core.index import (
     FIELDS_NAME,
     INDEX_NAME,
@@ -47,19 +50,19 @@ from packer.core.index import (
     Index,
     ShardInfo,
     parse_index,
+    read_index,
 )
 from packer.dataset.remote import is_local, open_fs, remote_errors
+from packer.encode import EncodeOptions
 from packer.errors import DatasetExistsError
 from packer.formats._wds_names import name_of
-from packer.storage.atomic import commit, fsync_file, partial_path
-
-if TYPE_CHECKING:
-    from packer.conversion.job import ConvertOptions
-    from packer.encode import EncodeOptions
+from packer.storage.atomic import PARTIAL_SUFFIX, commit, fsync_file, partial_path
 
 UPLOAD_THREADS = 4
 # Sent after every data file, before index.json.
 TABLES = (SAMPLES_NAME, KEYS_NAME, FIELDS_NAME, REJECTS_NAME)
+
+
 def ours(name: str) -> bool:
     """Whether a name below the prefix is one a conversion uploads (no resume state)."""
     return is_ours(name, with_state=False)
@@ -182,7 +185,7 @@ class Uploader:
         rest = [path.relative_to(self.folder).as_posix()
                 for path in sorted(self.folder.rglob("*")) if path.is_file()]
         rest = [name for name in rest if name not in self._sent and name != INDEX_NAME
-                and not name.endswith(".partial") and not name.startswith(".pack-state")]
+                and not name.endswith(PARTIAL_SUFFIX) and not name.startswith(STATE_DIR)]
         data = [name for name in rest if name not in TABLES]  # lmdb, hdf5, npy, wids index
         for batch in (data, [name for name in TABLES if name in rest]):  # data, then tables:
             for future in [self._pool.submit(self._upload, name) for name in batch]:
@@ -214,12 +217,6 @@ def convert_remote(src: str | Path, url: str, fmt: str, options: EncodeOptions |
                    on_total: Callable[[int], None] | None = None,
                    log: list[str] | None = None) -> Index:
     """Pack `src` into the URL `url`; see the module docstring. Returns the index."""
-    from packer.conversion.identity import check_same_job
-    from packer.conversion.job import ConvertOptions, convert_local, plan_job
-    from packer.conversion.journal import STATE_DIR, ResumeRefused
-    from packer.core.index import read_index
-    from packer.encode import EncodeOptions
-
     run = run or ConvertOptions()
     dest = Destination(url, storage_options)
     complete = dest.read_index() if run.resume else None

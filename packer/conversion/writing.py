@@ -9,7 +9,7 @@ format cannot store and of a part's rows exist once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -147,23 +147,18 @@ class WriterLoop:
         self.part = TableBuilder()
         self.part_rejects = []
 
-    def commit_groups(self, results: Iterator[GroupResult],
+    def commit_groups(self, results: Iterable[GroupResult],
                       commit: Callable[[GroupResult], None]) -> None:
         """Commit the shards Ray tasks wrote (a parallel wds run), group by group:
         each group is one part. `commit` moves a group's shards to their final names."""
-        try:
-            for result in results:
-                for reject in result.rejects:
-                    self.reject(reject)
-                commit(result)
-                self.part.extend(result.table)
-                if self.progress is not None:
-                    self.progress(result.src_stop - self.done.src_stop)
-                self.end_part(result.src_stop)
-        finally:
-            close = getattr(results, "close", None)
-            if close is not None:  # on failure, cancel the tasks in flight now, not at GC
-                close()
+        for result in results:
+            for reject in result.rejects:
+                self.reject(reject)
+            commit(result)
+            self.part.extend(result.table)
+            if self.progress is not None:
+                self.progress(result.src_stop - self.done.src_stop)
+            self.end_part(result.src_stop)
 
     def rejects(self) -> list[Reject]:
         """The rejects of the ended parts and of the current one."""

@@ -162,7 +162,6 @@ def parse_index(raw: bytes, path: Path) -> Index:
     return index_from_json(data, path)
 
 
-
 def index_from_json(data: Any, path: Path) -> Index:
     """Build an Index from parsed JSON, naming the file on any inconsistency."""
     fmt = checks.version_and_format(data, path, READ_VERSIONS)

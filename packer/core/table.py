@@ -52,30 +52,14 @@ class SampleTable:
         self.rows = rows.view(np.ndarray)
         self.keys_blob = keys_blob.view(np.ndarray)
         self.fields = fields  # per-sample field locations and digests; None: no fields
-        self._labels: npt.NDArray[np.int64] = self.rows["label"]
+        self.labels: npt.NDArray[np.int64] = self.rows["label"]
+        self.offsets: npt.NDArray[np.int64] = self.rows["offset"]
+        self.sizes: npt.NDArray[np.int64] = self.rows["size"]
+        self.digests: npt.NDArray[np.uint8] = self.rows["digest"]
         self._key_starts: npt.NDArray[np.int64] = self.rows["key_start"]
-        self._offsets: npt.NDArray[np.int64] = self.rows["offset"]
-        self._sizes: npt.NDArray[np.int64] = self.rows["size"]
-        self._digests: npt.NDArray[np.uint8] = self.rows["digest"]
 
     def __len__(self) -> int:
         return len(self.rows)
-
-    @property
-    def labels(self) -> npt.NDArray[np.int64]:
-        return self._labels
-
-    @property
-    def offsets(self) -> npt.NDArray[np.int64]:
-        return self._offsets
-
-    @property
-    def sizes(self) -> npt.NDArray[np.int64]:
-        return self._sizes
-
-    @property
-    def digests(self) -> npt.NDArray[np.uint8]:
-        return self._digests
 
     def key(self, i: int) -> str:
         starts = self._key_starts
@@ -104,8 +88,7 @@ class SampleTable:
         return [self.key(i) for i in range(len(self))]
 
     def digest(self, i: int) -> bytes:
-        data: bytes = self._digests[i].tobytes()
-        return data
+        return bytes(self.digests[i])
 
 
 COLUMNS = ("label", "key_start", "offset", "size")
@@ -151,16 +134,13 @@ class TableBuilder:
         self._flush()
         rows = np.array(table.rows, copy=True)
         rows["key_start"] += len(self._keys)
-        self._append_block(rows)
+        self._blocks.append(rows)
+        self._num_blocked += len(rows)
         self._keys += bytes(table.keys_blob)
         if table.fields is not None:
             if self._fields is None:
                 self._fields = FieldRowsBuilder()
             self._fields.extend(table.fields)
-
-    def _append_block(self, rows: npt.NDArray[np.void]) -> None:
-        self._blocks.append(rows)
-        self._num_blocked += len(rows)
 
     def _flush(self) -> None:
         count = len(self._columns[0])
@@ -170,7 +150,8 @@ class TableBuilder:
         for name, column in zip(COLUMNS, self._columns, strict=True):
             block[name] = np.frombuffer(column, dtype=np.int64)
         block["digest"] = np.frombuffer(self._digests, np.uint8).reshape(count, -1)  # no copy
-        self._append_block(block)
+        self._blocks.append(block)
+        self._num_blocked += count
         self._columns = tuple(array("q") for _ in COLUMNS)
         self._digests = bytearray()
 

@@ -21,8 +21,8 @@ from packer.core.layout import SPLITS_DIR
 from packer.dataset.splits import SPLIT_FILE, SPLIT_NAMES, load_subset
 from packer.errors import PackError
 
-__all__ = ["DuplicateGroup", "DuplicateReport", "exact_duplicates", "groups_of", "make_group",
-           "split_numbers"]
+__all__ = ["DuplicateGroup", "DuplicateReport", "equal_runs", "exact_duplicates", "groups_of",
+           "make_group", "split_numbers"]
 
 
 @dataclass(frozen=True)
@@ -82,13 +82,19 @@ def groups_of(values: npt.NDArray[np.void] | npt.NDArray[np.uint64]
               ) -> list[npt.NDArray[np.int64]]:
     """Indices of each run of equal values with more than one member, each ascending,
     the groups ordered by their first index."""
+    found = [np.sort(members).astype(np.int64) for members in equal_runs(values)]
+    return sorted(found, key=lambda group: int(group[0]))
+
+
+def equal_runs(values: npt.NDArray[np.void] | npt.NDArray[np.uint64]
+               ) -> list[npt.NDArray[np.intp]]:
+    """The indices of each set of equal values with more than one member (unsorted)."""
     order = np.argsort(values, kind="stable")
     ordered = values[order]
     starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
     stops = np.append(starts[1:], len(values))
-    found = [np.sort(order[a:b]).astype(np.int64)
-             for a, b in zip(starts.tolist(), stops.tolist(), strict=True) if b - a > 1]
-    return sorted(found, key=lambda group: int(group[0]))
+    return [order[a:b] for a, b in zip(starts.tolist(), stops.tolist(), strict=True)
+            if b - a > 1]
 
 
 def make_group(table: SampleTable, members: npt.NDArray[np.int64],

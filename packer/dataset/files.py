@@ -19,11 +19,6 @@ from packer.core.layout import FIELDS_NAME, KEYS_NAME, SAMPLES_NAME
 
 def dataset_files(index: Index) -> list[str]:
     """The relative names of the files a reader of the dataset opens, but index.json."""
-    names = [SAMPLES_NAME, KEYS_NAME, *((FIELDS_NAME,) if index.fields else ())]
-    names += [shard.name for shard in index.shards]
-    return names + list(formats.load(index.format).side_files(index))
+    return [SAMPLES_NAME, KEYS_NAME, *((FIELDS_NAME,) if index.fields else ()),
+            *(shard.name for shard in index.shards), *formats.load(index.format).side_files(index)]
 
-
-def kept_files(index: Index) -> list[str]:
-    """The files of the dataset kept for other tools (the wids index), not read by ours."""
-    return list(formats.load(index.format).kept_files(index))

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -36,10 +35,10 @@ from PIL import Image
 
 from packer.core.index import DIGEST_BYTES, open_dataset
 from packer.core.layout import NEAR_NAME
-from packer.dataset.duplicates import DuplicateReport, make_group, split_numbers
+from packer.dataset.duplicates import DuplicateReport, equal_runs, make_group, split_numbers
 from packer.dataset.flat import COLOUR_VALUES, FLAT_STEP, MIN_DETAIL, colour_links, colour_thumbnail
 from packer.dataset.open import Opened, local_version, opened
-from packer.errors import CorruptDatasetError
+from packer.dataset.stats_pass import damaged_sample, pixel_shape, thread_count
 from packer.imaging.jpeg import decode_gray, fast_size
 from packer.imaging.pillow import load_rgb
 from packer.storage.atomic import write_atomic
@@ -78,8 +77,7 @@ def _gray(data: bytes, shape: tuple[int, int] | None, i: int, entry: Opened) -> 
     try:
         return load_rgb(bytes(data)).convert("L")
     except Exception as exc:
-        raise CorruptDatasetError(f"{entry.folder}: sample {i} ({entry.table.key(i)!r}) does "
-                                  f"not decode ({exc}); reconvert the dataset") from exc
+        raise damaged_sample(entry, i, f"does not decode ({exc})") from exc
 
 
 def hashes_of(folder: Path, workers: int | None = None) -> npt.NDArray[np.void]:
@@ -88,7 +86,7 @@ def hashes_of(folder: Path, workers: int | None = None) -> npt.NDArray[np.void]:
     CPU), then kept."""
     entry = opened(local_version(folder))
     n = entry.index.num_samples
-    shape = entry.index.image_size if entry.index.encode.get("mode") == "pixels" else None
+    shape = pixel_shape(entry.index)
     out, todo = _kept(folder, np.asarray(entry.table.digests).reshape(n, -1))
 
     def chunk(start: int) -> None:
@@ -102,8 +100,7 @@ def hashes_of(folder: Path, workers: int | None = None) -> npt.NDArray[np.void]:
                     out["rgb_2x2"][i] = colour_thumbnail(data, shape, gray)
 
     starts = [start for start in range(0, n, CHUNK) if todo[start : start + CHUNK].any()]
-    threads = max(1, workers if workers is not None else os.cpu_count() or 1)
-    with ThreadPoolExecutor(threads, thread_name_prefix="pack-dhash") as pool:
+    with ThreadPoolExecutor(thread_count(workers), thread_name_prefix="pack-dhash") as pool:
         list(pool.map(chunk, starts))
     if starts:
         _keep(folder, out)
@@ -146,13 +143,8 @@ def near_pairs(hashes: npt.NDArray[np.uint64], distance: int) -> npt.NDArray[np.
     found: set[tuple[int, int]] = set()
     for low, high in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True):
         band = (hashes >> np.uint64(low)) & np.uint64((1 << (high - low)) - 1)
-        order = np.argsort(band, kind="stable")
-        ordered = band[order]
-        starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
-        stops = np.append(starts[1:], len(band))
-        for a, b in zip(starts.tolist(), stops.tolist(), strict=True):
-            if b - a > 1:
-                found.update(_close(order[a:b], hashes, distance))
+        for members in equal_runs(band):
+            found.update(_close(members, hashes, distance))
     return np.array(sorted(found), np.int64).reshape(-1, 2)
 
 

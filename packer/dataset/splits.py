@@ -39,7 +39,7 @@ import xxhash
 from packer.core.index import TABLE_DIGEST, Index, SampleTable, open_dataset
 from packer.core.layout import SPLITS_DIR
 from packer.errors import BadInputError, CorruptDatasetError, IncompleteDatasetError
-from packer.storage.atomic import write_atomic
+from packer.storage.atomic import atomic_writer, write_atomic
 
 __all__ = ["SPLIT_FILE", "SPLIT_NAMES", "SplitReport", "load_subset", "split"]
 
@@ -78,19 +78,17 @@ def split(path: str | Path, val: float, test: float = 0.0, *, stratify: bool = F
     hashes = key_hashes(table, seed)
     labels = np.asarray(table.labels)
     groups = _groups(index, labels, stratify)
-    thresholds = {}
+    thresholds = {name: earlier.get(name) or _thresholds(hashes[members], val, test)
+                  for name, members in groups.items()}
     which = np.zeros(len(hashes), np.int8)  # 0 train, 1 val, 2 test
     for name, members in groups.items():
-        pair = earlier.get(name) or _thresholds(hashes[members], val, test)
-        thresholds[name] = pair
-        which[members] = _assign(hashes[members], pair)
-    indices = {split_name: np.flatnonzero(which == k).astype(np.int64)
-               for k, split_name in enumerate(SPLIT_NAMES) if k < 2 or test > 0}
+        which[members] = _assign(hashes[members], thresholds[name])
+    names = SPLIT_NAMES if test > 0 else SPLIT_NAMES[:2]
+    indices = {s: np.flatnonzero(which == k).astype(np.int64) for k, s in enumerate(names)}
     _write(folder, index, settings, thresholds, indices)
     return SplitReport(
         str(folder), {name: len(v) for name, v in indices.items()},
-        {name: {s: int(np.count_nonzero(which[members] == k)) for k, s in
-                enumerate(SPLIT_NAMES) if k < 2 or test > 0}
+        {name: {s: int(np.count_nonzero(which[members] == k)) for k, s in enumerate(names)}
          for name, members in groups.items()},
         sum(name in earlier for name in groups), settings)
 
@@ -125,10 +123,9 @@ def _thresholds(hashes: npt.NDArray[np.uint64], val: float, test: float) -> tupl
 
 
 def _assign(hashes: npt.NDArray[np.uint64], pair: tuple[int, int]) -> npt.NDArray[np.int8]:
-    t_val, t_test = (np.uint64(min(t, TOP - 1)) for t in pair)
-    inside = [hashes < t_val if pair[0] < TOP else np.ones(len(hashes), bool),
-              hashes < t_test if pair[1] < TOP else np.ones(len(hashes), bool)]
-    return np.where(inside[0], 1, np.where(inside[1], 2, 0)).astype(np.int8)
+    """1 (val) below t_val, 2 (test) below t_test, else 0 (train); TOP is above every hash."""
+    below = [hashes < np.uint64(t) if t < TOP else np.ones(len(hashes), bool) for t in pair]
+    return np.where(below[0], 1, np.where(below[1], 2, 0)).astype(np.int8)
 
 
 def _earlier_thresholds(folder: Path, settings: dict[str, Any],
@@ -163,10 +160,8 @@ def _write(folder: Path, index: Index, settings: dict[str, Any],
         if stale.stem not in indices:
             stale.unlink()
     for name, values in indices.items():
-        target = out / f"{name}.npy"
-        with open(target.with_suffix(".npy.partial"), "wb") as handle:
+        with atomic_writer(out / f"{name}.npy") as handle:
             np.save(handle, values)
-        target.with_suffix(".npy.partial").replace(target)
     meta = {"settings": settings, "splits": list(indices),
             "counts": {name: len(v) for name, v in indices.items()},
             "num_samples": index.num_samples, "table_digest": index.extra.get(TABLE_DIGEST),

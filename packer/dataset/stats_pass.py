@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,21 +79,33 @@ def run_pass(folder: Path, index: Index, workers: int | None = None,
     entry = opened(local_version(folder))
     counted = [(k, spec.name) for k, spec in enumerate(index.fields)
                if spec.type in COUNTED_TYPES]
-    starts = range(0, n, CHUNK)
-    threads = max(1, workers if workers is not None else os.cpu_count() or 1)
     uncounted: set[str] = set()
-    with ThreadPoolExecutor(threads, thread_name_prefix="pack-stats") as pool:
+    with ThreadPoolExecutor(thread_count(workers), thread_name_prefix="pack-stats") as pool:
         for tally in pool.map(lambda s: _chunk(entry, s, min(s + CHUNK, n), result, counted,
-                                               decode), starts):
-            for name in uncounted:  # past MAX_DISTINCT values: not categorical, not merged
-                tally.values.pop(name, None)
+                                               decode), range(0, n, CHUNK)):
             result.tally.add(tally)
             uncounted.update(name for name, counts in result.tally.values.items()
                              if len(counts) > MAX_DISTINCT)
-            for name in uncounted:
+            for name in uncounted:  # past MAX_DISTINCT values: not categorical, not kept
                 result.tally.values.pop(name, None)
     result.uncounted = frozenset(uncounted)
     return result
+
+
+def thread_count(workers: int | None) -> int:
+    """The threads of a pass: `workers`, default one per CPU, at least one."""
+    return max(1, workers if workers is not None else os.cpu_count() or 1)
+
+
+def pixel_shape(index: Index) -> tuple[int, int] | None:
+    """(H, W) of the samples when they are stored as raw RGB pixels (npy), else None."""
+    return index.image_size if index.encode.get("mode") == "pixels" else None
+
+
+def damaged_sample(entry: Opened, i: int, what: str) -> CorruptDatasetError:
+    """Sample i cannot be read as an image (`what`: how it fails, with the codec's word)."""
+    return CorruptDatasetError(f"{entry.folder}: sample {i} ({entry.table.key(i)!r}) {what}; "
+                               "reconvert the dataset")
 
 
 def _chunk(entry: Opened, start: int, stop: int, out: PassResult,
@@ -102,7 +113,7 @@ def _chunk(entry: Opened, start: int, stop: int, out: PassResult,
     """Tally samples start..stop-1 and write their sizes into `out` (disjoint slices)."""
     reader = entry.reader()
     tally = Tally()
-    shape = entry.index.image_size if entry.index.encode.get("mode") == "pixels" else None
+    shape = pixel_shape(entry.index)
     wanted = [True] * (stop - start) if decode is None else decode[start:stop].tolist()
     for i, data, decoded in zip(range(start, stop), reader.read_range(start, stop), wanted,
                                 strict=True):
@@ -134,8 +145,7 @@ def _pixels(data: bytes, shape: tuple[int, int] | None, i: int,
     try:
         return np.asarray(load_rgb(bytes(data)))
     except Exception as exc:  # any codec's refusal: name the sample
-        raise CorruptDatasetError(f"{entry.folder}: sample {i} ({entry.table.key(i)!r}) does "
-                                  f"not decode ({exc}); reconvert the dataset") from exc
+        raise damaged_sample(entry, i, f"does not decode ({exc})") from exc
 
 
 def _header_size(data: bytes, i: int, entry: Opened) -> tuple[int, int]:
@@ -146,15 +156,15 @@ def _header_size(data: bytes, i: int, entry: Opened) -> tuple[int, int]:
     try:
         width, height = oriented_size(open_image(bytes(data)))
     except Exception as exc:  # any codec's refusal: name the sample
-        raise CorruptDatasetError(f"{entry.folder}: sample {i} ({entry.table.key(i)!r}) has "
-                                  f"no readable header ({exc}); reconvert the dataset") from exc
+        raise damaged_sample(entry, i, f"has no readable header ({exc})") from exc
     return height, width
 
 
 def _add_pixels(tally: Tally, pixels: npt.NDArray[np.uint8]) -> None:
     """Add an image's per-channel sums and sums of squares, exactly (module docstring)."""
     height, width = pixels.shape[:2]
-    for rows in _row_blocks(pixels.reshape(height, width * 3)):
+    flat = pixels.reshape(height, width * 3)
+    for rows in (flat[start : start + COLUMN_ROWS] for start in range(0, height, COLUMN_ROWS)):
         column_sums = np.add.reduce(rows, axis=0, dtype=np.uint32)
         column_squares = np.add.reduce(np.multiply(rows, rows, dtype=np.uint16), axis=0,
                                        dtype=np.uint32)
@@ -165,8 +175,3 @@ def _add_pixels(tally: Tally, pixels: npt.NDArray[np.uint8]) -> None:
             tally.squares[c] += squares[c]
     tally.num_pixels += height * width
 
-
-def _row_blocks(rows: npt.NDArray[np.uint8]) -> Iterator[npt.NDArray[np.uint8]]:
-    """The rows in blocks whose column sums of squares fit a uint32."""
-    for start in range(0, len(rows), COLUMN_ROWS):
-        yield rows[start : start + COLUMN_ROWS]

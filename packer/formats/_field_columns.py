@@ -85,6 +85,12 @@ def sliced_values(flags: list[bool], offsets: npt.NDArray[np.int64],
             for flag, start, stop in zip(flags, starts, stops, strict=True)]
 
 
+def by_sample(columns: Sequence[list[bytes | None]], count: int) -> list[list[bytes | None]]:
+    """Columns of `count` values (one per field) turned into each sample's values."""
+    return [list(row) for row in zip(*columns, strict=True)] if columns \
+        else [[] for _ in range(count)]
+
+
 def value_bytes(kind: FieldType, stored: object) -> bytes:
     """The byte form of a value as a column holds it (a numpy number, str or bytes)."""
     if kind == "int":

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,30 +36,22 @@ from packer.core.index import Index, SampleTable
 from packer.errors import CorruptDatasetError
 from packer.formats._hdf5_fields import FieldDatasets
 from packer.formats._hdf5_writer import Hdf5Writer
-from packer.formats._parts import read_by_part
-from packer.formats.base import (
-    DecodedFields,
-    WriterPlan,
-    checked,
-    checked_values,
-    no_files,
-    nothing_to_check,
-)
+from packer.formats._parts import open_parts, part_files, read_by_part
+from packer.formats.base import DecodedFields, checked, no_files, nothing_to_check
 
 NAME = "hdf5"
 FILE = "data.h5"
 PARTS = "data.parts"  # the files appends add (`part_name`)
 FILES = (FILE, PARTS)
-# Capabilities, declared here so that no caller branches on the format name:
-THREAD_SAFE_READER = True  # one reader may serve every thread
-OPENS_EVERY_SHARD = True  # its reader opens every data file at once
-STORES_PIXELS = False  # raw pixels of one size, not encoded images
-GROUPS_INPUTS = False  # --shard-samples: a shard per N inputs
-LABELS_FILE: str | None = None  # labels beside the data, or in it
-
-
-def open_writer(plan: WriterPlan) -> Hdf5Writer:
-    return Hdf5Writer(plan)
+# Capabilities (base.FormatModule):
+THREAD_SAFE_READER = True
+OPENS_EVERY_SHARD = True
+STORES_PIXELS = False
+GROUPS_INPUTS = False
+LABELS_FILE: str | None = None
+open_writer = Hdf5Writer
+# h5py's error for a damaged file depends on where the damage is
+H5_ERRORS = (OSError, KeyError, ValueError, TypeError, RuntimeError)
 
 
 class Hdf5Reader(DecodedFields):
@@ -71,20 +63,13 @@ class Hdf5Reader(DecodedFields):
     memory_mapped = True  # the page cache is the cache: readers skip their chunk cache
 
     def __init__(self, folder: Path, index: Index, table: SampleTable) -> None:
-        self.path = folder / FILE
         self.index = index
         self.table = table
-        self.files = [folder / shard.name for shard in index.shards] or [self.path]
+        self.files = part_files(folder, index, FILE)
         self.first = index.shard_starts[:-1].tolist() if index.shards else [0]
         # per process: (pid, the open h5py files, their fields), opened on first use
         self._h5: tuple[int, list[Any], list[FieldDatasets]] | None = None
-        self._maps: list[tuple[int, mmap.mmap | None]] = []  # (blob start, map) a part
-        try:
-            for path in self.files:
-                self._maps.append(_open_map(path))
-        except CorruptDatasetError:
-            self.close()
-            raise
+        self._maps = open_parts(self.files, _open_map, _close_map)  # (blob start, map) a part
 
     def read(self, i: int) -> bytes:
         part = self.index.shard_of(i) if len(self._maps) > 1 else 0
@@ -95,23 +80,15 @@ class Hdf5Reader(DecodedFields):
         data = data_map[offset : offset + int(self.table.sizes[i])]
         return checked(self.table, i, data, self.files[part], offset)
 
-    def read_many(self, indices: Sequence[int]) -> list[bytes]:
-        return [self.read(i) for i in indices]
+    def _field_values(self, indices: Sequence[int]) -> list[list[bytes | None]]:
+        """Read through h5py (opened on first use in this process), one read per field
+        and part for the batch."""
+        return read_by_part(self.index, indices, self._values_part)
 
-    def read_range(self, start: int, stop: int) -> Iterator[bytes]:
-        for i in range(start, stop):
-            yield self.read(i)
+    def _field_file(self, i: int) -> Path:
+        return self.files[self.index.shard_of(i)]
 
-    def field_values_many(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
-        """Read through h5py (opened on first use in this process),
-        one read per field and part for the batch, every sample checked."""
-        if self.table.fields is None:
-            return [[] for _ in indices]
-        values = read_by_part(self.index, indices, self._values_part)
-        return checked_values(self.index, self.table, indices, values,
-                              lambda i: self.files[self.index.shard_of(i)])
-
-    def _values_part(self, part: int, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
+    def _values_part(self, part: int, indices: Sequence[int]) -> list[list[bytes | None]]:
         try:
             if self._h5 is None or self._h5[0] != os.getpid():
                 files = [h5py.File(path, "r", locking=False) for path in self.files]
@@ -119,7 +96,7 @@ class Hdf5Reader(DecodedFields):
                             [FieldDatasets(h5, self.index.fields) for h5 in files])
             first = self.first[part]
             return self._h5[2][part].values_many([i - first for i in indices])
-        except (OSError, KeyError, ValueError, TypeError, RuntimeError) as exc:
+        except H5_ERRORS as exc:
             where = f"sample {indices[0]}" if len(indices) == 1 else "a batch of samples"
             raise CorruptDatasetError(f"{self.files[part]}: cannot read the fields of {where} "
                                       f"({exc}); reconvert") from exc
@@ -129,9 +106,8 @@ class Hdf5Reader(DecodedFields):
             for h5 in self._h5[1]:
                 h5.close()
         self._h5 = None
-        for _, data_map in self._maps:
-            if data_map is not None:
-                data_map.close()
+        for part in self._maps:
+            _close_map(part)
         self._maps = []
 
 
@@ -143,39 +119,41 @@ def _open_map(path: Path) -> tuple[int, mmap.mmap | None]:
             blob = h5["images"]
             start = blob.id.get_offset()
             length = int(blob.shape[0])
-    except (OSError, KeyError, ValueError, TypeError, AttributeError, RuntimeError) as exc:
-        # h5py's error for a damaged file depends on where the damage is
+    except (*H5_ERRORS, AttributeError) as exc:
         raise CorruptDatasetError(f"{path}: cannot open ({exc}); reconvert") from exc
     if start is None and length > 0:
         raise CorruptDatasetError(f"{path}: /images is not contiguous; reconvert")
+    start = int(start or 0)
     fd = os.open(path, os.O_RDONLY)
     try:
         file_size = os.fstat(fd).st_size
-        if int(start or 0) + length > file_size:
-            raise CorruptDatasetError(
-                f"{path}: truncated ({file_size} bytes, /images needs "
-                f"{int(start or 0) + length}); restore or reconvert"
-            )
-        return int(start or 0), mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if file_size else None
+        if start + length > file_size:
+            raise CorruptDatasetError(f"{path}: truncated ({file_size} bytes, /images needs "
+                                      f"{start + length}); restore or reconvert")
+        return start, mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if file_size else None
     finally:
         os.close(fd)
 
 
-def open_reader(folder: Path, index: Index, table: SampleTable) -> Hdf5Reader:
-    return Hdf5Reader(folder, index, table)
+def _close_map(part: tuple[int, mmap.mmap | None]) -> None:
+    if part[1] is not None:
+        part[1].close()
+
+
+open_reader = Hdf5Reader
 
 
 def read_labels(folder: Path, index: Index) -> np.ndarray:
     """Every part's /labels, in order."""
-    paths = [folder / shard.name for shard in index.shards] or [folder / FILE]
-    return np.concatenate([_labels(path) for path in paths]).astype(np.int64, copy=False)
+    return np.concatenate([_labels(path) for path in part_files(folder, index, FILE)]
+                          ).astype(np.int64, copy=False)
 
 
 def _labels(path: Path) -> np.ndarray:
     try:
         with h5py.File(path, "r", locking=False) as h5:
             return np.asarray(h5["labels"][:], dtype=np.int64)
-    except (OSError, KeyError, ValueError, TypeError, RuntimeError) as exc:
+    except H5_ERRORS as exc:
         raise CorruptDatasetError(f"{path}: cannot read labels ({exc}); reconvert") from exc
 
 

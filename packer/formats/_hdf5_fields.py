@@ -25,7 +25,13 @@ import numpy as np
 from h5py import h5s
 
 from packer.core.fields import FieldSpec
-from packer.formats._field_columns import Column, offsets_and_data, sliced_values, value_bytes
+from packer.formats._field_columns import (
+    Column,
+    by_sample,
+    offsets_and_data,
+    sliced_values,
+    value_bytes,
+)
 
 GROUP = "fields"
 PRESENT = "fields_present"
@@ -80,8 +86,7 @@ class FieldDatasets:
         columns = [self._column(spec, present, column, wanted, rows)
                    for spec, present, column in zip(self.specs, self.present, self.columns,
                                                     strict=True)]
-        return [list(row) for row in zip(*columns, strict=True)] if columns \
-            else [[] for _ in indices]
+        return by_sample(columns, len(indices))
 
     @staticmethod
     def _column(spec: FieldSpec, present: np.ndarray, column: Any, wanted: np.ndarray,

@@ -74,13 +74,13 @@ def build_layout(path: Path, size: int, table: SampleTable | None = None,
     return None if offset is None else int(offset)
 
 
-def key_chunks(table: SampleTable, size: int = KEY_CHUNK) -> Iterator[tuple[int, list[str]]]:
+def key_chunks(table: SampleTable) -> Iterator[tuple[int, list[str]]]:
     """(first index, keys) in chunks: a million keys never sit in one Python list."""
     blob = bytes(table.keys_blob)
     starts = table.rows["key_start"]
-    for first in range(0, len(table), size):
-        bounds = starts[first : first + size + 1].tolist()
-        if first + size >= len(table):
+    for first in range(0, len(table), KEY_CHUNK):
+        bounds = starts[first : first + KEY_CHUNK + 1].tolist()
+        if first + KEY_CHUNK >= len(table):
             bounds.append(len(blob))
         yield first, [blob[a:b].decode("utf-8") for a, b in pairwise(bounds)]
 

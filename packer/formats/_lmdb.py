@@ -22,9 +22,9 @@ from every byte, and lock-free readers of the old file could see freed pages reu
 
 from __future__ import annotations
 
-import os
 import struct
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,24 +34,27 @@ import numpy as np
 from packer.core.index import Index, SampleTable, load_table
 from packer.errors import CorruptDatasetError
 from packer.formats._lmdb_writer import FIELD_SEPARATOR, FOLDER, HEADER, LmdbWriter, field_key
-from packer.formats._parts import read_by_part
-from packer.formats.base import (
-    DecodedFields,
-    checked,
-    checked_values,
-    no_files,
-    nothing_to_check,
-)
+from packer.formats._parts import open_parts, part_files, read_by_part
+from packer.formats.base import DecodedFields, checked, no_files, nothing_to_check
 
 NAME = "lmdb"
 FILES = (FOLDER,)
-# Capabilities, declared here so that no caller branches on the format name:
-THREAD_SAFE_READER = True  # one reader may serve every thread
-OPENS_EVERY_SHARD = True  # its reader opens every data file at once
-STORES_PIXELS = False  # raw pixels of one size, not encoded images
-GROUPS_INPUTS = False  # --shard-samples: a shard per N inputs
-LABELS_FILE: str | None = None  # labels beside the data, or in it
-open_writer = LmdbWriter  # the format's writer, opened on a WriterPlan
+# Capabilities (base.FormatModule):
+THREAD_SAFE_READER = True
+OPENS_EVERY_SHARD = True
+STORES_PIXELS = False
+GROUPS_INPUTS = False
+LABELS_FILE: str | None = None
+open_writer = LmdbWriter
+
+
+@contextmanager
+def _damaged(path: Path, advice: str = "restore it or reconvert") -> Iterator[None]:
+    """py-lmdb's errors (and a header too short to unpack) as the file's damage."""
+    try:
+        yield
+    except (lmdb.Error, struct.error) as exc:
+        raise CorruptDatasetError(f"{path}: damaged ({exc}); {advice}") from exc
 
 
 class LmdbReader(DecodedFields):
@@ -67,20 +70,11 @@ class LmdbReader(DecodedFields):
     memory_mapped = True  # the page cache is the cache: readers skip their chunk cache
 
     def __init__(self, folder: Path, index: Index, table: SampleTable) -> None:
-        self.path = folder / FOLDER
         self.index = index
         self.table = table
         # one environment per part: data.mdb, then one an append
-        self.files = [folder / shard.name for shard in index.shards] or [self.path / "data.mdb"]
-        self.envs: list[Any] = []
-        try:
-            for path in self.files:
-                self.envs.append(_open_part(path))
-        except CorruptDatasetError:
-            self.close()
-            raise
-        self.data = self.files[0]
-        self.pid = os.getpid()
+        self.files = part_files(folder, index, f"{FOLDER}/data.mdb")
+        self.envs: list[Any] = open_parts(self.files, _open_part, lambda env: env.close())
 
     def _get(self, txn: Any, i: int, key: bytes, size: int, where: Path) -> bytes:
         """Sample i, stored under `key` (its UTF-8 key) with `size` bytes, checked."""
@@ -107,38 +101,29 @@ class LmdbReader(DecodedFields):
         keys = self.table.key_bytes_many(indices)
         sizes = self.table.sizes[np.asarray(indices, dtype=np.intp)].tolist()
         where = self.files[part]
-        try:
-            with self.envs[part].begin(buffers=True) as txn:
-                return [self._get(txn, i, key, size, where)
-                        for i, key, size in zip(indices, keys, sizes, strict=True)]
-        except lmdb.Error as exc:
-            raise CorruptDatasetError(f"{where}: damaged ({exc}); restore it or "
-                                      "reconvert") from exc
+        with _damaged(where), self.envs[part].begin(buffers=True) as txn:
+            return [self._get(txn, i, key, size, where)
+                    for i, key, size in zip(indices, keys, sizes, strict=True)]
 
     def read_range(self, start: int, stop: int) -> Iterator[bytes]:
         yield from self.read_many(range(start, stop))
 
-    def field_values_many(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
-        """One read transaction a part, every sample checked."""
-        if self.table.fields is None:
-            return [[] for _ in indices]
-        batch = read_by_part(self.index, indices, self._values_part)
-        return checked_values(self.index, self.table, indices, batch,
-                              lambda i: self.files[self.index.shard_of(i)])
+    def _field_values(self, indices: Sequence[int]) -> list[tuple[bytes | None, ...]]:
+        """One read transaction a part."""
+        return read_by_part(self.index, indices, self._values_part)
+
+    def _field_file(self, i: int) -> Path:
+        return self.files[self.index.shard_of(i)]
 
     def _values_part(self, part: int, indices: Sequence[int]
                      ) -> list[tuple[bytes | None, ...]]:
         suffixes = [field_key(b"", spec.name) for spec in self.index.fields]
         if not suffixes:
             return [() for _ in indices]
-        try:
-            with self.envs[part].begin() as txn:
-                get = txn.get
-                flat = [get(key + suffix) for key in self.table.key_bytes_many(indices)
-                        for suffix in suffixes]
-        except lmdb.Error as exc:
-            raise CorruptDatasetError(f"{self.files[part]}: damaged ({exc}); restore it or "
-                                      "reconvert") from exc
+        with _damaged(self.files[part]), self.envs[part].begin() as txn:
+            get = txn.get
+            flat = [get(key + suffix) for key in self.table.key_bytes_many(indices)
+                    for suffix in suffixes]
         return list(zip(*[iter(flat)] * len(suffixes), strict=True))  # a tuple a sample
 
     def close(self) -> None:
@@ -174,9 +159,15 @@ def read_labels(folder: Path, index: Index) -> np.ndarray:
     conversion; each sample looked up by its key in its part once appended to (appended
     samples follow the old ones, so sample order is not key order)."""
     if not index.extra.get("appended"):
-        return _labels_in_key_order(folder / FOLDER / "data.mdb")
-    table = load_table(folder)
-    reader = LmdbReader(folder, index, table)
+        path = folder / FOLDER / "data.mdb"
+        env = _open_part(path)
+        try:
+            with _damaged(path, "reconvert"), env.begin() as txn:
+                return np.asarray([HEADER.unpack_from(value)[0] for key, value in txn.cursor()
+                                   if FIELD_SEPARATOR not in key], np.int64)
+        finally:
+            env.close()
+    reader = LmdbReader(folder, index, load_table(folder))
     try:
         return np.asarray(read_by_part(index, range(index.num_samples),
                                        lambda part, indices: _labels_of(reader, part, indices)),
@@ -186,24 +177,9 @@ def read_labels(folder: Path, index: Index) -> np.ndarray:
 
 
 def _labels_of(reader: LmdbReader, part: int, indices: Sequence[int]) -> list[int]:
-    try:
-        with reader.envs[part].begin() as txn:
-            return [-1 if (value := txn.get(key)) is None else HEADER.unpack_from(value)[0]
-                    for key in reader.table.key_bytes_many(indices)]  # -1: no such class
-    except (lmdb.Error, struct.error) as exc:
-        raise CorruptDatasetError(f"{reader.files[part]}: damaged ({exc}); reconvert") from exc
-
-
-def _labels_in_key_order(path: Path) -> np.ndarray:
-    env = _open_part(path)
-    try:
-        with env.begin() as txn:
-            return np.asarray([HEADER.unpack_from(value)[0] for key, value in txn.cursor()
-                               if FIELD_SEPARATOR not in key], np.int64)
-    except (lmdb.Error, struct.error) as exc:
-        raise CorruptDatasetError(f"{path}: damaged ({exc}); reconvert") from exc
-    finally:
-        env.close()
+    with _damaged(reader.files[part], "reconvert"), reader.envs[part].begin() as txn:
+        return [-1 if (value := txn.get(key)) is None else HEADER.unpack_from(value)[0]
+                for key in reader.table.key_bytes_many(indices)]  # -1: no such class
 
 
 side_files = no_files  # the data file holds everything a reader needs

@@ -109,14 +109,12 @@ class LmdbWriter:
         self._flush()
         self._stop_writeback()
         digest = hash_while(self.tmp / "data.mdb", self._sync_and_close)
-        lock = self.tmp / "lock.mdb"
-        if lock.exists():
-            lock.unlink()
+        (self.tmp / "lock.mdb").unlink(missing_ok=True)
         shutil.rmtree(self.folder, ignore_errors=True)
         commit(self.tmp, self.folder)
         fsync_dir(self.folder)
-        data = self.folder / "data.mdb"
-        return (ShardInfo(f"{FOLDER}/data.mdb", self._count, data.stat().st_size, digest),)
+        size = (self.folder / "data.mdb").stat().st_size
+        return (ShardInfo(f"{FOLDER}/data.mdb", self._count, size, digest),)
 
     def _sync_and_close(self) -> None:
         try:

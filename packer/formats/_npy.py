@@ -16,7 +16,7 @@ import contextlib
 import hashlib
 import os
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -34,7 +34,6 @@ from packer.formats.base import (
     Location,
     WriterPlan,
     checked,
-    checked_values,
     no_files,
     nothing_to_check,
 )
@@ -47,12 +46,12 @@ NAME = "npy"
 IMAGES = "images.npy"
 LABELS = "labels.npy"
 FILES = (IMAGES, LABELS, FIELDS_FOLDER)
-# Capabilities, declared here so that no caller branches on the format name:
-THREAD_SAFE_READER = True  # one reader may serve every thread
-OPENS_EVERY_SHARD = True  # its reader opens every data file at once
-STORES_PIXELS = True  # raw pixels of one size, not encoded images
-GROUPS_INPUTS = False  # --shard-samples: a shard per N inputs
-LABELS_FILE: str | None = LABELS  # labels beside the data, or in it
+# Capabilities (base.FormatModule):
+THREAD_SAFE_READER = True
+OPENS_EVERY_SHARD = True
+STORES_PIXELS = True
+GROUPS_INPUTS = False
+LABELS_FILE: str | None = LABELS
 
 HEADER_BYTES = 128
 PART_SAMPLES = 2048
@@ -99,10 +98,9 @@ class NpyWriter:
                 f"{self.tmp}: missing or shorter than the {done} samples the interrupted run "
                 "recorded; rerun with --overwrite to start over"
             )
-        mode = "r+b" if done else "wb"
-        handle: BinaryIO = open(self.tmp, mode)  # type: ignore[assignment]
-        handle.truncate(HEADER_BYTES + done * self.sample_bytes)
-        handle.seek(HEADER_BYTES + done * self.sample_bytes)
+        handle: BinaryIO = open(self.tmp, "r+b" if done else "wb")
+        handle.truncate(need)
+        handle.seek(need)
         return handle
 
     def part_full(self, next_size: int) -> bool:
@@ -136,8 +134,7 @@ class NpyWriter:
         if rows is None:  # a resumed run: some rows were written before
             rows = sha256_range(self.tmp, HEADER_BYTES, size)
         self._handle.close()
-        path = self.folder / IMAGES
-        commit(self.tmp, path)
+        commit(self.tmp, self.folder / IMAGES)
         return (images_shard(self.count, header, ((size, rows),)),)
 
     def abort(self) -> None:
@@ -154,8 +151,7 @@ def images_shard(count: int, header: bytes, rows: Sequence[Piece]) -> ShardInfo:
                      pieces)
 
 
-def open_writer(plan: WriterPlan) -> NpyWriter:
-    return NpyWriter(plan)
+open_writer = NpyWriter
 
 
 class NpyReader(DecodedFields):
@@ -195,9 +191,6 @@ class NpyReader(DecodedFields):
         header: int = getattr(self.images, "offset", 0)
         return header + i * int(self.images[0].nbytes)
 
-    def read_many(self, indices: Sequence[int]) -> list[bytes]:
-        return [self.read(i) for i in indices]
-
     def gather(self, indices: Sequence[int], out: np.ndarray) -> None:
         """Copy rows `indices` into `out` (len(indices), H, W, 3), each checked.
 
@@ -220,25 +213,19 @@ class NpyReader(DecodedFields):
                 checked(self.table, i, rows[k].data, self.path,  # raises, naming the sample
                         self._row_offset(i))
 
-    def read_range(self, start: int, stop: int) -> Iterator[bytes]:
-        for i in range(start, stop):
-            yield self.read(i)
+    def _field_values(self, indices: Sequence[int]) -> list[list[bytes | None]]:
+        """Each column indexed once for the batch."""
+        return self._fields.values_many(indices)
 
-    def field_values_many(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
-        """Each column indexed once for the batch, every sample checked."""
-        if self.table.fields is None:
-            return [[] for _ in indices]
-        return checked_values(self.index, self.table, indices,
-                              self._fields.values_many(indices), self._fields.folder)
+    def _field_file(self, i: int) -> Path:
+        return self._fields.folder
 
     def close(self) -> None:
         self.images = np.empty((0, 0, 0, 3), np.uint8)  # drops the memmap
-        self._fields = FieldArrays(self._fields.folder.parent, self.index.fields,
-                                   self.index.num_samples)
+        self._fields.close()
 
 
-def open_reader(folder: Path, index: Index, table: SampleTable) -> NpyReader:
-    return NpyReader(folder, index, table)
+open_reader = NpyReader
 
 
 def side_files(index: Index) -> tuple[str, ...]:

@@ -24,7 +24,13 @@ import numpy as np
 from packer.core.checks import load_array
 from packer.core.fields import FieldSpec
 from packer.errors import CorruptDatasetError
-from packer.formats._field_columns import Column, offsets_and_data, sliced_values, value_bytes
+from packer.formats._field_columns import (
+    Column,
+    by_sample,
+    offsets_and_data,
+    sliced_values,
+    value_bytes,
+)
 from packer.storage.atomic import atomic_writer
 
 FOLDER = "fields"
@@ -81,6 +87,10 @@ class FieldArrays:
                 raise CorruptDatasetError(f"{paths[0]}: not one row per sample; reconvert")
         return arrays
 
+    def close(self) -> None:
+        """Drop the memmaps (opened again on next use)."""
+        self._arrays = None
+
     def values_many(self, indices: Sequence[int]) -> list[list[bytes | None]]:
         """Each sample's field values in byte form (None: no value), one lookup per
         column for the whole batch."""
@@ -88,8 +98,7 @@ class FieldArrays:
             self._arrays = self._open()
         wanted = np.asarray(indices, dtype=np.intp)
         columns = [self._column(spec, self._arrays[spec.name], wanted) for spec in self.specs]
-        return [list(row) for row in zip(*columns, strict=True)] if columns \
-            else [[] for _ in indices]
+        return by_sample(columns, len(indices))
 
     @staticmethod
     def _column(spec: FieldSpec, arrays: tuple[np.ndarray, ...],

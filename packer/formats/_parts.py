@@ -10,11 +10,13 @@ holds it, by index.json's shard ranges; a part's offsets are its own file's.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
 
 from packer.core.index import Index
+from packer.errors import CorruptDatasetError
 
 T = TypeVar("T")
 
@@ -28,25 +30,36 @@ def part_name(first: str, number: int) -> str:
     return f"{folder or stem + '.parts'}/{stem}-{number:05d}{dot}{ext}"
 
 
-def by_part(index: Index, indices: Sequence[int]) -> list[tuple[int, list[int]]]:
-    """(part, the positions in `indices` of the samples it holds), parts in order."""
-    if len(index.shards) <= 1:
-        return [(0, list(range(len(indices))))]
-    parts = np.searchsorted(index.shard_starts, np.asarray(indices, dtype=np.int64),
-                            side="right") - 1
-    return [(int(part), np.flatnonzero(parts == part).tolist()) for part in np.unique(parts)]
+def part_files(folder: Path, index: Index, first: str) -> list[Path]:
+    """Every part's data file, in order; `first` alone for an index that lists none."""
+    return [folder / shard.name for shard in index.shards] or [folder / first]
+
+
+def open_parts(paths: Sequence[Path], open_part: Callable[[Path], T],
+               close: Callable[[T], object]) -> list[T]:
+    """`open_part` of each path; those already open are closed again if one is damaged."""
+    opened: list[T] = []
+    try:
+        for path in paths:
+            opened.append(open_part(path))
+    except CorruptDatasetError:
+        for part in opened:
+            close(part)
+        raise
+    return opened
 
 
 def read_by_part(index: Index, indices: Sequence[int],
                  read: Callable[[int, list[int]], Sequence[T]]) -> list[T]:
     """`read(part, its samples)` for each part `indices` touch, put back in their order."""
-    groups = by_part(index, indices)
-    if len(groups) == 1:
-        part, _ = groups[0]
-        return list(read(part, list(indices)))
+    if len(index.shards) <= 1:
+        return list(read(0, list(indices)))
+    parts = np.searchsorted(index.shard_starts, np.asarray(indices, dtype=np.int64),
+                            side="right") - 1
     out: list[T | None] = [None] * len(indices)
-    for part, positions in groups:
+    for part in np.unique(parts).tolist():
+        positions = np.flatnonzero(parts == part).tolist()
         for position, value in zip(positions, read(part, [indices[p] for p in positions]),
                                    strict=True):
             out[position] = value
-    return out  # type: ignore[return-value]  # every position is filled by one group
+    return out  # type: ignore[return-value]  # every position is filled by one part

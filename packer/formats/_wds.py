@@ -31,33 +31,25 @@ from packer.core.fields import FieldSpec
 from packer.core.index import Index, SampleTable, ShardInfo
 from packer.core.record import Record
 from packer.errors import CorruptDatasetError
-from packer.formats._tar import member_header, padding
+from packer.formats._tar import BLOCK, member_header, padding
 from packer.formats._wds_fields import field_members
 from packer.formats._wds_names import remove_strays, shard_name
 from packer.formats._wds_shards import MAX_OPEN_SHARDS as MAX_OPEN_SHARDS  # re-exported
 from packer.formats._wds_shards import OpenShards, batch_values
 from packer.formats._wids import check_index, index_extra, indexed_name, member_types
-from packer.formats.base import (
-    DecodedFields,
-    Location,
-    WriterPlan,
-    checked,
-    checked_values,
-    no_files,
-)
+from packer.formats.base import DecodedFields, Location, WriterPlan, checked, no_files
 from packer.storage.atomic import commit, partial_path
 from packer.storage.filestream import ShardFile
 
 NAME = "wds"
 FILES = ("*-[0-9][0-9][0-9][0-9][0-9]*.tar",)
-# Capabilities, declared here so that no caller branches on the format name:
-THREAD_SAFE_READER = False  # one reader may serve every thread
-OPENS_EVERY_SHARD = False  # its reader opens every data file at once
-STORES_PIXELS = False  # raw pixels of one size, not encoded images
-GROUPS_INPUTS = True  # --shard-samples: a shard per N inputs
-LABELS_FILE: str | None = None  # labels beside the data, or in it
+# Capabilities (base.FormatModule):
+THREAD_SAFE_READER = False
+OPENS_EVERY_SHARD = False
+STORES_PIXELS = False
+GROUPS_INPUTS = True
+LABELS_FILE: str | None = None
 
-BLOCK = 512
 END_OF_ARCHIVE = bytes(2 * BLOCK)
 
 
@@ -163,8 +155,7 @@ class WdsWriter:
             self._file = None
 
 
-def open_writer(plan: WriterPlan) -> WdsWriter:
-    return WdsWriter(plan)
+open_writer = WdsWriter
 
 
 class WdsReader(DecodedFields):
@@ -182,10 +173,7 @@ class WdsReader(DecodedFields):
         shard = self.index.shard_of(i)
         offset = int(self.table.offsets[i])
         data = self._shards.pread(shard, offset, int(self.table.sizes[i]), i)
-        return checked(self.table, i, data, self.folder / self.index.shards[shard].name, offset)
-
-    def read_many(self, indices: Sequence[int]) -> list[bytes]:
-        return [self.read(i) for i in indices]
+        return checked(self.table, i, data, self._shards.path(shard), offset)
 
     def read_range(self, start: int, stop: int) -> Iterator[bytes]:
         """One large read per shard span, sliced into samples."""
@@ -198,26 +186,22 @@ class WdsReader(DecodedFields):
             first = offsets[0]
             block = memoryview(self._shards.pread(shard, first, offsets[-1] + sizes[-1] - first,
                                                   end - 1))
-            where = self.folder / self.index.shards[shard].name
+            where = self._shards.path(shard)
             for j, offset, size in zip(range(i, end), offsets, sizes, strict=True):
                 data = bytes(block[offset - first : offset - first + size])
                 yield checked(self.table, j, data, where, offset)
             i = end
 
-    def field_values_many(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
-        """Each sample's field values (batch_values), every sample checked."""
-        fields = self.table.fields
-        if fields is None:
-            return [[] for _ in indices]
+    def _field_values(self, indices: Sequence[int]) -> list[list[bytes | None]]:
+        assert self.table.fields is not None  # field_values_many asks only then
         found = np.searchsorted(self.index.shard_starts, np.asarray(indices, np.int64),
                                 side="right") - 1
-        offsets, sizes = fields.locations(indices)
-        batch = batch_values(self._shards, self.index.fields, indices, found.tolist(), offsets,
-                             sizes)
-        return checked_values(self.index, self.table, indices, batch, self._shard_path)
+        offsets, sizes = self.table.fields.locations(indices)
+        return batch_values(self._shards, self.index.fields, indices, found.tolist(), offsets,
+                            sizes)
 
-    def _shard_path(self, sample: int) -> Path:
-        return self.folder / self.index.shards[self.index.shard_of(sample)].name
+    def _field_file(self, i: int) -> Path:
+        return self._shards.path(self.index.shard_of(i))
 
     def close(self, _close: Callable[[int], None] = os.close) -> None:
         """Close every shard file. `os.close` is bound here, at definition: a reader kept
@@ -229,8 +213,7 @@ class WdsReader(DecodedFields):
         self.close()
 
 
-def open_reader(folder: Path, index: Index, table: SampleTable) -> WdsReader:
-    return WdsReader(folder, index, table)
+open_reader = WdsReader
 
 
 def read_labels(folder: Path, index: Index) -> np.ndarray:

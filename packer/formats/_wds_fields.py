@@ -24,17 +24,16 @@ from __future__ import annotations
 import functools
 import mmap
 import struct
-from collections.abc import Callable, Iterator, Sequence
-from typing import NoReturn
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 from packer.core.fields import FieldSpec, FieldType, unpack_record
 from packer.errors import CorruptDatasetError
-from packer.formats._tar import member_header, padding
+from packer.formats._tar import BLOCK, member_header, padding
 
 EXTENSIONS: dict[FieldType, str] = {"str": "txt", "int": "id", "float": "json",
                                     "json": "json", "bytes": "bin", "floats": "npy",
                                     "ints": "npy"}
-BLOCK = 512
 # The header fields `walked` reads, in one call: the name, the size's 11 octal digits
 # and the byte that ends them, the type flag.
 _HEADER = struct.Struct("100s24x11sB20xB")
@@ -91,47 +90,18 @@ def walked(span: bytes | mmap.mmap, at: int, end: int, by_suffix: dict[bytes, in
 
 
 def span_values(span: bytes, specs: Sequence[FieldSpec],
-                where: str | Callable[[], object]) -> list[bytes | None]:
-    """The field values in a span of field members (None for a field without a member).
-
-    `where` names the shard in an error (a function: called only then). Plain ustar
-    members (every name our writer gives a short key) are walked here, header field by
-    header field; a span with a pax header (a long or non-ASCII name) goes through
-    `_members`, which applies it."""
-    by_suffix = suffixes(tuple(specs))
-    values: list[bytes | None] = [None] * len(specs)
-    at, end = 0, len(span)
-    while at + BLOCK <= end:
-        if span[at + 156] == 0x78:  # "x": a pax header
-            return _pax_span_values(span, specs, where)
-        size = _size(span[at + 124 : at + 136], where)
-        start = at + BLOCK
-        if start + size > end:
-            raise CorruptDatasetError(f"{_named(where)}: a field member is truncated; reconvert")
-        name = span[at : at + 100].split(b"\0", 1)[0].rsplit(b"/", 1)[-1]
-        number = by_suffix.get(name.partition(b".")[2])
-        if number is None:
-            _unexpected(name.decode("utf-8", "replace"), where)
-        values[number] = span[start : start + size]
-        at = start + size + (-size % BLOCK)
-    return values
-
-
-def _pax_span_values(span: bytes, specs: Sequence[FieldSpec],
-                     where: str | Callable[[], object]) -> list[bytes | None]:
+                where: str | Path) -> list[bytes | None]:
+    """The field values in a span of field members (None for a field without a member),
+    pax headers applied; `where` names the shard in an error."""
     by_suffix = suffixes(tuple(specs))
     values: list[bytes | None] = [None] * len(specs)
     for member, data in _members(span, where):
         number = by_suffix.get(member.partition(".")[2].encode("utf-8"))
         if number is None:
-            _unexpected(member, where)
+            raise CorruptDatasetError(f"{where}: unexpected member {member!r} among the "
+                                      "fields; the shard is damaged, reconvert")
         values[number] = data
     return values
-
-
-def _unexpected(member: str, where: str | Callable[[], object]) -> NoReturn:
-    raise CorruptDatasetError(f"{_named(where)}: unexpected member {member!r} among "
-                              "the fields; the shard is damaged, reconvert")
 
 
 @functools.lru_cache(maxsize=64)
@@ -140,7 +110,7 @@ def suffixes(specs: tuple[FieldSpec, ...]) -> dict[bytes, int]:
     return {member_suffix(spec).encode("utf-8"): n for n, spec in enumerate(specs)}
 
 
-def _size(field: bytes, where: str | Callable[[], object]) -> int:
+def _size(field: bytes, where: str | Path) -> int:
     """A header's size field (octal, ended by NUL or space; a negative one would walk
     the span backwards, forever)."""
     try:
@@ -152,17 +122,13 @@ def _size(field: bytes, where: str | Callable[[], object]) -> int:
     return size
 
 
-def _damaged(where: str | Callable[[], object]) -> CorruptDatasetError:
-    return CorruptDatasetError(f"{_named(where)}: a damaged tar header among the fields; "
-                               "reconvert")
+def _damaged(where: str | Path) -> CorruptDatasetError:
+    return CorruptDatasetError(f"{where}: a damaged tar header among the fields; reconvert")
 
 
-def _named(where: str | Callable[[], object]) -> str:
-    return str(where() if callable(where) else where)
-
-
-def _members(span: bytes, where: str | Callable[[], object]) -> Iterator[tuple[str, bytes]]:
-    """(base name, bytes) of each regular member in `span`, pax headers applied."""
+def _members(span: bytes, where: str | Path) -> Iterator[tuple[str, bytes]]:
+    """(base name, bytes) of each regular member in `span`, pax headers applied; a name
+    ends at its first NUL, as tarfile reads it."""
     at = 0
     long_name: str | None = None
     while at + BLOCK <= len(span):
@@ -170,7 +136,7 @@ def _members(span: bytes, where: str | Callable[[], object]) -> Iterator[tuple[s
         size = _size(header[124:136], where)
         data = span[at + BLOCK : at + BLOCK + size]
         if len(data) != size:
-            raise CorruptDatasetError(f"{_named(where)}: a field member is truncated; reconvert")
+            raise CorruptDatasetError(f"{where}: a field member is truncated; reconvert")
         at += BLOCK + size + (-size % BLOCK)
         if header[156:157] == b"x":  # pax: the next member's long or non-ASCII name
             try:
@@ -178,7 +144,7 @@ def _members(span: bytes, where: str | Callable[[], object]) -> Iterator[tuple[s
             except ValueError as exc:  # a record's length or its UTF-8
                 raise _damaged(where) from exc
             continue
-        name = long_name or header[:100].rstrip(b"\0").decode("utf-8", "replace")
+        name = long_name or header[:100].partition(b"\0")[0].decode("utf-8", "replace")
         long_name = None
         yield name.rsplit("/", 1)[-1], data
 

@@ -52,15 +52,11 @@ def shard_name(number: int, stem: str = DEFAULT_STEM) -> str:
     return f"{stem}-{number:05d}.tar"
 
 
-def wids_index_name(stem: str) -> str:
-    return stem + WIDS_SUFFIX
-
-
 def is_ours(name: str) -> bool:
     """Whether a file name is one a wds conversion writes: a shard of any dataset name,
     a wids index, or the temporary name of either."""
     name = name.removesuffix(PARTIAL_SUFFIX)
-    return _SHARD.fullmatch(name) is not None or _WIDS.fullmatch(name) is not None
+    return _SHARD.fullmatch(name) is not None or is_wids_index(name)
 
 
 def is_wids_index(name: str) -> bool:

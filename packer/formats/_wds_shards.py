@@ -43,19 +43,6 @@ from packer.formats._wds_fields import span_values, suffixes, walked
 MAX_OPEN_SHARDS = 16  # per reader, so per DataLoader worker
 
 
-class _ShardName:
-    """A shard's path, joined only when an error message prints it (joining a Path per
-    read would cost as much as the rest of reading a sample's fields)."""
-
-    __slots__ = ("folder", "name")
-
-    def __init__(self, folder: Path, name: str) -> None:
-        self.folder, self.name = folder, name
-
-    def __str__(self) -> str:
-        return str(self.folder / self.name)
-
-
 class _Shard:
     """One open shard: its descriptor, its size at open and, once a second batch reads
     its fields, its map."""
@@ -86,7 +73,7 @@ class OpenShards:
         if opened is not None:
             self._open.move_to_end(shard)
             return opened
-        path = self.folder / self.index.shards[shard].name
+        path = self.path(shard)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError as exc:
@@ -99,12 +86,12 @@ class OpenShards:
             self._open.popitem(last=False)[1].release(os.close)
         return opened
 
-    def name(self, shard: int) -> _ShardName:
-        return _ShardName(self.folder, self.index.shards[shard].name)
+    def path(self, shard: int) -> Path:
+        return self.folder / self.index.shards[shard].name
 
     def truncated(self, shard: int, sample: int) -> CorruptDatasetError:
         return CorruptDatasetError(
-            f"{self.name(shard)}: truncated at sample {sample} ({self.table.key(sample)!r}); "
+            f"{self.path(shard)}: truncated at sample {sample} ({self.table.key(sample)!r}); "
             "the shard is damaged, reconvert or restore it"
         )
 
@@ -116,7 +103,7 @@ class OpenShards:
         try:
             data = os.pread(opened.fd, size, offset)
         except OSError as exc:
-            raise CorruptDatasetError(f"{self.name(shard)}: cannot read ({exc.strerror}); "
+            raise CorruptDatasetError(f"{self.path(shard)}: cannot read ({exc.strerror}); "
                                       "restore or reconvert") from exc
         if len(data) != size:
             raise self.truncated(shard, sample)
@@ -169,6 +156,6 @@ def batch_values(shards: OpenShards, specs: tuple[FieldSpec, ...], indices: Sequ
         else:
             span, at = source, offset
         values = walked(span, at, at + size, by_suffix, count)
-        batch.append(span_values(span[at : at + size], specs, shards.name(shard).__str__)
+        batch.append(span_values(span[at : at + size], specs, shards.path(shard))
                      if values is None else values)
     return batch

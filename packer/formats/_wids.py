@@ -30,7 +30,7 @@ import numpy as np
 from packer.core.index import Index, SampleTable, ShardInfo
 from packer.errors import CorruptDatasetError
 from packer.formats._tar import NAME_BYTES
-from packer.formats._wds_names import is_wids_index, wids_index_name
+from packer.formats._wds_names import WIDS_SUFFIX, is_wids_index
 from packer.storage.atomic import write_atomic
 
 KIND = "wids-shard-index-v1"
@@ -51,7 +51,7 @@ def index_extra(folder: Path, stem: str, shards: tuple[ShardInfo, ...], table: S
     if problem is not None:
         extra["wids_index_skipped"] = problem
         return extra
-    name = wids_index_name(stem)
+    name = stem + WIDS_SUFFIX
     text = json.dumps({"__kind__": KIND, "wids_version": 1, "name": stem,
                        "shardlist": _shardlist(shards)}, indent=1)
     write_atomic(folder / name, (text + "\n").encode("ascii"))

@@ -8,7 +8,7 @@ part ends with the file and an interrupted run redoes them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -19,9 +19,7 @@ from packer.core.checks import digest_of
 from packer.core.fields import (
     FieldSpec,
     decode_numbered,
-    decode_values,
     numbered,
-    pack_record,
     records_match,
     select,
 )
@@ -172,7 +170,8 @@ class RecordReader(Protocol):
 
 
 class FormatModule(Protocol):
-    """What `packer.formats.load(name)` returns."""
+    """What `packer.formats.load(name)` returns; its capabilities are declared (each
+    module sets them), so that no caller branches on the format name."""
 
     NAME: str
     FILES: tuple[str, ...]
@@ -224,48 +223,22 @@ def checked(table: SampleTable, i: int, data: Data, where: Path, offset: int = -
     return data
 
 
-def checked_fields(index: Index, table: SampleTable, i: int, values: Sequence[bytes | None],
-                   where: Path | Callable[[], Path], names: Sequence[str] | None
-                   ) -> dict[str, object]:
-    """Decode sample i's field values (all of the dataset's, in its order), checked against
-    its field digest; only `names` when given. `where` may be a function that names the
-    file, called only for the error (a shard's Path per sample costs more than the check)."""
-    if table.fields is None or digest_of(pack_record(values)) != table.fields.digest(i):
-        place = where() if callable(where) else where
-        raise CorruptDatasetError(
-            f"{place}: the fields of sample {i} ({table.key(i)!r}) do not match their "
-            "digest; the file is damaged, restore it or reconvert the dataset"
-        )
-    return decode_values(index.fields, values, names)
-
-
-def checked_values(index: Index, table: SampleTable, indices: Sequence[int],
-                   batch: Sequence[Sequence[bytes | None]],
-                   where: Path | Callable[[int], Path]) -> Sequence[Sequence[bytes | None]]:
-    """`batch` (each sample's field values in byte form, every field of the dataset in its
-    order) once every sample matches its digest; what `field_values_many` returns, for
-    a caller that decodes a whole batch column by column (the readers' field batches)."""
-    if table.fields is None:
-        raise CorruptDatasetError(f"{where if isinstance(where, Path) else where(indices[0])}:"
-                                  " the dataset's field table is missing; reconvert")
-    bad = records_match(batch, table.fields.digests(indices), digest_of)
-    if bad >= 0:  # raises, naming the file and the sample
-        i = indices[bad]
-        checked_fields(index, table, i, batch[bad], where if isinstance(where, Path)
-                       else where(i), None)
-    return batch
-
-
 class _ValuesReader(RecordReader, Protocol):
     index: Index
     table: SampleTable
 
+    def _field_values(self, indices: Sequence[int]) -> Sequence[Sequence[bytes | None]]:
+        """Each sample's field values as stored, not yet checked."""
+
+    def _field_file(self, i: int) -> Path:
+        """The file that holds sample i's field values, for an error."""
+
 
 class DecodedFields:
-    """`fields` and `fields_many` of a format reader, from its `field_values_many`: one
-    call for the batch, every sample's values checked against its digest, then decoded.
-    Every format's reader is one; it also gives RecordReader's defaults: not memory
-    mapped, nothing to prefetch."""
+    """What the format readers share: `field_values_many` from their `_field_values`,
+    every sample's values checked against its digest; `fields` and `fields_many` from
+    that, decoded; `read_many` and `read_range` a `read` at a time; and RecordReader's
+    defaults: not memory mapped, nothing to prefetch."""
 
     memory_mapped = False
     gathers_rows = False
@@ -275,6 +248,27 @@ class DecodedFields:
 
     def stop_prefetch(self) -> None:
         """No background fetch to end."""
+
+    def read_many(self: RecordReader, indices: Sequence[int]) -> list[bytes]:
+        return [self.read(i) for i in indices]
+
+    def read_range(self: RecordReader, start: int, stop: int) -> Iterator[bytes]:
+        for i in range(start, stop):
+            yield self.read(i)
+
+    def field_values_many(self: _ValuesReader, indices: Sequence[int]
+                          ) -> Sequence[Sequence[bytes | None]]:
+        if self.table.fields is None:
+            return [[] for _ in indices]
+        batch = self._field_values(indices)
+        bad = records_match(batch, self.table.fields.digests(indices), digest_of)
+        if bad >= 0:
+            i = indices[bad]
+            raise CorruptDatasetError(
+                f"{self._field_file(i)}: the fields of sample {i} ({self.table.key(i)!r}) do "
+                "not match their digest; the file is damaged, restore it or reconvert the "
+                "dataset")
+        return batch
 
     def fields(self: _ValuesReader, i: int,
                names: Sequence[str] | None = None) -> dict[str, object]:

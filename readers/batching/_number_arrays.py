@@ -54,13 +54,10 @@ class NumberArrays:
     def __len__(self) -> int:
         return len(self.shapes)
 
-    def dtype(self, b: int) -> type[np.generic]:
-        return np.float32 if self.floats[b] else np.int64
-
     def array(self, b: int) -> npt.NDArray[np.generic]:
         """Sample b's array, as natural() would give it."""
         part = self.flat[int(self.starts[b]) : int(self.starts[b + 1])]
-        return part.reshape(self.shapes[b]).astype(self.dtype(b))
+        return part.reshape(self.shapes[b]).astype(np.float32 if self.floats[b] else np.int64)
 
 
 def parse_arrays(texts: Sequence[bytes | None]) -> NumberArrays | None:
@@ -74,12 +71,10 @@ def parse_arrays(texts: Sequence[bytes | None]) -> NumberArrays | None:
     present = cast(Sequence[bytes], texts)
     if _PLAIN.fullmatch(b"".join(present)) is None:  # strings, objects, NaN, true, null...
         return None
-    shapes: list[tuple[int, ...]] = []
-    for text in present:
-        shape = _shape(text)
-        if shape is None:
-            return None
-        shapes.append(shape)
+    found = [_shape(text) for text in present]
+    if None in found:
+        return None
+    shapes = cast(list[tuple[int, ...]], found)
     floats = tuple(not shape[0] or b"." in text or b"e" in text or b"E" in text
                    for shape, text in zip(shapes, present, strict=True))
     counts = np.array([shape[0] * (shape[1] if len(shape) > 1 else 1) for shape in shapes],
@@ -90,9 +85,14 @@ def parse_arrays(texts: Sequence[bytes | None]) -> NumberArrays | None:
         else np.zeros(0)
     if len(flat) != total or not _exact(flat, counts, floats):
         return None
+    return NumberArrays(flat, _starts(counts), tuple(shapes), floats)
+
+
+def _starts(counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """(B + 1,): where each sample's numbers start in the flat buffer, and the end."""
     starts = np.zeros(len(counts) + 1, np.int64)
     np.cumsum(counts, out=starts[1:])
-    return NumberArrays(flat, starts, tuple(shapes), floats)
+    return starts
 
 
 def _exact(flat: npt.NDArray[np.float64], counts: npt.NDArray[np.int64],
@@ -154,7 +154,7 @@ def stored_arrays(cells: Sequence[bytes | None]) -> NumberArrays | None:
     try:
         starts = [10 + (cell[8] | cell[9] << 8) for cell in present]
         heads = [cell[10:start] for cell, start in zip(present, starts, strict=True)]
-        layouts = [_LAYOUTS.get(head) or _layout(head) for head in heads]
+        layouts = [_layout(head) for head in heads]
     except (IndexError, ValueError):
         return None
     dtypes = {layout[0] for layout in layouts}
@@ -165,9 +165,7 @@ def stored_arrays(cells: Sequence[bytes | None]) -> NumberArrays | None:
     joined = b"".join([cell[start:] for cell, start in zip(present, starts, strict=True)])
     if len(joined) != int(counts.sum()) * dtype.itemsize:
         return None
-    offsets = np.zeros(len(counts) + 1, np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    return NumberArrays(np.frombuffer(joined, dtype), offsets,
+    return NumberArrays(np.frombuffer(joined, dtype), _starts(counts),
                         tuple([layout[1] for layout in layouts]),
                         (dtype.kind == "f",) * len(present))
 
@@ -182,16 +180,9 @@ def pad_layout(shapes: Iterable[tuple[int, ...]]
     return rows, trailing.pop() if len(trailing) == 1 else None
 
 
-Layout = tuple[np.dtype[np.generic], tuple[int, ...], int]
-_LAYOUTS: dict[bytes, Layout] = {}  # header text -> layout: a dict lookup a value
-_LAYOUTS_KEPT = 4096
-
-
-def _layout(header: bytes) -> Layout:
+@functools.lru_cache(maxsize=4096)
+def _layout(header: bytes) -> tuple[np.dtype[np.generic], tuple[int, ...], int]:
     """(dtype, shape, number count) of an array value's header text (ValueError for one
     this library does not write), remembered for the next values of the same shape."""
     dtype, shape = parsed_header(header)
-    layout = (dtype, shape, int(np.prod(shape)))
-    if len(_LAYOUTS) < _LAYOUTS_KEPT:
-        _LAYOUTS[header] = layout
-    return layout
+    return dtype, shape, int(np.prod(shape))

@@ -4,6 +4,7 @@ process as the plain list or dict, its slot freed once nothing views it there.""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -41,8 +42,6 @@ class PooledBatch(list[Any]):
         return list(self)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> list[Any]:
-        import copy
-
         return copy.deepcopy(list(self), memo)
 
     def __reduce__(self) -> Any:
@@ -52,13 +51,12 @@ class PooledBatch(list[Any]):
         tail = [self._ready(k).packed(value) for k, value in enumerate(items[1:])]
         # labels: 8 bytes a sample, in the pickle rather than shared memory
         labels = self._ready(0).tensor(items[1]) if tail else None
-        by_value = labels is not None
         if labels is not None:
             tail[0] = labels
         state = self.pool.state_handle()
         images = self.pool.outgoing(self.slot, self.images)
-        return arrived, (images, tail, by_value, self.pool.token, state, self.slot,
-                          self.rebuild)
+        return arrived, (images, tail, labels is not None, self.pool.token, state, self.slot,
+                         self.rebuild)
 
     def _ready(self, k: int) -> Prepared:
         """The prepared form of value k + 1, or an empty one for a value added since."""
@@ -83,8 +81,6 @@ class PooledDict(dict[str, Any]):
         return dict(self)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
-        import copy
-
         return copy.deepcopy(dict(self), memo)
 
     def __reduce__(self) -> Any:

@@ -14,6 +14,7 @@ pickle always holds what the batch holds when it leaves.
 from __future__ import annotations
 
 import ctypes
+import functools
 from typing import Any
 
 import torch
@@ -62,7 +63,6 @@ class Prepared:
 
 
 Layout = tuple[int, torch.Size, tuple[int, ...], torch.dtype]
-_DTYPES: dict[torch.dtype, str] = {}
 
 
 def _layout(tensor: torch.Tensor) -> Layout:
@@ -71,8 +71,7 @@ def _layout(tensor: torch.Tensor) -> Layout:
     return tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype
 
 
+@functools.cache
 def _numpy_dtype(dtype: torch.dtype) -> str:
     """numpy's name of a torch dtype, as tensor_parts writes it."""
-    if dtype not in _DTYPES:
-        _DTYPES[dtype] = torch.empty(0, dtype=dtype).numpy().dtype.str
-    return _DTYPES[dtype]
+    return torch.empty(0, dtype=dtype).numpy().dtype.str

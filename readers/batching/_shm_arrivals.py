@@ -82,18 +82,12 @@ def _slot_images(images: SlotImages, token: str, slot: int,
                                "arrived after its shared memory was released")
         mapping = mmap.mmap(entry[1], images.nbytes)
     whole = torch.frombuffer(mapping, dtype=images.dtype)
-    if known is not None:
-        _track(mapping, whole.data_ptr(), known, slot)
+    if known is not None:  # the slot is freed when `mapping`, which the storage holds, dies
+        address = whole.data_ptr()
+        done = weakref.finalize(mapping, _free, os.getpid(), known, slot, address)
+        with _LOCK:
+            _LIVE[address] = (done, known, slot)
     return whole.as_strided(images.shape, images.stride, images.offset)
-
-
-def _track(mapping: mmap.mmap, key: int, known: npt.NDArray[np.uint8], slot: int) -> None:
-    """Tie the slot's freeing to the life of `mapping` (at address `key`), which the
-    batch's storage holds."""
-    done = weakref.finalize(mapping, _free, os.getpid(), known, slot, key)
-    with _LOCK:
-        _LIVE[key] = (done, known, slot)
-
 
 
 def _close_fds(token: str) -> None:
@@ -125,18 +119,14 @@ def _free(pid: int, state: npt.NDArray[np.uint8], slot: int, key: int) -> None:
     state[slot] = FREE
 
 
-def _give_up_all() -> None:
+def _before_fork() -> None:
     """Batches kept across a fork: the child maps them too, so their slots are never
     reused (GONE)."""
+    _LOCK.acquire()
     for key in list(_LIVE):
         entry = _LIVE.pop(key, None)
         if entry is not None and entry[0].detach() is not None:
             entry[1][entry[2]] = GONE
-
-
-def _before_fork() -> None:
-    _LOCK.acquire()
-    _give_up_all()
 
 
 def _in_child() -> None:

@@ -65,11 +65,6 @@ FREE, BUSY, GONE = 0, 1, 2
 KNOWN_STATES = 64  # state arrays the main process remembers (one per worker lifetime)
 
 
-def pool_supported() -> bool:
-    """Whether this platform has anonymous shared memory files (Linux)."""
-    return hasattr(os, "memfd_create")
-
-
 def shared_buffer(shape: tuple[int, ...], dtype: torch.dtype = torch.uint8) -> torch.Tensor:
     """An uninitialized tensor in torch's shared memory, as default_collate makes in
     workers."""
@@ -110,9 +105,10 @@ def views(state: npt.NDArray[np.uint8]) -> tuple[npt.NDArray[np.uint8], npt.NDAr
 class _Slot:
     """One recycled buffer: its file, its mapping, and the pool's own references to it."""
 
-    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype, buffer_id: int) -> None:
-        self.nbytes = max(1, math.prod(shape)) * dtype.itemsize
-        self.fd, self.map = shared_file(self.nbytes)
+    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype, nbytes: int,
+                 buffer_id: int) -> None:
+        self.nbytes = nbytes
+        self.fd, self.map = shared_file(nbytes)
         self.buffer_id = buffer_id
         self.buffer = self.view(shape, dtype)  # the shape and dtype it was made for
         self.address = self.buffer.data_ptr()
@@ -121,16 +117,11 @@ class _Slot:
     def view(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         """A new tensor over the start of the buffer: storage of its own, which holds the
         mapping for as long as any view of it lives."""
-        count = math.prod(shape)
-        return torch.frombuffer(self.map, dtype=dtype, count=count).view(shape)
+        return torch.frombuffer(self.map, dtype=dtype, count=math.prod(shape)).view(shape)
 
     def idle(self) -> bool:
         """Nothing in this process views the buffer but the pool's own tensor."""
         return sys.getrefcount(self.map) == self.own_references
-
-    def close(self) -> None:
-        """Forget the buffer here; views of it keep the mapping until they die."""
-        os.close(self.fd)
 
 
 class SlotPool:
@@ -177,7 +168,7 @@ class SlotPool:
             if free == len(self.slots):
                 self.slots.append(None)
             self._buffers_made += 1
-            slot = _Slot(shape, dtype, self._buffers_made)
+            slot = _Slot(shape, dtype, nbytes, self._buffers_made)
             self.slots[free] = slot
             return slot.view(shape, dtype)
 
@@ -210,9 +201,10 @@ class SlotPool:
                 and slot.idle())
 
     def _forget(self, index: int) -> None:
+        """Forget the buffer here; views of it keep the mapping until they die."""
         slot = self.slots[index]
         if slot is not None:
-            slot.close()
+            os.close(slot.fd)
         self.slots[index] = None
 
     def _free_index(self, nbytes: int) -> int | None:
@@ -239,9 +231,7 @@ class SlotPool:
         entry = self.slots[slot]
         if entry is None:
             raise RuntimeError(f"pool slot {slot} holds no buffer")
-        handle = None
-        if int(self.mapped[slot]) != entry.buffer_id:
-            handle = DupFd(entry.fd)
+        handle = DupFd(entry.fd) if int(self.mapped[slot]) != entry.buffer_id else None
         return SlotImages(entry.buffer_id, handle, entry.nbytes,
                           int(images.storage_offset()), tuple(images.shape), images.stride(),
                           images.dtype)
@@ -262,7 +252,7 @@ def worker_pool() -> SlotPool | None:
     or no anonymous shared memory files)."""
     global _POOL
     strategy = torch.multiprocessing.get_sharing_strategy()  # type: ignore[no-untyped-call]
-    if strategy != "file_descriptor" or not pool_supported():
+    if strategy != "file_descriptor" or not hasattr(os, "memfd_create"):  # Linux only
         return None
     if _POOL is None or _POOL.pid != os.getpid():
         _POOL = SlotPool()

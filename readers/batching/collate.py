@@ -41,10 +41,7 @@ from readers.batching.raw_batch import RAW_TYPES, RawBatch
 Sample = tuple[Any, ...]
 
 
-class _WorkerState:
-    """Whether `collate` has run in this process, set in DataLoader workers only."""
-
-    collate_seen = False
+_collate_seen = False  # whether `collate` has run in this process (DataLoader workers only)
 
 
 class Gatherer(Protocol):
@@ -55,11 +52,10 @@ class Gatherer(Protocol):
 
 
 def gathered_samples(reader: Gatherer, positions: Sequence[int], shape: tuple[int, int],
-                     raw: bool, make: Callable[[int, Any], Sample],
-                     recyclable: bool = False) -> list[Sample]:
+                     raw: bool, make: Callable[[int, Any], Sample]) -> list[Sample]:
     """One gather for the batch; `make(k, image)` builds sample k around its image view
     (a dataset with a transform: a Batch of rows otherwise)."""
-    rows = gathered_rows(reader, positions, shape, recyclable)
+    rows = gathered_rows(reader, positions, shape, False)
     if raw:
         flat = rows.numpy().reshape(len(positions), -1)
         return [make(k, flat[k]) for k in range(len(positions))]
@@ -67,7 +63,7 @@ def gathered_samples(reader: Gatherer, positions: Sequence[int], shape: tuple[in
 
 
 def gathered_rows(reader: Gatherer, positions: Sequence[int], shape: tuple[int, int],
-                  recyclable: bool = False) -> torch.Tensor:
+                  recyclable: bool) -> torch.Tensor:
     """The (B, H, W, 3) rows at `positions`, copied and checked in one gather.
 
     recyclable: the images reach `collate` as gathered here (no transform), so a
@@ -82,7 +78,7 @@ def gathered_rows(reader: Gatherer, positions: Sequence[int], shape: tuple[int, 
 def _batch_buffer(shape: tuple[int, ...], recyclable: bool) -> torch.Tensor:
     """A recycled shared buffer where `collate` will send this batch from a worker as it
     is; else ordinary memory (a fresh buffer of the same size reuses the freed one's pages)."""
-    if recyclable and _WorkerState.collate_seen and get_worker_info() is not None:
+    if recyclable and _collate_seen and get_worker_info() is not None:
         pool = worker_pool()
         if pool is not None:
             return pool.take(shape)
@@ -113,17 +109,15 @@ def collate(batch: Sequence[Sample]) -> Any:
     whole = _whole_batch(images) if isinstance(images[0], torch.Tensor) else _whole_rows(images)
     if get_worker_info() is None:
         return default_collate(list(batch)) if whole is None else [whole, *_rest(batch)]
-    _WorkerState.collate_seen = True
+    global _collate_seen
+    _collate_seen = True
     if whole is not None and whole.dim() == 2:  # raw npy rows: tensors, as default_collate
         images = list(whole)
     pool = worker_pool()
-    if pool is not None and _stackable(images):
-        return _pooled(lambda: images, whole, pool, _rest(batch))
-    if whole is None:
+    stackable = pool is not None and _stackable(images)
+    if whole is None and not stackable:
         return default_collate(list(batch))
-    if not whole.untyped_storage().is_shared():  # it leaves in shared memory: copy it there
-        whole = _stacked(images, shared_buffer)
-    return [whole, *_rest(batch)]
+    return _sent(whole, lambda: images, pool if stackable else None, _rest(batch))
 
 
 def _plain_samples(batch: Sequence[Any]) -> bool:
@@ -145,19 +139,21 @@ def _collate_gathered(batch: Batch) -> list[Any]:
     whole, rest = batch.whole(), default_collate(batch.rests())
     if get_worker_info() is None:
         return [whole, *rest]
-    _WorkerState.collate_seen = True
-    pool = worker_pool()
-    if pool is not None:
-        return _pooled(lambda: list(whole), whole, pool, rest)
-    if not whole.untyped_storage().is_shared():  # it leaves in shared memory: copy it there
-        whole = _stacked(list(whole), shared_buffer)
-    return [whole, *rest]
+    global _collate_seen
+    _collate_seen = True
+    return _sent(whole, lambda: list(whole), worker_pool(), rest)
 
 
-def _pooled(images: Callable[[], list[torch.Tensor]], whole: torch.Tensor | None,
-            pool: SlotPool, rest: list[Any]) -> list[Any]:
-    """The batch in a pool slot: as gathered there (npy), else copied into one (`images`
-    gives the samples' images, asked for only then)."""
+def _sent(whole: torch.Tensor | None, images: Callable[[], list[torch.Tensor]],
+          pool: SlotPool | None, rest: list[Any]) -> list[Any]:
+    """[images, *rest] as a worker sends them: in a slot of `pool`, as gathered there
+    (npy) or else copied into one; without a pool, `whole` in shared memory. `images`
+    gives the samples' images, asked for only where they are copied."""
+    if pool is None:
+        assert whole is not None
+        if not whole.untyped_storage().is_shared():  # it leaves in shared memory: copy it
+            whole = _stacked(images(), shared_buffer)
+        return [whole, *rest]
     slot = None if whole is None else pool.slot_of(whole)
     if whole is not None and slot is None and whole.untyped_storage().is_shared():
         return [whole, *rest]  # gathered into a fresh shared buffer: the pool was full
@@ -248,18 +244,14 @@ def collate_raw(batch: Sequence[Sample], indices: Sequence[int] | None) -> list[
     """[RawBatch, labels(, keys)] of (bytes, label(, key)) samples; `indices`: the
     samples' dataset indices where the reader gave them (PackedDataset's batches)."""
     images = [sample[0] for sample in batch]
-    rest: list[Any] = default_collate([sample[1:] for sample in batch])
+    rest = _rest(batch)
     if get_worker_info() is None:
         return [RawBatch.of(images, indices), *rest]
     pool = worker_pool()
     if pool is None:
-        return [RawBatch.of(images, indices, _shared), *rest]
+        return [RawBatch.of(images, indices, lambda nbytes: shared_buffer((nbytes,))), *rest]
     raw = RawBatch.of(images, indices, pool.take_bytes)
     slot = pool.slot_of(raw.buffer)
     if slot is None:  # the pool is full: an unpooled buffer, as default_collate's
         return [raw, *rest]
     return PooledBatch([raw, *rest], raw.buffer, pool, slot, (RawBatch, (raw.count,)))
-
-
-def _shared(nbytes: int) -> torch.Tensor:
-    return shared_buffer((nbytes,))

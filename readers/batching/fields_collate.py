@@ -23,6 +23,7 @@ values (a JSON list of numbers in one, of strings in another) stays a list.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -105,9 +106,7 @@ def _array_batch(name: str, arrays: list[torch.Tensor], values: list[Any]) -> di
     trailing = _trailing_shape(arrays)
     if trailing is None:
         return {name: list(values)}
-    dtype = first.dtype
-    for array in arrays[1:]:
-        dtype = torch.promote_types(dtype, array.dtype)
+    dtype = functools.reduce(torch.promote_types, [array.dtype for array in arrays])
     counts = [len(array) if array.numel() else 0 for array in arrays]
     padded = torch.zeros((len(arrays), max(counts), *trailing), dtype=dtype)
     for row, (array, count) in enumerate(zip(arrays, counts, strict=True)):

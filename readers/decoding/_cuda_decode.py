@@ -21,11 +21,12 @@ from collections.abc import Sequence
 import torch
 
 from packer.imaging.jpeg import fast_size
-from readers.augment import Augment, CenterCrop
+from readers.augment import Augment
 from readers.batching.raw_batch import RawBatch, header_bytes
 from readers.decoding import gpu_decoders
 from readers.decoding._host_decode import Where, decode_cpu, stacked
 from readers.decoding.batch_resize import Geometry, apply, box_axis, to_device, whole_axis
+from readers.decoding.crop_decode import whole_image_plan
 from readers.decoding.decode import dct_factor
 from readers.decoding.gpu_decoders import Decoder
 
@@ -92,8 +93,7 @@ def geometry(image_size: Size, size: Size | None, augment: Augment | None,
     out_h, out_w = augment.output_size
     box = augment.params(*where, image_size)
     factor = dct_factor((box.height, box.width), augment.output_size)
-    plan = augment.resize_then_crop(image_size) \
-        if factor == 1 and isinstance(augment, CenterCrop) else None
+    plan = whole_image_plan(augment, image_size, factor)
     if plan is not None:  # torchvision's CenterCrop: the whole image resized, then cut
         (whole_h, whole_w), top, left = plan
         return Geometry(whole_axis(height, whole_h, top), whole_axis(width, whole_w, left),

@@ -73,9 +73,8 @@ def box_axis(length: int, box_start: float, box_length: float, factor: int,
     reach, clipped to the image.
     """
     if factor == 1 and float(box_start).is_integer() and float(box_length).is_integer():
-        start = int(box_start)
-        return Axis(start, start + max(1, int(box_length)), float(start),
-                    float(max(1, int(box_length))), 1, out, 0)
+        start, whole = int(box_start), max(1, int(box_length))
+        return Axis(start, start + whole, float(start), float(whole), 1, out, 0)
     reach = math.ceil(max(box_length / factor / out, 1.0)) + 1
     first = max(0, math.floor(box_start / factor) - reach)
     last = math.ceil((box_start + box_length) / factor) + reach

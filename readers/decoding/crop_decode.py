@@ -44,11 +44,11 @@ def decode_augmented(data: Buffer, augment: Augment, where: tuple[int, int, int]
                      pixels_shape: tuple[int, int] | None = None) -> torch.Tensor:
     """Sample bytes -> uint8 (3, H, W), planar; `where` is (seed, epoch, index)."""
     if pixels_shape is not None:
-        return _finish(_pixels(data, pixels_shape), augment, where, 1)
+        return _finish(_pixels(data, pixels_shape), augment, where)
     out = _from_jpeg(data, augment, where)
     if out is not None:
         return out
-    return _finish(_decode_pillow(data, None), augment, where, 1)
+    return _finish(_decode_pillow(data, None), augment, where)
 
 
 def _from_jpeg(data: Buffer, augment: Augment,
@@ -59,7 +59,7 @@ def _from_jpeg(data: Buffer, augment: Augment,
         return None
     box = augment.params(*where, size)
     factor = dct_factor((box.height, box.width), augment.output_size)
-    plan = _whole_image_plan(augment, size, factor)
+    plan = whole_image_plan(augment, size, factor)
     region = (0, 0, *scaled_size(size, factor)) if plan else _region(
         box, factor, augment.output_size, size)
     pixels = decode_box(data, size, factor, region)
@@ -76,8 +76,7 @@ def _region(box: Box, factor: int, output_size: tuple[int, int],
     if its edges are whole pixels at full size, else the pixels under it and the reach of
     Pillow's bilinear filter around it (its support: one output pixel's span, at least 1).
     """
-    edges = (box.top, box.left, box.height, box.width)
-    if factor == 1 and all(float(v).is_integer() for v in edges):
+    if _whole_pixels(box, factor):
         return int(box.top), int(box.left), int(box.height), int(box.width)
     span = max(box.height / output_size[0], box.width / output_size[1]) / factor
     margin = math.ceil(max(span, 1.0)) + 1
@@ -89,20 +88,25 @@ def _region(box: Box, factor: int, output_size: tuple[int, int],
     return top, left, bottom - top, right - left
 
 
-def _whole_image_plan(augment: Augment, image_size: tuple[int, int],
-                      factor: int) -> tuple[tuple[int, int], int, int] | None:
+def _whole_pixels(box: Box, factor: int) -> bool:
+    """Whether the box's edges are whole pixels of the full-size image."""
+    return factor == 1 and all(float(v).is_integer()
+                               for v in (box.top, box.left, box.height, box.width))
+
+
+def whole_image_plan(augment: Augment, image_size: tuple[int, int],
+                     factor: int) -> tuple[tuple[int, int], int, int] | None:
     """CenterCrop's torchvision steps, which resize the whole image, where they apply."""
     if factor == 1 and isinstance(augment, CenterCrop):
         return augment.resize_then_crop(image_size)
     return None
 
 
-def _finish(hwc: torch.Tensor, augment: Augment, where: tuple[int, int, int],
-            factor: int) -> torch.Tensor:
+def _finish(hwc: torch.Tensor, augment: Augment, where: tuple[int, int, int]) -> torch.Tensor:
     """Box chosen on the decoded (full-size) image, then crop, resize and flip."""
     image_size = (int(hwc.shape[0]), int(hwc.shape[1]))
     box = augment.params(*where, image_size)
-    return _resize_box(hwc, box, augment, factor, _whole_image_plan(augment, image_size, factor))
+    return _resize_box(hwc, box, augment, 1, whole_image_plan(augment, image_size, 1))
 
 
 def _resize_box(hwc: torch.Tensor, box: Box, augment: Augment, factor: int,
@@ -117,29 +121,22 @@ def _resize_box(hwc: torch.Tensor, box: Box, augment: Augment, factor: int,
     those.
     """
     output_size = augment.output_size
-    edges = (box.top, box.left, box.height, box.width)
     image_size = (int(hwc.shape[0]), int(hwc.shape[1]))
     if plan is not None:
         resized, top, left = plan
         whole = resize_hwc(hwc, resized) if resized != image_size else hwc
         chw = whole[top:top + output_size[0], left:left + output_size[1]].permute(2, 0, 1)
-    elif factor == 1 and all(float(v).is_integer() for v in edges):
-        top, left, height, width = (int(v) for v in edges)
+    elif _whole_pixels(box, factor):
+        top, left, height, width = int(box.top), int(box.left), int(box.height), int(box.width)
         crop = hwc[top:top + height, left:left + width]
         if tuple(crop.shape[:2]) != output_size:
             crop = resize_hwc(crop, output_size)
         chw = crop.permute(2, 0, 1)
-    else:
-        chw = _resize_fractional(hwc, box, output_size, factor)
+    else:  # Pillow's resize of the box, given in 1/factor pixels
+        edges = (box.left / factor, box.top / factor, (box.left + box.width) / factor,
+                 (box.top + box.height) / factor)
+        chw = resize_box_pillow(hwc, edges, output_size).permute(2, 0, 1)
     return chw.flip(-1) if box.flipped else chw.contiguous()
-
-
-def _resize_fractional(hwc: torch.Tensor, box: Box, output_size: tuple[int, int],
-                       factor: int) -> torch.Tensor:
-    """Pillow's antialiased bilinear resize of a box given in 1/factor pixels."""
-    edges = (box.left / factor, box.top / factor, (box.left + box.width) / factor,
-             (box.top + box.height) / factor)
-    return resize_box_pillow(hwc, edges, output_size).permute(2, 0, 1)
 
 
 def as_numpy(tensor: torch.Tensor) -> np.ndarray:

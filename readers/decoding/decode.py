@@ -40,11 +40,6 @@ from packer.imaging.pillow import OVERSAMPLE, load_rgb
 Mode = Literal["rgb8", "pil", "raw"]
 Buffer = bytes | bytearray | memoryview
 MODES: tuple[Mode, ...] = ("rgb8", "pil", "raw")
-# OVERSAMPLE: the DCT-scaled image stays at least that many times the target, since
-# scaling right down to it loses the detail a bilinear resize keeps. At 2 the result
-# stays as close to a Lanczos resize as Pillow's bilinear is
-# (tests/reading/test_decode_quality.py checks the bound; devtools/bench/quality.py
-# prints the distances); pack time scales by the same rule.
 
 
 def decode(

@@ -34,7 +34,7 @@ from readers import PackedDataset, collate
 from readers.batching import _shm_arrivals as arrivals
 from readers.batching._pooled import PooledBatch
 from readers.batching._shm_pool import BUSY, FREE, SlotPool
-from readers.batching.collate import _pooled
+from readers.batching.collate import _sent
 from tests import shm_pool_support as support
 from tests.shm_pool_support import from_a_slot
 
@@ -102,10 +102,10 @@ def test_a_given_up_buffer_is_not_reused_when_its_batch_is_sent_again() -> None:
     images = pool.take(SHAPE).fill_(1)  # the worker keeps these samples
     slot = pool.slot_of(images)
     assert slot is not None
-    handed_off = support.received(_pooled(partial(list, images), images, pool, [torch.arange(2)]))
+    handed_off = support.received(_sent(images, partial(list, images), pool, [torch.arange(2)]))
     ForkingPickler.dumps(handed_off[0])  # another process gets it: torch moves it first
     assert not from_a_slot(handed_off[0]), "a handed-off batch still views its slot"
-    again = support.received(_pooled(partial(list, images), images, pool, [torch.arange(2)]))
+    again = support.received(_sent(images, partial(list, images), pool, [torch.arange(2)]))
     assert torch.equal(again[0], images)
     del again, images  # the main process and the worker drop theirs
     gc.collect()
