@@ -172,10 +172,11 @@ class ChunkSampler(OwnedSplit, DistributedSampler[int]):  # type: ignore[overrid
         """This rank's spans of the pass and how many of its indices a resume skips; a
         state saved on another world size gives the rest of its epoch, re-split."""
         resume, self._resumed_from = self._resume, None
-        elastic = resume.elastic_for(epoch, plan.world_size, None, None) if resume else None
+        if resume is None:
+            return plan.rank_spans(epoch, rank), 0
+        elastic = resume.elastic_for(epoch, plan.world_size, None, None)
         if elastic is None:
-            skip = resume.take(epoch, 0, plan.num_per_rank) if resume else 0
-            return plan.rank_spans(epoch, rank), skip
+            return plan.rank_spans(epoch, rank), resume.take(epoch, 0, plan.num_per_rank)
         self._resumed_from = self._loaded
         rest = rest_after(self._plan_for(elastic[0].world_size), elastic, epoch,
                           self.buffer_size, per_worker=False)
