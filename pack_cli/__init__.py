@@ -22,16 +22,16 @@ import click
 from pack_cli._append import append_command
 from pack_cli._convert import convert_command
 from pack_cli._dedup import dedup_command
-from pack_cli._errors import (
+from pack_cli._inspect import info_command, verify_command
+from pack_cli._loader import bench_command, profile_command, tune_command
+from pack_cli._split import split_command
+from pack_cli._stats import stats_command
+from pack_cli._terminal import (
     RESUME_HINT,
     conversion_interrupted,
     forget_conversions,
     user_errors,
 )
-from pack_cli._inspect import info_command, verify_command
-from pack_cli._loader import bench_command, profile_command, tune_command
-from pack_cli._split import split_command
-from pack_cli._stats import stats_command
 from packer.errors import DISTRIBUTION, unprinted_ctrl_c
 
 __all__ = ["main", "run", "user_errors"]

@@ -7,9 +7,8 @@ from typing import Any
 
 import click
 
-from pack_cli._errors import converting, user_errors
 from pack_cli._params import parse_fields, parse_size
-from pack_cli._progress import progress_bar
+from pack_cli._terminal import converting, progress_bar, user_errors
 from packer.api import append
 from packer.errors import ctrl_c_watched
 

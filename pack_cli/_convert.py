@@ -13,9 +13,8 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from pack_cli._errors import converting, user_errors
 from pack_cli._params import parse_bytes, parse_fields, parse_size, parse_storage_options
-from pack_cli._progress import Reused, progress_bar
+from pack_cli._terminal import Reused, converting, progress_bar, user_errors
 from packer.api import convert, holds_complete
 from packer.conversion.executors import EXECUTORS
 from packer.conversion.job import ConvertOptions

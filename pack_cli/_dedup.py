@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from pack_cli._errors import user_errors
+from pack_cli._terminal import user_errors
 from packer.dataset.duplicates import DuplicateReport, exact_duplicates
 from packer.dataset.near import near_duplicates
 

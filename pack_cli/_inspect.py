@@ -11,8 +11,8 @@ from typing import Any
 import click
 
 from pack_cli._env import environment
-from pack_cli._errors import user_errors
 from pack_cli._params import parse_storage_options
+from pack_cli._terminal import user_errors
 from packer.api import describe, verify
 from packer.dataset.describe import encode_text, image_size_text
 from packer.dataset.open import is_url

@@ -15,7 +15,7 @@ from typing import Any
 import click
 from tqdm import tqdm
 
-from pack_cli._errors import user_errors
+from pack_cli._terminal import user_errors
 from packer.imaging.crop_extension import status as crop_decode_status
 
 

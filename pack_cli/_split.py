@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from pack_cli._errors import user_errors
+from pack_cli._terminal import user_errors
 from packer.dataset.splits import split
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from pack_cli._errors import user_errors
+from pack_cli._terminal import user_errors
 from packer.dataset.stats import DatasetStats, Histogram, stats
 from packer.dataset.stats_plot import plot_stats
 

@@ -30,7 +30,7 @@ from packer.core.index import (
 )
 from packer.encode import EncodeOptions
 from packer.formats._npy import HEADER_BYTES, IMAGES, LABELS, npy_header
-from packer.storage.atomic import write_atomic
+from packer.storage.files import write_atomic
 
 SIDE = 1
 KEY_WIDTH = 7  # img_0000000: fixed-width keys sort in sample order

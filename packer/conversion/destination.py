@@ -23,7 +23,7 @@ from packer.errors import (
     interrupted,
 )
 from packer.formats._wds_names import is_ours as is_wds_file
-from packer.storage.atomic import PARTIAL_SUFFIX
+from packer.storage.files import PARTIAL_SUFFIX
 
 # An I/O error with less free space than this on DST's disk is taken for a full disk:
 # LMDB reports a short write on a full disk as EIO, h5py often without an errno.

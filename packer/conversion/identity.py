@@ -21,7 +21,7 @@ from typing import Any
 from packer.core.index import Index
 from packer.errors import DatasetExistsError
 from packer.source.kinds import Source
-from packer.storage.atomic import write_atomic
+from packer.storage.files import write_atomic
 
 JOB_KEY = "job"  # in index.json's `extra`
 STATE_JOB = "job.json"  # the resume state's record of its job (`Journal`)

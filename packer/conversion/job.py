@@ -35,8 +35,7 @@ from packer.imaging.resize import load_torch
 from packer.source.fields import FieldChoice
 from packer.source.kinds import Source
 from packer.source.scan import scan
-from packer.storage.atomic import write_atomic
-from packer.storage.hashing import sha256_file
+from packer.storage.files import sha256_file, write_atomic
 
 T = TypeVar("T")
 

@@ -35,7 +35,7 @@ from packer.core.index import (
 from packer.core.layout import STATE_DIR as STATE_DIR
 from packer.core.record import Reject
 from packer.errors import ResumeRefused as ResumeRefused  # defined with every error class
-from packer.storage.atomic import fsync_dir, write_atomic
+from packer.storage.files import fsync_dir, write_atomic
 
 
 @dataclass

@@ -38,7 +38,7 @@ from packer.formats._wds import WdsWriter
 from packer.formats._wds_names import remove_strays, shard_name
 from packer.formats._wids import index_extra, member_types
 from packer.formats.base import Location, ShardOptions, WriterPlan
-from packer.storage.atomic import fsync_dir
+from packer.storage.files import fsync_dir
 
 GROUPS_DIR = "groups"
 TASK_BATCH = 32  # inputs encoded at a time inside a task

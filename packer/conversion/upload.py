@@ -56,7 +56,7 @@ from packer.dataset.remote import is_local, open_fs, remote_errors
 from packer.encode import EncodeOptions
 from packer.errors import DatasetExistsError
 from packer.formats._wds_names import name_of
-from packer.storage.atomic import PARTIAL_SUFFIX, commit, fsync_file, partial_path
+from packer.storage.files import PARTIAL_SUFFIX, commit, fsync_file, partial_path
 
 UPLOAD_THREADS = 4
 # Sent after every data file, before index.json.

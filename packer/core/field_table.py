@@ -28,7 +28,7 @@ from packer.core.checks import digest_of
 from packer.core.fields import FieldSpec, specs_from_json, unpack_record
 from packer.core.layout import FIELDS_NAME
 from packer.errors import CorruptDatasetError
-from packer.storage.atomic import atomic_writer
+from packer.storage.files import atomic_writer
 
 RECORDS_SUFFIX = "field-records.npy"  # journal only: the records blob
 BOUNDS_SUFFIX = "field-bounds.npy"  # journal only: record i is blob[bounds[i]:bounds[i+1]]

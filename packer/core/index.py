@@ -34,8 +34,7 @@ from packer.core.table import TableBuilder as TableBuilder
 from packer.core.table import load_table as load_table
 from packer.core.table import save_table as save_table
 from packer.errors import CorruptDatasetError, IncompleteDatasetError
-from packer.storage.atomic import write_atomic
-from packer.storage.pieces import Piece
+from packer.storage.files import Piece, write_atomic
 
 FORMAT_VERSION = 2  # written; version 2 has shard pieces and lmdb/hdf5 parts (pack append)
 READ_VERSIONS = (1, 2)  # read: a version-1 index is one without pieces or parts

@@ -23,7 +23,7 @@ from packer.core import checks
 from packer.core.field_table import FieldRows, FieldRowsBuilder, load_field_rows, save_field_rows
 from packer.core.layout import FIELDS_NAME, KEYS_NAME, SAMPLES_NAME
 from packer.errors import CorruptDatasetError
-from packer.storage.atomic import atomic_writer
+from packer.storage.files import atomic_writer
 
 DIGEST_BYTES = 16
 

@@ -41,7 +41,7 @@ from packer.dataset.open import Opened, local_version, opened
 from packer.dataset.stats_pass import damaged_sample, pixel_shape, thread_count
 from packer.imaging.jpeg import decode_gray, fast_size
 from packer.imaging.pillow import load_rgb
-from packer.storage.atomic import write_atomic
+from packer.storage.files import write_atomic
 
 __all__ = ["dhash", "near_duplicates", "near_pairs"]
 

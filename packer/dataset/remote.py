@@ -38,8 +38,7 @@ from packer.errors import (
     install_line,
 )
 from packer.errors import RemoteError as RemoteError  # defined with every error class
-from packer.storage.hashing import sha256_file
-from packer.storage.pieces import Piece, file_problem
+from packer.storage.files import Piece, file_problem, sha256_file
 
 if TYPE_CHECKING:
     from packer.dataset.describe import Description

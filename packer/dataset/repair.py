@@ -26,8 +26,7 @@ from packer.core.table import TableBuilder
 from packer.errors import PackError
 from packer.formats._wds import END_OF_ARCHIVE, sample_pieces
 from packer.formats.base import ShardOptions, WriterPlan
-from packer.storage.atomic import commit, partial_path
-from packer.storage.pieces import file_problem
+from packer.storage.files import commit, file_problem, partial_path
 
 __all__ = ["WORK_FOLDER", "RecordSource", "repair_dataset", "repair_targets"]
 

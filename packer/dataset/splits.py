@@ -39,7 +39,7 @@ import xxhash
 from packer.core.index import TABLE_DIGEST, Index, SampleTable, open_dataset
 from packer.core.layout import SPLITS_DIR
 from packer.errors import BadInputError, CorruptDatasetError, IncompleteDatasetError
-from packer.storage.atomic import atomic_writer, write_atomic
+from packer.storage.files import atomic_writer, write_atomic
 
 __all__ = ["SPLIT_FILE", "SPLIT_NAMES", "SplitReport", "load_subset", "split"]
 

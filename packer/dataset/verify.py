@@ -23,7 +23,7 @@ import numpy as np
 from packer import formats
 from packer.core.index import Index, SampleTable, open_dataset
 from packer.errors import PackError
-from packer.storage.pieces import file_problem
+from packer.storage.files import file_problem
 
 __all__ = ["Report", "check_dataset", "scan_samples"]
 

@@ -31,7 +31,7 @@ from packer.formats._field_columns import Column, columns
 from packer.formats._hdf5_fields import write_fields
 from packer.formats._hdf5_strings import check_strings, string_fields
 from packer.formats.base import Location, WriterPlan
-from packer.storage.atomic import commit, fsync_file, partial_path
+from packer.storage.files import commit, fsync_file, partial_path
 from packer.storage.filestream import ShardFile, hash_while
 
 FILE = "data.h5"

@@ -18,7 +18,7 @@ from packer.core.index import SampleTable, ShardInfo
 from packer.core.record import Record
 from packer.errors import CorruptDatasetError, UnstorableRecord
 from packer.formats.base import Location, WriterPlan
-from packer.storage.atomic import commit, fsync_dir, partial_path
+from packer.storage.files import commit, fsync_dir, partial_path
 from packer.storage.filestream import Writeback, hash_while
 
 FOLDER = "data.lmdb"

@@ -37,10 +37,15 @@ from packer.formats.base import (
     no_files,
     nothing_to_check,
 )
-from packer.storage.atomic import atomic_writer, commit, partial_path
+from packer.storage.files import (
+    Piece,
+    atomic_writer,
+    commit,
+    partial_path,
+    pieces_digest,
+    sha256_range,
+)
 from packer.storage.filestream import StreamHash
-from packer.storage.hashing import sha256_range
-from packer.storage.pieces import Piece, pieces_digest
 
 NAME = "npy"
 IMAGES = "images.npy"

@@ -31,7 +31,7 @@ from packer.formats._field_columns import (
     sliced_values,
     value_bytes,
 )
-from packer.storage.atomic import atomic_writer
+from packer.storage.files import atomic_writer
 
 FOLDER = "fields"
 

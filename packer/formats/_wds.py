@@ -38,7 +38,7 @@ from packer.formats._wds_shards import MAX_OPEN_SHARDS as MAX_OPEN_SHARDS  # re-
 from packer.formats._wds_shards import OpenShards, batch_values
 from packer.formats._wids import check_index, index_extra, indexed_name, member_types
 from packer.formats.base import DecodedFields, Location, WriterPlan, checked, no_files
-from packer.storage.atomic import commit, partial_path
+from packer.storage.files import commit, partial_path
 from packer.storage.filestream import ShardFile
 
 NAME = "wds"

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
 from packer.core.index import ShardInfo
-from packer.storage.atomic import PARTIAL_SUFFIX
+from packer.storage.files import PARTIAL_SUFFIX
 
 DEFAULT_STEM = "shard"  # the stem when nothing of the dataset's name is left
 MAX_STEM = 64  # bytes: leaves room for -NNNNN.tar(.partial) within any file system's 255

@@ -31,7 +31,7 @@ from packer.core.index import Index, SampleTable, ShardInfo
 from packer.errors import CorruptDatasetError
 from packer.formats._tar import NAME_BYTES
 from packer.formats._wds_names import WIDS_SUFFIX, is_wids_index
-from packer.storage.atomic import write_atomic
+from packer.storage.files import write_atomic
 
 KIND = "wids-shard-index-v1"
 LABEL_EXT = "cls"

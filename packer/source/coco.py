@@ -44,7 +44,7 @@ from packer.source.fields import FieldChoice
 from packer.source.items import ItemsBuilder
 from packer.source.kinds import Source
 from packer.source.manifest import key_of
-from packer.storage.hashing import sha256_file
+from packer.storage.files import sha256_file
 
 # Arrays, not JSON text: what a detection model takes, and read without parsing text
 # (array fields); only the segmentation's polygons and RLE need JSON.

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from packer.storage.hashing import sha256_file
+from packer.storage.files import sha256_file
 
 FLUSH_BYTES = 1 << 20
 MAX_PIECES = 1000  # below IOV_MAX (1024 on Linux)

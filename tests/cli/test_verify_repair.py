@@ -13,7 +13,7 @@ import pytest
 from packer import formats
 from packer.core.index import INDEX_NAME, open_dataset
 from packer.dataset import repair, verify
-from packer.storage.atomic import commit
+from packer.storage.files import commit
 from tests.helpers import (
     FORMATS,
     assert_one_line_error,

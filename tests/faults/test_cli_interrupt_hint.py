@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import pack_cli
-from pack_cli._errors import RESUME_HINT
+from pack_cli._terminal import RESUME_HINT
 
 
 def stopped_in_start_up(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 import pack_cli
 import pack_cli._convert
-import pack_cli._errors
+import pack_cli._terminal
 import packer.encode
 from packer import ConvertOptions, convert
 from packer.core.index import INDEX_NAME
@@ -152,19 +152,19 @@ def test_a_ctrl_c_past_every_handler_of_a_conversion_still_hints_resume(
     or click's handling) and escape them all; once a conversion began, the `pack` script
     still says to resume rather than a bare "interrupted"."""
     def interrupted_conversion(*args: object, **kwargs: object) -> None:
-        with pack_cli._errors.converting():
+        with pack_cli._terminal.converting():
             raise KeyboardInterrupt
 
     monkeypatch.setattr(pack_cli.main, "main", interrupted_conversion)
     with pytest.raises(SystemExit) as exited:
         pack_cli.run(["convert", str(src), str(tmp_path / "out"), "--to", "wds"])
     assert exited.value.code == 130
-    assert capsys.readouterr().err == pack_cli._errors.RESUME_HINT + "\n"
+    assert capsys.readouterr().err == pack_cli._terminal.RESUME_HINT + "\n"
     monkeypatch.undo()
     done = CliRunner().invoke(pack_cli.main, ["convert", str(src), str(tmp_path / "out"),
                                                "--to", "wds"])
     assert done.exit_code == 0, done.output
-    assert not pack_cli._errors.conversion_interrupted(), "a finished conversion clears it"
+    assert not pack_cli._terminal.conversion_interrupted(), "a finished conversion clears it"
 
 
 def test_ctrl_c_wrapped_by_a_library_exits_130(src: Path, tmp_path: Path,

@@ -23,7 +23,7 @@ import lmdb
 import pytest
 from click.testing import CliRunner
 
-import packer.storage.atomic
+import packer.storage.files
 from devtools.faults.kills import temporary_files, tree
 from pack_cli import main
 from packer import ConvertOptions, convert
@@ -143,7 +143,7 @@ class FullTxn:
 
 def fill_disk(monkeypatch: pytest.MonkeyPatch, fmt: str, disk: Disk) -> None:
     """Route every write of format `fmt` (and of the index files) through `disk`."""
-    monkeypatch.setattr(packer.storage.atomic, "open", opener(disk), raising=False)
+    monkeypatch.setattr(packer.storage.files, "open", opener(disk), raising=False)
     if fmt in ("wds", "hdf5"):
         fill_os_writes(monkeypatch, disk)
     elif fmt == "npy":
@@ -227,7 +227,7 @@ def test_an_unwritable_destination_is_one_line(mixed_src: Path, tmp_path: Path,
     def denied(*args: object, **kwargs: object) -> None:
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(args[0]))
 
-    monkeypatch.setattr(packer.storage.atomic, "open", denied, raising=False)
+    monkeypatch.setattr(packer.storage.files, "open", denied, raising=False)
     with pytest.raises(DestinationError, match="cannot write") as caught:
         convert(mixed_src, tmp_path / "out", "wds", run=run())
     assert not isinstance(caught.value, DiskFullError)

@@ -16,7 +16,7 @@ from packer import append, verify
 from packer.core.index import INDEX_NAME, read_index
 from packer.errors import CorruptDatasetError
 from packer.formats import _npy
-from packer.storage.pieces import pieces_digest
+from packer.storage.files import pieces_digest
 from tests.append_support import BASE, make_sources, pack
 
 ROW = 24 * 24 * 3  # append_support packs npy at 24x24

@@ -23,9 +23,8 @@ from packer.formats import _hdf5_writer
 from packer.formats._tar import member_header, pax_member_header
 from packer.imaging.jpeg import decodes, load_rgb_fast
 from packer.imaging.pillow import Fit, fit_image, load_rgb
+from packer.storage.files import file_problem, sha256_file
 from packer.storage.filestream import ShardFile
-from packer.storage.hashing import sha256_file
-from packer.storage.pieces import file_problem
 from packer.testing import make_sample_folder, synthetic_image
 
 

@@ -32,7 +32,7 @@ from packer.core.index import (
     write_index,
 )
 from packer.core.record import Reject
-from packer.storage.atomic import fsync_dir, write_atomic
+from packer.storage.files import fsync_dir, write_atomic
 
 COMMIT = "commit.json"
 APPENDED = "appended"  # index.json's extra: one entry per append, oldest first

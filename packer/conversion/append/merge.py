@@ -42,9 +42,7 @@ from packer.formats import _hdf5_writer, _lmdb_writer, _npy, _npy_fields
 from packer.formats._parts import part_name
 from packer.formats._wds_names import continued_stem, shard_stem
 from packer.formats._wids import index_extra
-from packer.storage.atomic import atomic_writer, fsync_path
-from packer.storage.hashing import sha256_file, sha256_range
-from packer.storage.pieces import Piece
+from packer.storage.files import Piece, atomic_writer, fsync_path, sha256_file, sha256_range
 
 
 def merge(plan: AppendPlan, staged: Staged, spooled: Staged | None) -> Merged:

@@ -21,7 +21,7 @@ from packer.core.index import Index, SampleTable, ShardInfo
 from packer.core.record import Record
 from packer.errors import CorruptDatasetError
 from packer.formats import _wds
-from packer.storage.atomic import fsync_path
+from packer.storage.files import fsync_path
 
 
 def rewrite_shards(folder: Path, index: Index, table: SampleTable, replaced: Replacements,

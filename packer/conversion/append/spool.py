@@ -22,7 +22,7 @@ from packer.core.index import SampleTable, ShardInfo
 from packer.core.record import Record
 from packer.formats._hdf5_strings import check_strings, string_fields
 from packer.formats.base import Location
-from packer.storage.hashing import sha256_file
+from packer.storage.files import sha256_file
 
 SPOOL = "spool.bin"
 REPLACE_DIR = "replace"

@@ -37,8 +37,7 @@ from packer.formats._wds import WdsWriter
 from packer.formats._wds_names import continued_stem, shard_stem
 from packer.formats.base import Writer, WriterPlan
 from packer.imaging.resize import load_torch
-from packer.storage.atomic import fsync_dir, write_atomic
-from packer.storage.hashing import sha256_file
+from packer.storage.files import fsync_dir, sha256_file, write_atomic
 
 STAGE_DIR = ".pack-append"
 STAGED = "staged.json"
