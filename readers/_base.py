@@ -48,8 +48,7 @@ from readers.fields import (
     with_fields_many,
 )
 from readers.held_fields import HeldFields
-from readers.options import RemoteOptions
-from readers.options.values import OnError
+from readers.options import OnError, RemoteOptions
 from readers.ram.chunk_cache import CachedReader
 from readers.remote import RemoteSource, open_remote, remote_reader
 from readers.sampling.sampler import PAD_LABEL

@@ -24,7 +24,7 @@ from torch.utils.data import get_worker_info
 
 from packer.errors import CorruptDatasetError
 from packer.formats.base import RecordReader
-from readers.options.values import OnError
+from readers.options import OnError
 
 Read = bytes | CorruptDatasetError  # a sample's stored bytes, or why they cannot be read
 

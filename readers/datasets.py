@@ -40,8 +40,7 @@ from readers.damage import TolerantReader
 from readers.decoding.decode import Mode
 from readers.fields import FieldNames
 from readers.iterable import PackedIterableDataset
-from readers.options import DEFAULT_CHUNK_SIZE, OnError, RemoteOptions
-from readers.options.values import check_budget
+from readers.options import DEFAULT_CHUNK_SIZE, OnError, RemoteOptions, check_budget
 from readers.passes.epochs import PassEpochs
 from readers.ram.chunk_cache import DEFAULT_CACHE_BYTES
 from readers.ram.copies import in_memory_copy

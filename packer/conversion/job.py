@@ -23,7 +23,7 @@ from packer.conversion.executors import (
 from packer.conversion.identity import JOB_KEY, JobIdentity, changed_since, identify, save_identity
 from packer.conversion.journal import Journal, Progress, ResumeRefused
 from packer.conversion.parallel import CommittedShards, written_groups
-from packer.conversion.writing import OnError, WriterLoop, rejected
+from packer.conversion.writing import OnBadInput, WriterLoop, rejected
 from packer.core.field_table import FieldRowsBuilder, present_counts
 from packer.core.index import REJECTS_NAME, Index, SampleTable, ShardInfo, save_table, write_index
 from packer.core.record import Record, Reject, SourceItem
@@ -47,7 +47,7 @@ class ConvertOptions:
     # Given limits, or the default: 256MB and at least MIN_SHARDS shards (ShardOptions)
     shards: ShardOptions = field(default_factory=ShardOptions.spread)
     workers: int | None = None
-    on_error: OnError = "skip"
+    on_error: OnBadInput = "skip"
     resume: bool = False
     overwrite: bool = False
     executor: Executor = "local"

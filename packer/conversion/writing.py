@@ -20,7 +20,7 @@ from packer.core.table import SampleTable, TableBuilder
 from packer.errors import BadInputError, UnstorableRecord
 from packer.formats.base import Writer
 
-OnError = Literal["skip", "fail"]
+OnBadInput = Literal["skip", "fail"]  # an input that cannot be packed: listed in rejects, or fatal
 PROGRESS_EVERY = 64
 
 
@@ -49,7 +49,7 @@ class WriterLoop:
     """
 
     def __init__(self, writer: Writer, journal: Journal | None, done: Progress,
-                 on_error: OnError, progress: Callable[[int], None] | None = None,
+                 on_error: OnBadInput, progress: Callable[[int], None] | None = None,
                  on_part: Callable[[tuple[ShardInfo, ...]], None] | None = None,
                  group: int | None = None,
                  path_of: Callable[[int], str] | None = None,

@@ -42,7 +42,7 @@ from types import FrameType
 
 from torch.utils.data import DataLoader
 
-from readers.options.values import PartitionBy
+from readers.options import PartitionBy
 from readers.passes.world import LateWorld, RankWorld
 from readers.plan.chunks import ChunkPlan
 

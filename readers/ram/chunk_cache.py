@@ -30,7 +30,7 @@ from typing import cast
 
 from packer.formats.base import RecordReader
 from readers.damage import Read, all_good, each_of, range_each
-from readers.options.values import check_budget
+from readers.options import check_budget
 
 DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
 # What holding one record costs beyond its bytes: the bytes object's header and its

@@ -14,7 +14,7 @@ from typing import Any
 from packer.core.index import INDEX_NAME, KEYS_NAME, SAMPLES_NAME
 from packer.dataset.open import url_version_name
 from packer.dataset.remote import fetch_metadata
-from readers.options.values import check_budget
+from readers.options import check_budget
 from readers.remote._fields import fetch_field_files
 from readers.remote._locks import LOCKS
 

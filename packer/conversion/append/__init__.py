@@ -27,7 +27,7 @@ from packer.conversion.append.held import Existing
 from packer.conversion.append.plan import AppendPlan, plan_append
 from packer.conversion.append.stage import stage, stage_dir
 from packer.conversion.destination import refuse_inside_source, write_errors
-from packer.conversion.writing import OnError, rejected
+from packer.conversion.writing import OnBadInput, rejected
 from packer.core.index import Index, read_index
 from packer.core.layout import SPLITS_DIR
 from packer.errors import AppendInterrupted as AppendInterrupted  # defined with every error class
@@ -66,7 +66,7 @@ class AppendResult:
 
 
 def append(src: str | Path, dst: str | Path, encode: Mapping[str, Any] | None = None, *,
-           workers: int | None = None, on_error: OnError = "skip", resume: bool = False,
+           workers: int | None = None, on_error: OnBadInput = "skip", resume: bool = False,
            existing: Existing = "size", fields: FieldChoice | None = None,
            replace: bool = False, drop_duplicates: bool = False,
            progress: Callable[[int], None] | None = None,
@@ -102,7 +102,7 @@ def append(src: str | Path, dst: str | Path, encode: Mapping[str, Any] | None = 
         return _run(plan, workers, on_error, resume, progress, on_total)
 
 
-def _run(plan: AppendPlan, workers: int | None, on_error: OnError, resume: bool,
+def _run(plan: AppendPlan, workers: int | None, on_error: OnBadInput, resume: bool,
          progress: Callable[[int], None] | None,
          on_total: Callable[[int], None] | None) -> AppendResult:
     first = commit.new_rejects(plan)

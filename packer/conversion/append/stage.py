@@ -23,7 +23,7 @@ from packer.conversion.append.plan import AppendPlan
 from packer.conversion.append.spool import REPLACE_DIR, SpoolWriter
 from packer.conversion.job import aborted_on_failure, closed_after, encoded, source_open
 from packer.conversion.journal import Journal, Progress
-from packer.conversion.writing import OnError, WriterLoop
+from packer.conversion.writing import OnBadInput, WriterLoop
 from packer.core.index import (
     SampleTable,
     ShardInfo,
@@ -69,7 +69,7 @@ def stage_dir(folder: Path) -> Path:
     return folder / STAGE_DIR
 
 
-def stage(plan: AppendPlan, workers: int | None, on_error: OnError, resume: bool,
+def stage(plan: AppendPlan, workers: int | None, on_error: OnBadInput, resume: bool,
           progress: Callable[[int], None] | None, *, spool: bool = False) -> Staged:
     """Encode `plan.items` into the staging folder, or with `spool` `plan.replacing` into
     the spool of replacements (`SpoolWriter`); resumed when `resume` and the interrupted

@@ -1,4 +1,14 @@
-"""The frozen option values: PartitionOptions, RemoteOptions, OnError."""
+"""Option values the readers take, grouped by what they set.
+
+    PartitionOptions  how an epoch is split into chunks, ranks and a shuffle window:
+                      one value for PackedIterableDataset and ChunkSampler alike
+    RemoteOptions     where a URL dataset's shards are cached on disk, and the fsspec options
+    OnError           what a dataset does with a damaged or undecodable sample: raise, skip
+
+All are frozen and checked when built, so a bad value fails at the call that made it.
+The everyday settings (shuffle, seed, decode, size, augment, transform, with_keys) stay
+plain keyword arguments of the datasets.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +25,7 @@ def check_budget(name: str, value: int, zero: str) -> int:
     if value < 0:
         raise ValueError(f"{name} must be 0 ({zero}) or more, not {value}")
     return value
+
 
 DEFAULT_CHUNK_SIZE = 64
 PartitionBy = Literal["auto", "readers", "framework"]
