@@ -133,7 +133,7 @@ def _verify_repaired(folder: str | Path, source: str | Path | None,
 def _verify_url(url: str, storage_options: Mapping[str, Any] | None,
                 source: str | Path | None, annotations: str | Path | None,
                 work: str | Path | None) -> Report:
-    from packer.dataset.remote import download_dataset  # fsspec is an optional extra
+    from packer.dataset.urls import download_dataset  # fsspec is an optional extra
 
     with tempfile.TemporaryDirectory(prefix="pack-verify-", dir=work) as tmp:
         try:
@@ -153,7 +153,7 @@ def describe(dst: str | Path, *, storage_options: Mapping[str, Any] | None = Non
 
     `dst` may be a URL: its index and tables are fetched (not the shards)."""
     if is_url(dst):
-        from packer.dataset.remote import describe_remote  # fsspec is an optional extra
+        from packer.dataset.urls import describe_remote  # fsspec is an optional extra
 
         return describe_remote(str(dst), storage_options)
     if storage_options:

@@ -52,7 +52,7 @@ from packer.core.index import (
     parse_index,
     read_index,
 )
-from packer.dataset.remote import is_local, open_fs, remote_errors
+from packer.dataset.urls import is_local, open_fs, remote_errors
 from packer.encode import EncodeOptions
 from packer.errors import DatasetExistsError
 from packer.formats._wds_names import name_of

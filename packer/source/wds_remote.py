@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from packer.dataset.remote import fetch, open_fs, remote_errors
+from packer.dataset.urls import fetch, open_fs, remote_errors
 from packer.errors import SourceError
 from packer.source.kinds import expand_braces, has_braces, is_shard_name
 

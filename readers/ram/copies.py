@@ -25,10 +25,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from packer.core.index import INDEX_NAME, parse_index, read_index
-from packer.dataset.files import dataset_files
+from packer import formats
+from packer.core.index import INDEX_NAME, Index, parse_index, read_index
+from packer.core.layout import FIELDS_NAME, KEYS_NAME, SAMPLES_NAME
 from packer.dataset.open import is_url, local_version, url_version_name
-from packer.dataset.remote import download_dataset, open_fs, remote_errors
+from packer.dataset.urls import download_dataset, open_fs, remote_errors
 from packer.errors import CorruptDatasetError
 from readers.options import RemoteOptions
 from readers.ram import _tmpfs
@@ -112,6 +113,15 @@ def _folder_plan(source: str, _: Mapping[str, Any]) -> tuple[str, int, Build]:
             shutil.copyfile(folder / name, target / name)
 
     return version.name(), need, build
+
+
+def dataset_files(index: Index) -> list[str]:
+    """The relative names of the files a reader of the dataset opens, but index.json: the
+    per-sample table, the shards and the format's side files (`side_files`). Not the files
+    kept for other tools (the wids index) nor rejects.jsonl, which a copy read in place of
+    the original does not need."""
+    return [SAMPLES_NAME, KEYS_NAME, *((FIELDS_NAME,) if index.fields else ()),
+            *(shard.name for shard in index.shards), *formats.load(index.format).side_files(index)]
 
 
 def _size(path: Path) -> int:

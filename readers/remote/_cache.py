@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from packer.core.index import Index
-from packer.dataset.remote import fetch, open_fs
+from packer.dataset.urls import fetch, open_fs
 from readers.remote._eviction import Present, victims
 from readers.remote._locks import ShardLocks
 from readers.remote._mirror import RemoteSource

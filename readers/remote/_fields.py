@@ -18,7 +18,7 @@ from typing import Any
 from packer import formats
 from packer.core.index import index_from_json
 from packer.core.layout import FIELDS_NAME, INDEX_NAME
-from packer.dataset.remote import fetch, open_fs
+from packer.dataset.urls import fetch, open_fs
 
 __all__ = ["fetch_field_files"]
 

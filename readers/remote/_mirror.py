@@ -13,7 +13,7 @@ from typing import Any
 
 from packer.core.index import INDEX_NAME, KEYS_NAME, SAMPLES_NAME
 from packer.dataset.open import url_version_name
-from packer.dataset.remote import fetch_metadata
+from packer.dataset.urls import fetch_metadata
 from readers.options import check_budget
 from readers.remote._fields import fetch_field_files
 from readers.remote._locks import LOCKS

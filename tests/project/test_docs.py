@@ -102,3 +102,20 @@ def test_pyproject_points_to_the_docs_for_the_layers() -> None:
     text = (REPO / "pyproject.toml").read_text(encoding="utf-8")
     assert "DESIGN.md" not in text and "docs/architecture.md" in text
     assert "## Layout" in (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+
+
+def layout_block() -> str:
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    return text.split("## Layout", 1)[1].split("```text", 1)[1].split("```", 1)[0]
+
+
+def test_the_layout_names_every_module_and_no_module_that_is_gone() -> None:
+    """The architecture page's layout is the map a maintainer reads first: each product
+    module's name stands in it, and each name in it that looks like a module is one."""
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", layout_block()))
+    modules = {path.stem if path.stem != "__init__" else path.parent.name
+               for package in ("packer", "readers", "pack_cli")
+               for path in (REPO / package).rglob("*.py")}
+    assert sorted(modules - words) == []
+    private = {word for word in words if word.startswith("_") and not word.startswith("__")}
+    assert sorted(private - modules) == []
