@@ -17,7 +17,7 @@ from packer.api import describe, verify
 from packer.dataset.describe import encode_text, image_size_text
 from packer.dataset.open import is_url
 from packer.dataset.verify import Report
-from packer.source.empty import not_a_dataset
+from packer.source.no_images import not_a_dataset
 
 
 @click.command("info")

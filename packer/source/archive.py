@@ -28,7 +28,6 @@ import numpy.typing as npt
 from packer.core.record import Reject
 from packer.errors import SourceError
 from packer.source.archive_sidecars import Sidecars
-from packer.source.empty import other_members
 from packer.source.fields import FieldChoice
 from packer.source.items import ItemsBuilder, SourceItems, Strings, Suffixes
 from packer.source.kinds import Source, archive_kind, image_name
@@ -42,6 +41,7 @@ from packer.source.members import (
     not_utf8,
     stat_archive,
 )
+from packer.source.no_images import other_members
 from packer.source.tarheaders import _Unusual, inner_tar_folder, tar_entries, tar_entry, truncated
 from packer.source.zipdirectory import zip_entries
 

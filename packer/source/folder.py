@@ -13,10 +13,10 @@ from pathlib import Path
 from packer.core.fields import FieldValueError
 from packer.core.record import Reject
 from packer.errors import SourceError
-from packer.source.empty import no_class_folders, no_images
 from packer.source.fields import SIDECARS, FieldChoice, repacked, sidecar_record
 from packer.source.items import ItemsBuilder
 from packer.source.kinds import Source, image_name, is_utf8, root_prefix
+from packer.source.no_images import no_class_folders, no_images
 from packer.source.wds_labels import UNLABELLED
 
 NO_SIDECARS = sidecar_record("", set())  # the fields record of an image without sidecars
