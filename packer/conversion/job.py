@@ -29,7 +29,6 @@ from packer.core.index import REJECTS_NAME, Index, SampleTable, ShardInfo, save_
 from packer.core.record import Record, Reject, SourceItem
 from packer.encode import EncodeOptions
 from packer.errors import SourceError
-from packer.formats._wds_names import continued_stem, name_of, shard_stem
 from packer.formats.base import ShardOptions, Writer, WriterPlan
 from packer.imaging.resize import load_torch
 from packer.source.fields import FieldChoice
@@ -124,18 +123,16 @@ def convert_local(src: str | Path, dst: str | Path, fmt: str,
         if complete:  # --resume of finished work: a no-op if it is this job
             return journal.finish(job_id)
         done = resume_point(journal, job_id, run.resume, folder)
-        stem = continued_stem(done.shards, shard_stem(name_of(folder) if run.name is None
-                                                      else run.name))
         limits = run.shards.for_inputs(len(source.items))  # a function of the inputs alone
         plan = WriterPlan(folder, len(source.items), options.size, limits, done.num_samples,
-                          done.shards, stem, source.fields)
+                          done.shards, run.name, source.fields)
         # Ray tasks write the shards: wds on Ray with --shard-samples, into a folder (a URL
         # DST: the driver writes and uploads); they do not write fields, nor see each
         # other's samples (duplicates)
         parallel = module.GROUPS_INPUTS and run.executor == "ray" and \
             run.shards.max_samples is not None and on_part is None and not source.fields \
             and not run.drop_duplicates
-        writer: Writer = (CommittedShards(folder, done.shards, stem) if parallel
+        writer: Writer = (CommittedShards(folder, done.shards, run.name) if parallel
                           else module.open_writer(plan))
         if on_total is not None:
             on_total(len(source.items))

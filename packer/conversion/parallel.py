@@ -35,7 +35,7 @@ from packer.core.record import Record, Reject, SourceItem
 from packer.encode import EncodeOptions
 from packer.errors import DestinationError
 from packer.formats._wds import WdsWriter
-from packer.formats._wds_names import remove_strays, shard_name
+from packer.formats._wds_names import DEFAULT_STEM, remove_strays, shard_name, stem_of
 from packer.formats._wids import index_extra, member_types
 from packer.formats.base import Location, ShardOptions, WriterPlan
 from packer.storage.files import fsync_dir
@@ -54,9 +54,9 @@ class CommittedShards:
 
     resumable = True
 
-    def __init__(self, folder: Path, done: tuple[ShardInfo, ...], stem: str) -> None:
+    def __init__(self, folder: Path, done: tuple[ShardInfo, ...], name: str | None) -> None:
         self.folder = folder
-        self.stem = stem
+        self.stem = stem_of(folder, done, name)
         self.done = done
         self.shards = list(done)
         self.image_types: set[str] = set()
@@ -132,7 +132,8 @@ def _write_group(target: Path, group: int, first: int, items: Sequence[SourceIte
     local run does."""
     from packer.conversion.ray import encode_batch_at
 
-    plan = WriterPlan(target, len(items), options.size, ShardOptions(max_bytes=max_bytes))
+    plan = WriterPlan(target, len(items), options.size, ShardOptions(max_bytes=max_bytes),
+                      name=DEFAULT_STEM)  # renamed on commit (`commit_group`)
     writer = WdsWriter(plan)
     loop = WriterLoop(writer, None, Progress(), "skip",
                       path_of=lambda position: items[position - first].path)

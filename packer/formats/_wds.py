@@ -33,7 +33,7 @@ from packer.core.record import Record
 from packer.errors import CorruptDatasetError
 from packer.formats._tar import BLOCK, member_header, padding
 from packer.formats._wds_fields import field_members
-from packer.formats._wds_names import remove_strays, shard_name
+from packer.formats._wds_names import remove_strays, shard_name, stem_of
 from packer.formats._wds_shards import MAX_OPEN_SHARDS as MAX_OPEN_SHARDS  # re-exported
 from packer.formats._wds_shards import OpenShards, batch_values
 from packer.formats._wids import check_index, index_extra, indexed_name, member_types
@@ -78,8 +78,8 @@ class WdsWriter:
 
     Each sample goes out as three pieces (header, image bytes, the rest up to the next
     sample) through a ShardFile, which hashes and writes back in threads. Shards are
-    named `<plan.shard_stem>-NNNNN.tar`; finish() adds the wids index and sets
-    `index_extra`, what index.json's `extra` records about the shards.
+    named `<stem>-NNNNN.tar` (`stem_of` the plan's folder and name); finish() adds the
+    wids index and sets `index_extra`, what index.json's `extra` records about the shards.
     """
 
     resumable = True
@@ -87,6 +87,7 @@ class WdsWriter:
     def __init__(self, plan: WriterPlan) -> None:
         self.plan = plan
         self.shards: list[ShardInfo] = list(plan.done_shards)
+        self.stem = stem_of(plan.folder, plan.done_shards, plan.name)
         self.image_types: set[str] = set()  # member extensions of the images written
         self.index_extra: dict[str, Any] = {}
         remove_strays(plan.folder, plan.done_shards)
@@ -127,7 +128,7 @@ class WdsWriter:
         return self._file
 
     def _current_path(self) -> Path:
-        return self.plan.folder / shard_name(len(self.shards), self.plan.shard_stem)
+        return self.plan.folder / shard_name(len(self.shards), self.stem)
 
     def end_part(self) -> None:
         if self._file is None:
@@ -145,7 +146,7 @@ class WdsWriter:
         self.end_part()
         shards = tuple(self.shards)
         types = self.image_types | member_types(self.plan.folder, self.plan.done_shards)
-        self.index_extra = index_extra(self.plan.folder, self.plan.shard_stem, shards, table,
+        self.index_extra = index_extra(self.plan.folder, self.stem, shards, table,
                                        types)
         return shards
 

@@ -63,14 +63,16 @@ def is_wids_index(name: str) -> bool:
     return _WIDS.fullmatch(name) is not None
 
 
-def continued_stem(done: Sequence[ShardInfo], stem: str) -> str:
-    """The stem a (resumed) run writes with: that of the shards already kept, else `stem`.
+def stem_of(dst: str | os.PathLike[str], kept: Sequence[ShardInfo], name: str | None = None
+            ) -> str:
+    """The stem a run writes with: that of the shards already kept, else the dataset's
+    name (`name`, or DST's without its suffix) made safe (`shard_stem`).
 
     Kept shards of another stem (`shard-`, or a DST renamed since) set the stem, so a
     dataset never mixes two names.
     """
-    match = _SHARD.fullmatch(done[0].name) if done else None
-    return match["stem"] if match else stem
+    match = _SHARD.fullmatch(kept[0].name) if kept else None
+    return match["stem"] if match else shard_stem(name_of(dst) if name is None else name)
 
 
 def remove_strays(folder: Path, kept: Sequence[ShardInfo]) -> None:

@@ -83,7 +83,7 @@ class WriterPlan:
     shards: ShardOptions
     done_samples: int = 0
     done_shards: tuple[ShardInfo, ...] = ()
-    shard_stem: str = "shard"  # wds: shards are <shard_stem>-NNNNN.tar
+    name: str | None = None  # wds: the name shards carry (`stem_of`); None: the folder's
     fields: tuple[FieldSpec, ...] = ()  # the dataset's fields; every record has a value list
 
 

@@ -13,11 +13,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pack_cli import main
-from packer import ConvertOptions, convert
+from packer import ConvertOptions, append, convert
 from packer.api import verify
 from packer.core.index import INDEX_NAME, read_index
 from packer.formats._wds_names import MAX_STEM, is_ours, name_of, shard_name, shard_stem
 from packer.formats.base import ShardOptions
+from packer.testing import make_sample_folder
 from readers import PackedDataset, PackedIterableDataset
 from readers.options import PartitionOptions
 from tests.helpers import count_adds, tree_hashes
@@ -128,3 +129,22 @@ def test_overwrite_of_a_renamed_dataset(src: Path, tmp_path: Path) -> None:
     assert "b-00000.tar" in names and "b.wids.json" in names
     assert not [name for name in names if name.startswith("a")]
 
+
+
+def test_an_append_to_a_dataset_without_shards_names_them_as_a_conversion_does(
+        tmp_path: Path) -> None:
+    """A wds dataset whose every input was rejected has no shard to take a stem from: the
+    shards an append adds carry DST's name without its suffix, as a conversion's do."""
+    src = tmp_path / "src"
+    (src / "a").mkdir(parents=True)
+    (src / "a" / "broken.jpg").write_bytes(b"not a jpeg")
+    dst = tmp_path / "photos.wds"
+    convert(src, dst, "wds", run=RUN)
+    assert read_index(dst).shards == ()
+    good = make_sample_folder(tmp_path / "good", count=6, classes=1, min_side=16, max_side=24)
+    for path in (good / "class_00").iterdir():
+        shutil.copy(path, src / "a" / path.name)
+    append(src, dst, workers=0)
+    assert [shard.name for shard in read_index(dst).shards] == ["photos-00000.tar",
+                                                                "photos-00001.tar"]
+    assert (dst / "photos.wids.json").is_file() and verify(dst).ok

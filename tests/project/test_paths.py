@@ -25,7 +25,7 @@ from tests.helpers import pack_wds
 PRODUCT = ("packer", "readers", "pack_cli")
 READ_BOUND = 19  # modules from PackedDataset(path) to a collated batch
 BATCH_BOUND = 16  # modules a batch after the first crosses (what every step of an epoch repeats)
-CONVERT_BOUND = 31  # modules from `pack convert SRC DST --to lmdb` to index.json
+CONVERT_BOUND = 30  # modules from `pack convert SRC DST --to lmdb` to index.json
 
 
 def modules_crossed(action: Callable[[], object]) -> list[str]:

@@ -40,7 +40,7 @@ from packer.conversion.append.values import all_columns, field_counts
 from packer.core.index import SampleTable, ShardInfo, TableBuilder
 from packer.formats import _hdf5_writer, _lmdb_writer, _npy, _npy_fields
 from packer.formats._parts import part_name
-from packer.formats._wds_names import continued_stem, shard_stem
+from packer.formats._wds_names import stem_of
 from packer.formats._wids import index_extra
 from packer.storage.files import Piece, atomic_writer, fsync_path, sha256_file, sha256_range
 
@@ -85,7 +85,7 @@ def _wds(plan: AppendPlan, staged: Staged, replaced: Replacements | None, where:
         moves = [(f"{READY}/{name}", name) for name in names]
     shards += staged.shards
     table = joined(old, staged.table, 0)
-    stem = continued_stem(shards, shard_stem(plan.folder.name))
+    stem = stem_of(plan.folder, shards)
     types = [*plan.index.extra.get("image_types", ()), *staged.image_types,
              *(replaced.exts if replaced is not None else ())]
     extra = index_extra(ready, stem, shards, table, sorted(set(types)))

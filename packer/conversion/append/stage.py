@@ -34,7 +34,7 @@ from packer.core.index import (
 )
 from packer.core.record import Reject
 from packer.formats._wds import WdsWriter
-from packer.formats._wds_names import continued_stem, shard_stem
+from packer.formats._wds_names import name_of
 from packer.formats.base import Writer, WriterPlan
 from packer.imaging.resize import load_torch
 from packer.storage.files import fsync_dir, sha256_file, write_atomic
@@ -127,9 +127,8 @@ def _open_writer(plan: AppendPlan, where: Path, done: Progress,
                  old: tuple[ShardInfo, ...]) -> Writer:
     size = plan.options.size if plan.options.pixels else None
     kept = done.shards or old
-    stem = continued_stem(kept, shard_stem(plan.folder.name))
     writer_plan = WriterPlan(where, len(plan.items), size, plan.shards, done.num_samples,
-                             kept, stem, plan.index.fields)
+                             kept, name_of(plan.folder), plan.index.fields)
     if plan.index.format == "wds":
         return AppendWdsWriter(writer_plan)
     return formats.load(plan.index.format).open_writer(writer_plan)
