@@ -34,12 +34,9 @@ from torch.utils.data import default_collate, get_worker_info
 
 from readers.batching._pooled import PooledBatch
 from readers.batching._shm_pool import FREE, SlotPool, shared_buffer, worker_pool
-from readers.batching.batch import Batch
+from readers.batching.batch import Batch, Sample
 from readers.batching.fields_collate import collate_dicts
 from readers.batching.raw_batch import RAW_TYPES, RawBatch
-
-Sample = tuple[Any, ...]
-
 
 _collate_seen = False  # whether `collate` has run in this process (DataLoader workers only)
 
