@@ -109,9 +109,8 @@ def verify_command(dst: str, source: Path | None, annotations: Path | None, repa
     pack verify photos.wds --repair --source photos/
     """
     with user_errors():
-        if annotations is not None and (source is None or is_url(dst)):
-            raise click.BadParameter("--annotations needs --source (the image folder) and "
-                                     "a local DST")
+        if annotations is not None and source is None:
+            raise click.BadParameter("--annotations needs --source (the image folder)")
         report = verify(dst, source, annotations, repair=repair,
                         storage_options=url_storage_options(dst, storage_options))
     if as_json:

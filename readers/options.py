@@ -75,7 +75,8 @@ DEFAULT_PARTITION = PartitionOptions()
 class RemoteOptions:
     """Where a URL dataset (s3://, gs://, file://...) is cached, and how it is reached.
 
-    `cache_dir`: the shard cache folder (None: a folder under the user's cache dir).
+    `cache_dir`: the shard cache folder (None: `packer-cache-<uid>` in the system's temporary
+    folder, `tempfile.gettempdir()`).
     `max_cache_bytes`: the disk budget of that folder, shared by the processes of the
     machine; least recently used shards are evicted beyond it (None: 8 GiB).
     `storage_options`: passed to fsspec (credentials, endpoint_url, ...).

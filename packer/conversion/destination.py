@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from packer import formats
-from packer.core.layout import DATASET_FILES, FORMAT_NAMES, INDEX_NAME, STATE_DIR
+from packer.core.layout import DATASET_FILES, FORMAT_NAMES, INDEX_NAME, STATE_DIR, WORK_DIRS
 from packer.errors import (
     DatasetExistsError,
     DestinationError,
@@ -34,8 +34,9 @@ LOW_SPACE_BYTES = 64 << 20
 @functools.cache
 def _our_names(with_state: bool) -> frozenset[str]:
     """Every dataset file name (`DATASET_FILES`), each format's own files as it declares them
-    (wds' are patterns: `is_wds_file`), and the resume state when asked."""
-    names = set(DATASET_FILES) | ({STATE_DIR} if with_state else set())
+    (wds' are patterns: `is_wds_file`), and the working state of an unfinished conversion
+    or append when asked (`WORK_DIRS`)."""
+    names = set(DATASET_FILES) | (set(WORK_DIRS) if with_state else set())
     for fmt in FORMAT_NAMES:  # without importing each format (`formats.FILES`)
         names |= {f for f in formats.FILES[fmt] if "*" not in f}
     return frozenset(names)
@@ -77,6 +78,7 @@ def prepare(folder: Path, resume: bool, overwrite: bool) -> bool:
     complete = (folder / INDEX_NAME).exists()
     unfinished = (folder / STATE_DIR).exists()
     if overwrite:
+        refuse_foreign(folder)  # before anything is removed: a refusal removes nothing
         clear(folder)
     elif complete and resume:
         return True
@@ -89,12 +91,17 @@ def prepare(folder: Path, resume: bool, overwrite: bool) -> bool:
             f"{folder}: holds an unfinished conversion; pass --resume to continue it or "
             "--overwrite to start over"
         )
-    foreign = [p.name for p in folder.iterdir() if not is_ours(p.name)]
+    refuse_foreign(folder)
+    return False
+
+
+def refuse_foreign(folder: Path) -> None:
+    """Refuse a folder that holds a file no conversion writes: it is somebody else's."""
+    foreign = sorted(p.name for p in folder.iterdir() if not is_ours(p.name))
     if foreign:
         raise DatasetExistsError(
             f"{folder}: not empty (found {foreign[0]!r}); choose an empty or new DST folder"
         )
-    return False
 
 
 def clear(folder: Path) -> None:

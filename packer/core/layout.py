@@ -11,6 +11,10 @@ KEYS_NAME = "keys.npy"  # the keys, as one blob and offsets
 FIELDS_NAME = "fields.npy"  # per-sample field locations and digests (datasets with fields)
 REJECTS_NAME = "rejects.jsonl"  # every input that was skipped, with its reason
 STATE_DIR = ".pack-state"  # the journal of an unfinished conversion (resume)
+APPEND_DIR = ".pack-append"  # an unfinished append's staging (`pack append --resume`)
+# The working state of a conversion or an append: ours, but never part of a dataset
+# (a finished append's staging is renamed APPEND_DIR.done before it is deleted).
+WORK_DIRS = (STATE_DIR, APPEND_DIR, APPEND_DIR + ".done")
 SPLITS_DIR = "splits"  # train/val/test sample indices (`pack split`)
 NEAR_NAME = "near-hashes.npy"  # each sample's dHash, kept by `pack dedup --near`
 
@@ -19,5 +23,6 @@ DATASET_FILES = (INDEX_NAME, SAMPLES_NAME, KEYS_NAME, REJECTS_NAME, FIELDS_NAME,
 # The formats an index.json may name; the formats package maps each to its module.
 FORMAT_NAMES = ("wds", "lmdb", "hdf5", "npy")
 
-__all__ = ["DATASET_FILES", "FIELDS_NAME", "FORMAT_NAMES", "INDEX_NAME", "KEYS_NAME",
-           "NEAR_NAME", "REJECTS_NAME", "SAMPLES_NAME", "SPLITS_DIR", "STATE_DIR"]
+__all__ = ["APPEND_DIR", "DATASET_FILES", "FIELDS_NAME", "FORMAT_NAMES", "INDEX_NAME",
+           "KEYS_NAME", "NEAR_NAME", "REJECTS_NAME", "SAMPLES_NAME", "SPLITS_DIR", "STATE_DIR",
+           "WORK_DIRS"]

@@ -7,6 +7,7 @@ tests/cli/test_cli_params.py.
 
 import json
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -137,6 +138,17 @@ def test_complete_destination_needs_overwrite(src: Path, packed_wds: Path) -> No
     result = run_pack("convert", src, packed_wds, "--to", "wds", "--shard-samples", "6")
     assert_one_line_error(result, 1, "already holds a complete dataset", "--overwrite")
     assert tree_hashes(packed_wds) == before
+
+
+def test_overwrite_refused_for_a_foreign_file_removes_nothing(src: Path, packed_wds: Path,
+                                                              tmp_path: Path) -> None:
+    dst = tmp_path / "out.wds"
+    shutil.copytree(packed_wds, dst)
+    (dst / "mine.txt").write_text("keep me")
+    before = tree_hashes(dst)
+    result = run_pack("convert", src, dst, "--to", "wds", "--overwrite")
+    assert_one_line_error(result, 1, "not empty", "mine.txt")
+    assert tree_hashes(dst) == before  # the complete dataset too: refused before clearing
 
 
 def test_foreign_files_in_destination_are_kept(src: Path, tmp_path: Path) -> None:

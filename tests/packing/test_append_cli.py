@@ -114,3 +114,18 @@ def test_a_field_type_mismatch_is_one_line(tmp_path: Path) -> None:
                   "0", "-q")
     assert ok.exit_code == 0 and "1 new samples" in ok.stdout, ok.output
     assert run_pack("verify", dst, "--source", tmp_path / "b.csv").exit_code == 0
+
+
+def test_overwrite_replaces_a_dataset_with_an_interrupted_append(sources: tuple[Path, Path],
+                                                                 tmp_path: Path) -> None:
+    dst = tmp_path / "ds.lmdb"
+    pack(sources[0], dst, "lmdb")
+    staged = dst / ".pack-append"
+    staged.mkdir()  # what an interrupted append leaves, with what it staged
+    (staged / "staged.json").write_text("{}")
+    (dst / ".pack-append.done").mkdir()  # and a finished one's, not yet deleted
+    result = run_pack("convert", sources[1], dst, "--to", "lmdb", "--overwrite",
+                      "--workers", "0", "-q")
+    assert result.exit_code == 0, result.output
+    assert not staged.exists() and not (dst / ".pack-append.done").exists()
+    assert (dst / "index.json").is_file()

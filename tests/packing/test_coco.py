@@ -179,7 +179,7 @@ def test_output_is_the_same_for_any_worker_count(tmp_path: Path) -> None:
     assert hashes[0] == hashes[1] and hashes[0]
 
 
-def verify_finds_a_changed_box(dst: Path, folder: Path, annotations: Path) -> None:
+def verify_finds_a_changed_box(dst: Path | str, folder: Path, annotations: Path) -> None:
     """`pack verify --source` passes, then fails naming a.png once its first box moved."""
     ok = run_pack("verify", dst, "--source", folder, "--annotations", annotations)
     assert ok.exit_code == 0, ok.output
@@ -199,6 +199,15 @@ def test_verify_compares_the_annotations(tmp_path: Path) -> None:
     verify_finds_a_changed_box(dst, folder, annotations)
     alone = run_pack("verify", dst, "--annotations", annotations)
     assert alone.exit_code == 2 and "--annotations needs --source" in alone.output
+
+
+def test_verify_compares_the_annotations_of_a_dataset_at_a_url(tmp_path: Path) -> None:
+    pytest.importorskip("fsspec")
+    folder, annotations = coco_folder(tmp_path)
+    dst = tmp_path / "out.lmdb"
+    assert run_pack("convert", folder, dst, "--to", "lmdb", "--annotations",
+                    annotations).exit_code == 0
+    verify_finds_a_changed_box(f"file://{dst}", folder, annotations)
 
 
 @pytest.mark.parametrize(("change", "said"), [

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from packer.conversion.append.plan import AppendPlan
-from packer.conversion.append.stage import READY, STAGE_DIR, Staged, stage_dir
+from packer.conversion.append.stage import READY, Staged, stage_dir
 from packer.core.index import (
     INDEX_NAME,
     REJECTS_NAME,
@@ -31,6 +31,7 @@ from packer.core.index import (
     table_files,
     write_index,
 )
+from packer.core.layout import APPEND_DIR
 from packer.core.record import Reject
 from packer.storage.files import fsync_dir, write_atomic
 
@@ -165,5 +166,5 @@ def copy_range(src: Path, start: int, out: int, at: int, size: int,
 
 def finished_dir(folder: Path) -> Path:
     """Where a finished append's staging folder goes to be deleted."""
-    return folder / (STAGE_DIR + ".done")
+    return folder / (APPEND_DIR + ".done")
 

@@ -32,6 +32,7 @@ from packer.core.index import (
     shard_from_json,
     shard_json,
 )
+from packer.core.layout import APPEND_DIR
 from packer.core.record import Reject
 from packer.formats._wds import WdsWriter
 from packer.formats._wds_names import name_of
@@ -39,7 +40,6 @@ from packer.formats.base import Writer, WriterPlan
 from packer.imaging.resize import load_torch
 from packer.storage.files import fsync_dir, sha256_file, write_atomic
 
-STAGE_DIR = ".pack-append"
 STAGED = "staged.json"
 PREFIX = "staged."
 READY = "ready"  # the grown dataset's files, before the commit (built by `merge`)
@@ -66,7 +66,7 @@ class AppendWdsWriter(WdsWriter):
 
 
 def stage_dir(folder: Path) -> Path:
-    return folder / STAGE_DIR
+    return folder / APPEND_DIR
 
 
 def stage(plan: AppendPlan, workers: int | None, on_error: OnBadInput, resume: bool,
