@@ -146,7 +146,7 @@ class PartitionPasses(OwnedSplit):
         (`WorkerBoard`): the rest of the epoch they name, re-split."""
         states = [{**posted, "worker": w, "samples_seen": seen}
                   for w, seen in enumerate(self._epochs.board.gather(num_workers))]
-        self._resume = from_worker_states(states, self._split[2], self._per_rank)
+        self._resume = from_worker_states(states, self._split[2])
         yield from self._start(worker, num_workers)
 
     def _start(self, worker: int, num_workers: int) -> Iterator[Any]:

@@ -181,8 +181,6 @@ def pending_from_state(state: Mapping[str, Any], seed: int,
     if not per_worker and "batches_consumed" not in state and "samples_seen" in state:
         saved = int(state.get("world_size", world_now))
         if saved != world_now:  # one stream per rank: its count, re-split
-            if int(state["samples_seen"]) == per_rank_of(saved):
-                return PendingResume(epoch + 1, [])  # a finished epoch: the next one, whole
             state = stream_state(state, saved)
     if "batches_consumed" in state:
         return _from_loop_state(state, epoch, per_rank_of,
@@ -190,7 +188,7 @@ def pending_from_state(state: Mapping[str, Any], seed: int,
     if "samples_seen" not in state and here is None and per_worker:
         workers = reader_states(state)
         if workers:
-            return from_worker_states(workers, seed, per_rank_of)
+            return from_worker_states(workers, seed)
     if "samples_seen" not in state:
         raise ValueError("a resume state needs samples_seen (from state_dict()) or "
                          "batches_consumed (from loop_state())")
@@ -257,8 +255,7 @@ def posts_on_board(state: Mapping[str, Any], world_now: int) -> bool:
             and int(state.get("world_size", world_now)) != world_now)
 
 
-def from_worker_states(states: Sequence[Mapping[str, Any]], seed: int,
-                       per_rank_of: Callable[[int], int]) -> PendingResume:
+def from_worker_states(states: Sequence[Mapping[str, Any]], seed: int) -> PendingResume:
     """The workers' states of one loader (one rank's: every rank's counts are equal), read
     as one stretch of the epoch, which re-splits on whatever topology loads it."""
     first = states[0]
@@ -277,8 +274,6 @@ def from_worker_states(states: Sequence[Mapping[str, Any]], seed: int,
     for state in states:
         counts[int(state["worker"])] = int(state["samples_seen"])
     world = int(first.get("world_size", 1))
-    if sum(counts) >= per_rank_of(world):
-        return PendingResume(epoch + 1, [])  # a finished epoch: the next one, whole
     segment = Segment(world, workers, 1, sum(counts), False, int(first.get("dealt", 0)) or None,
                       tuple(counts))
     return PendingResume(epoch, [-1] * len(counts), 0, (segment,), resplit=True)
