@@ -113,15 +113,17 @@ class WriterLoop:
             path = self.path_of(record.position) if self.path_of else record.key
             self.reject(Reject(record.position, path, str(exc)))
             return
+        if self.kept is not None:  # kept once stored: an unstorable first copy is a reject
+            self.kept.setdefault(record.digest, record.key)
         self.part.add(record.key, record.label, location.offset, location.size, record.digest)
         if record.fields:
             self.part.add_fields(record.fields, location.fields_offset, location.fields_size)
 
     def duplicate(self, kept_keys: dict[bytes, str], record: Record) -> bool:
-        """--drop-duplicates: list a record whose stored bytes an earlier sample has (not
-        an error, whatever --on-error says: the run was asked to drop it)."""
-        kept = kept_keys.setdefault(record.digest, record.key)
-        if kept == record.key:
+        """--drop-duplicates: list a record whose stored bytes an earlier stored sample has
+        (not an error, whatever --on-error says: the run was asked to drop it)."""
+        kept = kept_keys.get(record.digest)
+        if kept is None or kept == record.key:
             return False
         path = self.path_of(record.position) if self.path_of else record.key
         self.part_rejects.append(Reject(record.position, path,

@@ -83,7 +83,7 @@ def _record(handle: BinaryIO, shift: int) -> Entry:
     raw = handle.read(name_len)
     extra = handle.read(extra_len)
     handle.seek(comment_len, 1)
-    name = raw.decode("utf-8" if flags & UTF8_FLAG else "cp437")  # as zipfile decodes
+    name = _member_name(raw, flags)
     csize, header = _zip64(extra, usize, csize, header)
     if name.endswith("/"):
         return Entry(name, "dir")
@@ -95,6 +95,18 @@ def _record(handle: BinaryIO, shift: int) -> Entry:
         return Entry(name, f"compressed with zip method {method}: only stored and deflate "
                            "are read; recompress the zip")
     return Entry(name, "file", header + shift, csize, method, crc)
+
+
+def _member_name(raw: bytes, flags: int) -> str:
+    """A member's name: UTF-8 when the zip says so, and also when it does not but the bytes
+    are UTF-8 (Info-ZIP's `zip` stores names as the file system gives them, flag unset,
+    and `unzip` extracts them so); cp437, the format's default, otherwise."""
+    if not flags & UTF8_FLAG:
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return raw.decode("cp437")
+    return raw.decode("utf-8")
 
 
 def _zip64(extra: bytes, usize: int, csize: int, header: int) -> tuple[int, int]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
+import subprocess
 import tarfile
 import zipfile
 from pathlib import Path
@@ -19,11 +21,12 @@ import pytest
 
 from packer import ConvertOptions, convert
 from packer.conversion import job
-from packer.core.index import INDEX_NAME
+from packer.core.index import INDEX_NAME, open_dataset
 from packer.errors import SourceError
 from packer.source import archive as archive_scan
 from packer.source import tarheaders, zipdirectory
 from packer.source.scan import scan
+from packer.testing import make_sample_folder
 from tests.archive_support import (
     MAKERS,
     WDS,
@@ -110,6 +113,29 @@ def test_zip_directory_reader_lists_what_zipfile_lists(odd_src: Path, tmp_path: 
     (shifted,) = [e for e in scan(archive).items if e.key == "cls/with space"]
     assert shifted.origin is not None and shifted.origin.read(shifted) == \
         (odd_src / "cls" / "with space.jpg").read_bytes()
+
+
+@pytest.mark.skipif(shutil.which("zip") is None,
+                    reason="needs Info-ZIP's zip (apt-get install zip)")
+def test_a_zip_made_by_info_zip_keeps_its_non_ascii_names(tmp_path: Path) -> None:
+    """Info-ZIP stores names as the file system gives them (UTF-8 here) without the zip's
+    UTF-8 flag, and `unzip` extracts them so: the zip converts like the folder."""
+    folder = make_sample_folder(tmp_path / "src", count=4, classes=2, min_side=16, max_side=24)
+    for i, path in enumerate(sorted(folder.rglob("*.jpg"))):
+        path.rename(path.with_name(f"{'éü'[i % 2]} {i}.jpg"))
+    (folder / "class_00").rename(folder / "chat é")
+    archive = tmp_path / "photos.zip"
+    subprocess.run(["zip", "-qr", str(archive), "."], cwd=folder, check=True,
+                   env={**os.environ, "LC_ALL": "C.UTF-8"})
+    with zipfile.ZipFile(archive) as made:
+        assert not any(info.flag_bits & 0x800 for info in made.infolist())  # as Info-ZIP does
+    keys = {}
+    for name, src in [("folder", folder), ("zip", archive)]:
+        convert(src, tmp_path / f"{name}.lmdb", "lmdb", run=ConvertOptions(workers=0))
+        index, table = open_dataset(tmp_path / f"{name}.lmdb")
+        keys[name] = (index.class_names, list(table.keys()))
+    assert keys["zip"] == keys["folder"]
+    assert keys["zip"][0][0] == "chat é" and "chat é/é 0" in keys["zip"][1]
 
 
 def test_zip64_member_count(tmp_path: Path) -> None:

@@ -108,3 +108,20 @@ def test_drop_duplicates_changes_the_job(src: Path, tmp_path: Path) -> None:
     result = run_pack("convert", src, dst, "--to", "wds", "--workers", "0", "--resume",
                       "--drop-duplicates")
     assert result.exit_code != 0 and "Traceback" not in result.output
+
+
+def test_drop_duplicates_keeps_the_first_copy_that_is_stored(tmp_path: Path) -> None:
+    """The first copy cannot be stored (hdf5 holds no NUL in a str field): it is a reject,
+    and the next copy is the one kept, not a duplicate of a sample that is not there."""
+    make_sample_folder(tmp_path / "photos", count=1, classes=1, min_side=16, max_side=24)
+    image = next((tmp_path / "photos").rglob("*.jpg"))
+    lines = []
+    for name, caption in [("a", "has\u0000nul"), ("b", "fine"), ("c", "fine too")]:
+        shutil.copy(image, tmp_path / f"{name}.jpg")
+        lines.append(json.dumps({"path": f"{name}.jpg", "label": "x", "cap": caption}))
+    (tmp_path / "m.jsonl").write_text("\n".join(lines) + "\n")
+    dst = convert(tmp_path / "m.jsonl", tmp_path / "out.hdf5", "hdf5", drop_duplicates=True)
+    assert list(open_dataset(dst)[1].keys()) == ["b"]
+    reasons = [json.loads(line)["reason"] for line in (dst / "rejects.jsonl").open()]
+    assert len(reasons) == 2 and "NUL" in reasons[0]
+    assert reasons[1] == "duplicate of 'b' (the same stored bytes)"
