@@ -235,7 +235,8 @@ class _Listing:
         labels = remap[built.labels]
         origin = member_origin(path, kind, before, built, labels,
                                self.columns.table(self.found.order))
-        used = self.sidecars.used(built)
+        # --no-fields: the sidecars are ignored files, as in a folder
+        used = self.sidecars.used(built) if choice.enabled else set()
         fields = self.sidecars.fields(used, choice, str(path))
         records = self.sidecars.records(origin, built, used, fields, self.rejects) \
             if fields else None

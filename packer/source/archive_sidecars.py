@@ -15,7 +15,7 @@ import numpy as np
 from packer.core.fields import FieldSpec, FieldValueError, pack_record
 from packer.core.record import Reject
 from packer.errors import RejectReason
-from packer.source.fields import SIDECARS, FieldChoice, sidecar_value
+from packer.source.fields import SIDECARS, FieldChoice, bad_sidecar, sidecar_value
 from packer.source.items import SourceItems, Strings
 from packer.source.members import ArchiveSource, Entry, read_entries
 
@@ -79,6 +79,5 @@ def _value(spec: FieldSpec, raw: bytes | RejectReason | None, archive: ArchiveSo
             raise FieldValueError(str(raw))
         return sidecar_value(spec, raw)
     except FieldValueError as exc:
-        rejects.append(Reject(-1, where, f"bad sidecar, its image is packed without the "
-                                         f"{spec.name!r} field: {exc}"))
+        rejects.append(bad_sidecar(where, spec, exc))
         return None

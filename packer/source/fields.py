@@ -31,6 +31,7 @@ from packer.core.fields import (
     parse_text,
     unpack_record,
 )
+from packer.core.record import Reject
 
 SIDECARS = {".txt": FieldSpec("txt", "str"), ".json": FieldSpec("json", "json")}
 STANDARD_COLUMNS = ("path", "label")
@@ -171,22 +172,31 @@ def json_record(specs: Sequence[FieldSpec], obj: Mapping[str, object]) -> bytes:
     return pack_record(values)
 
 
-def sidecar_record(image_path: str, present: set[str]) -> bytes:
+def sidecar_record(image_path: str, present: Mapping[str, str], rejects: list[Reject]
+                   ) -> bytes:
     """The fields record (txt, json: SIDECARS) of an image from the sidecars beside it
-    (`present`: the suffixes found)."""
+    (`present`: each suffix found, to the suffix as its file has it: `.txt` -> `.TXT`); a
+    sidecar that cannot be read or parsed is a reject, and the image is packed without it."""
     stem = image_path[: image_path.rfind(".")]
     values: list[bytes | None] = []
     for suffix, spec in SIDECARS.items():
-        if suffix not in present:
-            values.append(None)
-            continue
-        path = stem + suffix
-        try:
-            with open(path, "rb") as handle:
-                values.append(sidecar_value(spec, handle.read()))
-        except (OSError, FieldValueError) as exc:
-            raise FieldValueError(f"sidecar {path}: {exc}") from exc
+        value = None
+        if suffix in present:
+            path = stem + present[suffix]
+            try:
+                with open(path, "rb") as handle:
+                    value = sidecar_value(spec, handle.read())
+            except (OSError, FieldValueError) as exc:
+                rejects.append(bad_sidecar(path, spec, exc))
+        values.append(value)
     return pack_record(values)
+
+
+def bad_sidecar(where: str, spec: FieldSpec, exc: Exception) -> Reject:
+    """The reject of a sidecar that cannot be read or parsed; its image is still packed."""
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+    return Reject(-1, where, f"bad sidecar, its image is packed without the {spec.name!r} "
+                             f"field: {reason}")
 
 
 def sidecar_value(spec: FieldSpec, raw: bytes) -> bytes:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from packer.core.fields import FieldValueError
 from packer.core.record import Reject
 from packer.errors import SourceError
 from packer.source.fields import SIDECARS, FieldChoice, repacked, sidecar_record
@@ -19,7 +18,7 @@ from packer.source.kinds import Source, image_name, is_utf8, root_prefix
 from packer.source.no_images import no_class_folders, no_images
 from packer.source.wds_labels import UNLABELLED
 
-NO_SIDECARS = sidecar_record("", set())  # the fields record of an image without sidecars
+NO_SIDECARS = sidecar_record("", {}, [])  # the fields record of an image without sidecars
 
 
 def read_folder(root: Path, choice: FieldChoice | None = None) -> Source:
@@ -102,14 +101,14 @@ def _walk_images(prefix: str, name: str, label: int, found: ItemsBuilder,
             reason = f"unreadable folder: {exc.strerror or exc}; its images were not packed"
             rejects.append(Reject(-1, prefix + rel_dir, reason))
             continue
-        sidecars = _sidecars(entries, seen)
+        sidecars, used = _sidecars(entries, seen)
         for entry in entries:
             rel = rel_dir + os.sep + entry.name if rel_dir else entry.name
             kind = _kind(entry)
             if kind == "folder":
                 pending.append(rel)
             elif kind == "linked folder" or not image_name(entry.name):
-                ignored += entry.name not in sidecars.get("", ())
+                ignored += entry.name not in used
             elif kind != "file":
                 rejects.append(_unusable(prefix, rel, kind))
             else:
@@ -117,35 +116,36 @@ def _walk_images(prefix: str, name: str, label: int, found: ItemsBuilder,
     return ignored
 
 
-def _sidecars(entries: list[os.DirEntry[str]], seen: set[str] | None) -> dict[str, set[str]]:
-    """{image stem: sidecar suffixes beside it} of one folder, and "" -> the names used."""
+def _sidecars(entries: list[os.DirEntry[str]], seen: set[str] | None
+              ) -> tuple[dict[str, dict[str, str]] | None, set[str]]:
+    """{image stem: {sidecar suffix: the suffix as the file has it (`.TXT`)}} of one folder
+    (None: no fields), and the names of the sidecars used (`x.txt` wins over `x.TXT`)."""
+    used: set[str] = set()
     if seen is None:
-        return {}
+        return None, used
+    found: dict[str, dict[str, str]] = {}
     images = {entry.name[: entry.name.rfind(".")] for entry in entries
               if image_name(entry.name) and "." in entry.name}
-    found: dict[str, set[str]] = {"": set()}
     for entry in entries:
         stem, dot, ext = entry.name.rpartition(".")
         suffix = dot + ext.lower()
         if dot and suffix in SIDECARS and stem in images and _kind(entry) == "file":
-            found.setdefault(stem, set()).add(suffix)
-            found[""].add(entry.name)
+            beside = found.setdefault(stem, {})
+            if suffix not in beside or dot + ext == suffix:
+                beside[suffix] = dot + ext
+            used.add(entry.name)
             seen.add(suffix)
-    return found
+    return found, used
 
 
 def _add_image(prefix: str, rel: str, label: int, found: ItemsBuilder,
-               rejects: list[Reject], sidecars: dict[str, set[str]]) -> None:
+               rejects: list[Reject], sidecars: dict[str, dict[str, str]] | None) -> None:
     """Add an image file (with its sidecar fields when the scan takes them)."""
     record = b""
-    if sidecars:
+    if sidecars is not None:
         base = rel[rel.rfind(os.sep) + 1 :]
         beside = sidecars.get(base[: base.rfind(".")])
-        try:
-            record = sidecar_record(prefix + rel, beside) if beside else NO_SIDECARS
-        except FieldValueError as exc:
-            rejects.append(Reject(-1, prefix + rel, f"bad field: {exc}"))
-            return
+        record = sidecar_record(prefix + rel, beside, rejects) if beside else NO_SIDECARS
     if not _add_file(found, rel, label, record):
         rejects.append(_unusable(prefix, rel, "file"))
 

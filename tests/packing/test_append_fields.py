@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -155,3 +156,29 @@ def test_an_edited_field_is_a_reject_unless_replace(fmt: str, manifests: tuple[P
     assert verify(dst, src).ok, verify(dst, src).problem
     assert np.count_nonzero([v[0] == b"edited" for v in got.values()]) == 1
     shutil.rmtree(base.parent / f"edited-{fmt}")
+
+
+def test_an_edited_sidecar_in_an_archive_is_a_reject_unless_replace(tmp_path: Path) -> None:
+    """The fields of a key DST holds are compared whatever holds the source: a tar of the
+    folder with one caption edited is a conflict, as the folder is; a new image's sidecar
+    comes along from the tar as from the folder."""
+    folder = tmp_path / "photos"
+    (folder / "cat").mkdir(parents=True)
+    for i in range(3):
+        (folder / "cat" / f"{i}.png").write_bytes(png_bytes(random_image(8, 8, seed=i)))
+        (folder / "cat" / f"{i}.txt").write_text(f"caption {i}")
+    dst = tmp_path / "ds.lmdb"
+    convert(folder, dst, "lmdb", run=ConvertOptions(workers=0))
+    (folder / "cat" / "1.txt").write_text("an edited caption")
+    (folder / "cat" / "3.png").write_bytes(png_bytes(random_image(8, 8, seed=3)))
+    (folder / "cat" / "3.txt").write_text("a new image")
+    archive = tmp_path / "photos.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(folder / "cat", arcname="cat")
+    result = append(archive, dst, workers=0)
+    assert (result.num_new, result.num_new_rejects) == (1, 1)
+    assert field_bytes(dst)["cat/3"] == [b"a new image"]
+    result = append(folder, dst, workers=0)  # the folder: the same conflict, nothing new
+    assert (result.num_new, result.num_new_rejects) == (0, 1)
+    assert append(archive, dst, workers=0, replace=True).replaced == ("cat/1",)
+    assert field_bytes(dst)["cat/1"] == [b"an edited caption"]

@@ -81,18 +81,35 @@ def test_gnu_tar_dot_archive_with_sidecars(tmp_path: Path) -> None:
     assert run_pack("verify", tmp_path / "out", "--source", archive).exit_code == 0
 
 
-def test_a_bad_sidecar_is_a_reject_and_its_image_stays(tmp_path: Path) -> None:
+@pytest.mark.parametrize("packed", ["archive", "folder"])
+def test_a_bad_sidecar_is_a_reject_and_its_image_stays(tmp_path: Path, packed: str) -> None:
     folder = photo_folder(tmp_path / "photos")
     (folder / "cat" / "1.json").write_text("{not json")
     archive = dot_tar(folder, tmp_path / "photos.tar")
-    result = run_pack("convert", archive, tmp_path / "out", "--to", "hdf5")
+    src = archive if packed == "archive" else folder
+    result = run_pack("convert", src, tmp_path / "out", "--to", "hdf5")
     assert result.exit_code == 0, result.output
     got = stored_by_key(tmp_path / "out")
     assert len(got) == 6 and got["cat/1"][2]["json"] is None
+    assert got["cat/0"][2] == {"txt": "a cat", "json": {"boxes": [[1, 2, 3, 4]]}}
     rejects = [json.loads(line) for line in
                (tmp_path / "out" / "rejects.jsonl").read_text().splitlines()]
-    assert [r["path"] for r in rejects] == [f"{archive}:cat/1.json"]
-    assert "not JSON" in rejects[0]["reason"]
+    where = f"{archive}:cat/1.json" if packed == "archive" else str(folder / "cat" / "1.json")
+    assert [r["path"] for r in rejects] == [where]
+    assert "not JSON" in rejects[0]["reason"] and "its image is packed" in rejects[0]["reason"]
+
+
+def test_sidecars_with_upper_case_suffixes_are_fields_in_a_folder_as_in_its_tar(
+        tmp_path: Path) -> None:
+    folder = photo_folder(tmp_path / "photos")
+    (folder / "cat" / "0.txt").rename(folder / "cat" / "0.TXT")
+    (folder / "cat" / "0.json").rename(folder / "cat" / "0.Json")
+    archive = dot_tar(folder, tmp_path / "photos.tar")
+    for name, src in [("from-folder", folder), ("from-archive", archive)]:
+        assert run_pack("convert", src, tmp_path / name, "--to", "lmdb").exit_code == 0
+    from_folder = stored_by_key(tmp_path / "from-folder")
+    assert from_folder == stored_by_key(tmp_path / "from-archive")
+    assert from_folder["cat/0"][2] == {"txt": "a cat", "json": {"boxes": [[1, 2, 3, 4]]}}
 
 
 def test_an_archive_without_images_is_refused_like_the_folder(tmp_path: Path) -> None:
@@ -109,3 +126,15 @@ def test_an_archive_without_images_is_refused_like_the_folder(tmp_path: Path) ->
         tar.add(notes / "x.md", arcname="x.md")
     refused = run_pack("convert", flat, tmp_path / "out", "--to", "wds")
     assert_one_line_error(refused, 1, "no top-level class folders", "1 other member: .md")
+
+
+def test_without_fields_sidecars_are_ignored_files_in_a_folder_as_in_its_tar(
+        tmp_path: Path) -> None:
+    folder = photo_folder(tmp_path / "photos")
+    archive = dot_tar(folder, tmp_path / "photos.tar")
+    ignored = []
+    for name, src in [("from-folder", folder), ("from-archive", archive)]:
+        result = run_pack("convert", src, tmp_path / name, "--to", "lmdb", "--no-fields")
+        assert result.exit_code == 0, result.output
+        ignored.append(read_index(tmp_path / name).num_ignored)
+    assert ignored == [3, 3]  # cat/0.txt, cat/0.json and dog/9.txt

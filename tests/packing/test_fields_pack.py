@@ -199,8 +199,10 @@ def test_sidecars_become_fields(tmp_path: Path) -> None:
     assert only.fields == (FieldSpec("txt", "str"),)
     (src / "cat" / "c.json").write_text("{broken", encoding="utf-8")
     index = convert(src, tmp_path / "bad", "wds", run=ConvertOptions(workers=0))
-    reason = json.loads((tmp_path / "bad" / "rejects.jsonl").read_text())["reason"]
-    assert index.num_samples == 2 and "c.json" in reason and "not JSON" in reason
+    reject = json.loads((tmp_path / "bad" / "rejects.jsonl").read_text())
+    assert reject["path"].endswith("c.json") and "not JSON" in reject["reason"]
+    assert index.num_samples == 3, "the image of a bad sidecar is packed without it"
+    assert fields_by_key(tmp_path / "bad")["cat/c"] == {"txt": None, "json": None}
 
 
 @pytest.mark.parametrize("fmt", ["lmdb", "npy"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -14,7 +15,8 @@ import pytest
 import packer
 from packer.core.index import open_dataset
 from packer.dataset import stats_pass
-from packer.dataset.splits import key_hashes
+from packer.dataset.splits import key_hashes, load_subset, split
+from packer.dataset.stats import PIXEL_SAMPLE_SEED
 from readers import PackedDataset
 from tests.helpers import pack_every_format, pack_with_fields, run_pack
 
@@ -112,7 +114,7 @@ def test_pixel_samples_decode_the_keys_of_smallest_hash(every_format: dict[str, 
                                                         fmt: str) -> None:
     folder = every_format[fmt]
     _, table = open_dataset(folder)
-    chosen = np.argsort(key_hashes(table, 0), kind="stable")[:7].tolist()
+    chosen = np.argsort(key_hashes(table, PIXEL_SAMPLE_SEED), kind="stable")[:7].tolist()
     images = decoded(folder)
     pixels = np.concatenate([images[i].reshape(-1, 3) for i in chosen]).astype(np.float64)
     some = packer.stats(folder, workers=2, max_pixel_samples=7)
@@ -125,3 +127,17 @@ def test_pixel_samples_decode_the_keys_of_smallest_hash(every_format: dict[str, 
     assert some.classes == every.classes and some.bytes_p95 == every.bytes_p95
     result = run_pack("stats", folder, "--pixel-samples", "7")
     assert result.exit_code == 0 and "(over 7 samples)" in result.output
+
+
+def test_the_pixel_sample_is_not_the_val_split(every_format: dict[str, Path],
+                                               tmp_path: Path) -> None:
+    """`pack split`'s default seed puts the smallest key hashes in val: the pixel sample
+    hashes the keys with its own seed, so mean and std are not val's alone."""
+    folder = tmp_path / "d.wds"
+    shutil.copytree(every_format["wds"], folder)
+    split(folder, 0.25)
+    index, table = open_dataset(folder)
+    val = set(load_subset(folder, index, "val").tolist())
+    hashes = key_hashes(table, PIXEL_SAMPLE_SEED)  # what the stats use (the test above)
+    chosen = set(np.argsort(hashes, kind="stable")[: len(val)].tolist())
+    assert len(chosen) == len(val) and chosen != val and chosen - val

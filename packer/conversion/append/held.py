@@ -70,8 +70,7 @@ class Held:
         """Why an input whose key DST holds (sample i) is not that sample, or None.
 
         `label` is its label in DST's label map, `fields` its field record in DST's
-        order (a file SRC; b"" where the fields come from a packed SRC, which are not
-        compared here)."""
+        order (b"" where the fields come from a packed SRC, which are not compared here)."""
         if self.labels[i] != label:
             return f"with another class (sample {i})"
         if fields and self.table.fields is not None and \

@@ -22,7 +22,7 @@ from packer.conversion.append.fields import Reorder, field_order
 from packer.conversion.append.held import Existing, Held, Renumbered
 from packer.conversion.identity import JOB_KEY
 from packer.core.index import INDEX_NAME, Index, SampleTable, open_dataset
-from packer.core.record import Origin, Reject, SourceItem
+from packer.core.record import Reject, SourceItem
 from packer.encode import EncodeOptions
 from packer.formats.base import ShardOptions
 from packer.source.fields import FieldChoice
@@ -104,8 +104,7 @@ def plan_append(src: Path, dst: Path, asked: dict[str, Any], existing: Existing 
     mapping = [_label_for(name, names) for name in source.class_names]
     held = Held(table, existing if stores_original(index) and source.origin is None
                 and source.archive is None else None)
-    origin = source.origin or source.archive
-    new, replacing = _Picked(origin, reorder), _Picked(origin, reorder)
+    new, replacing = _Picked(source, reorder), _Picked(source, reorder)
     replaced: list[int] = []
     conflicts: list[Reject] = []
     for item in source.items:
@@ -114,7 +113,8 @@ def plan_append(src: Path, dst: Path, asked: dict[str, Any], existing: Existing 
         if i is None:
             new.add(item, label)
             continue
-        fields_record = reorder(item.fields) if item.origin is None else b""
+        # a packed SRC's fields are read with its samples; the scan gives every other's
+        fields_record = reorder(item.fields) if source.origin is None else b""
         if (problem := held.conflict(item, label, fields_record, i)) is None:
             continue
         if replace:
@@ -138,18 +138,19 @@ class _Picked:
     """The inputs of one staging, numbered 0..n-1; a packed or archive SRC is read by
     their scan positions (`Renumbered`)."""
 
-    def __init__(self, origin: Origin | None, reorder: Reorder) -> None:
+    def __init__(self, source: Source, reorder: Reorder) -> None:
         self.reorder = reorder
         self.items: list[SourceItem] = []
         self.positions: list[int] = []
+        origin = source.origin or source.archive
         self.origin = None if origin is None else Renumbered(origin, self.positions, reorder)
+        self.scanned_fields = source.origin is None  # a packed SRC's come with its samples
 
     def add(self, item: SourceItem, label: int) -> None:
         self.positions.append(item.position)
-        at = len(self.items)
-        self.items.append(SourceItem(at, item.path, item.key, label, None,
-                                     self.reorder(item.fields)) if item.origin is None
-                          else SourceItem(at, item.path, item.key, label, self.origin))
+        fields = self.reorder(item.fields) if self.scanned_fields else b""
+        self.items.append(SourceItem(len(self.items), item.path, item.key, label,
+                                     None if item.origin is None else self.origin, fields))
 
 
 def _label_for(name: str, names: list[str]) -> int:
