@@ -35,7 +35,7 @@ from packer.dataset.open import (
 from packer.formats.base import RecordReader
 from readers.augment import Augment
 from readers.batching.collate import Gatherer
-from readers.damage import DamagedRecord, Skips
+from readers.damage import DamagedRecord, Skips, TolerantReader
 from readers.decoding.crop_decode import as_numpy, decode_augmented
 from readers.decoding.decode import DecodeError, Mode
 from readers.decoding.decode import decode as decode_record
@@ -211,7 +211,14 @@ class _PackedBase:
             raise ValueError("fields_in_memory=True holds the fields that fields= names: "
                              "pass fields=(...) or fields='all', or leave it False")
         self._held = HeldFields.read(self.handles().reader, self.index.fields, self.fields,
-                                     self.index.num_samples)
+                                     self.index.num_samples, tolerate=self._skips.skipping)
+
+    def tolerant(self, reader: RecordReader) -> TolerantReader:
+        """`reader` under on_error="skip": a sample whose image or fields are damaged reads
+        as a DamagedRecord (fields held in memory were checked when they were read)."""
+        if self._held is not None:
+            return TolerantReader(reader, damaged=self._held.damaged)
+        return TolerantReader(reader, fields=bool(self.fields))
 
     def field_source(self, reader: RecordReader) -> FieldSource:
         """Where a batch's fields come from: the held columns, else this process's reader."""

@@ -16,7 +16,7 @@ planning, shuffling and resume arithmetic stay those of bytes.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TypeGuard
 
 import torch
@@ -86,11 +86,14 @@ class TolerantReader:
 
     `fields`: the samples' fields are read too (a dataset whose samples carry fields), so
     a sample whose fields fail their digest is a DamagedRecord as well; the dataset
-    reads them again for its batch (only under on_error="skip")."""
+    reads them again for its batch (only under on_error="skip"). `damaged`: samples whose
+    fields are known to fail (fields held in memory), DamagedRecords too."""
 
-    def __init__(self, reader: RecordReader, fields: bool = False) -> None:
+    def __init__(self, reader: RecordReader, fields: bool = False,
+                 damaged: Mapping[int, CorruptDatasetError] | None = None) -> None:
         self.inner = reader
         self.fields = fields
+        self.damaged = damaged or {}
 
     def read(self, i: int) -> bytes:
         return self.checked([read_one(self.inner, i)], [i])[0]
@@ -99,7 +102,7 @@ class TolerantReader:
         return self.checked(each_of(self.inner, indices), indices)
 
     def read_range(self, start: int, stop: int) -> Iterator[bytes]:
-        if self.fields:  # a span's fields in one read
+        if self.fields or self.damaged:  # a span's fields in one read
             return iter(self.checked(list(range_each(self.inner, start, stop)),
                                      range(start, stop)))
         return (_record(data) for data in range_each(self.inner, start, stop))
@@ -113,6 +116,9 @@ class TolerantReader:
             except CorruptDatasetError:
                 records = [(self._fields_damage(i) or data) if isinstance(data, bytes)
                            else data for data, i in zip(records, indices, strict=True)]
+        if self.damaged:
+            records = [self.damaged.get(i, data) if isinstance(data, bytes) else data
+                       for data, i in zip(records, indices, strict=True)]
         return [_record(data) for data in records]
 
     def _fields_damage(self, i: int) -> CorruptDatasetError | None:

@@ -36,7 +36,6 @@ from readers._base import Handles, Sample, SampleSettings, Transform, _PackedBas
 from readers.augment import Augment
 from readers.batching.batch import Batch, batch_labels
 from readers.batching.collate import gathered_rows, gathered_samples
-from readers.damage import TolerantReader
 from readers.decoding.decode import Mode
 from readers.fields import FieldNames
 from readers.iterable import PackedIterableDataset
@@ -169,7 +168,7 @@ class PackedDataset(_PackedBase, Dataset[Sample]):
                        positions: list[int]) -> Sequence[Sample]:
         """`_read` under on_error="skip": a damaged or undecodable sample's place holds a
         flagged pad (sample_or_pad), whose position its fields then come from."""
-        reader = TolerantReader(local.reader, fields=bool(self.fields) and self._held is None)
+        reader = self.tolerant(local.reader)
         records = reader.checked(local.cached.read_each(positions), positions)
         crop = (self.seed, self.epoch)
         made = [self.sample_or_pad(local.table, i, data, isinstance(original, PaddedIndex),

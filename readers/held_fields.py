@@ -41,6 +41,7 @@ import torch
 
 from packer.core.field_arrays import ArrayValueError, decode_array
 from packer.core.fields import FieldSpec, numbered
+from packer.errors import CorruptDatasetError
 from packer.formats.base import RecordReader
 from readers.batching._number_arrays import NumberArrays, pad_layout, stored_arrays
 from readers.batching.fields_collate import Column
@@ -140,21 +141,27 @@ class HeldFields:
     """The chosen fields of a whole dataset as columns (module docstring): what
     `columns` gathers a batch's fields from, in place of the format's reader."""
 
-    def __init__(self, held: dict[str, Held]) -> None:
+    def __init__(self, held: dict[str, Held],
+                 damaged: dict[int, CorruptDatasetError] | None = None) -> None:
         self.held = held
+        self.damaged = damaged or {}  # samples whose fields failed their digest (tolerated)
 
     @classmethod
     def read(cls, reader: RecordReader, specs: tuple[FieldSpec, ...], names: tuple[str, ...],
-             count: int) -> HeldFields:
+             count: int, tolerate: bool = False) -> HeldFields:
         """Fields `names` of samples 0..count-1, read from `reader` a block at a time,
-        each sample checked against its digest (field_values_many)."""
+        each sample checked against its digest (field_values_many). `tolerate`
+        (on_error="skip"): a sample whose fields are damaged holds no values and is listed
+        in `damaged`, so that a read skips it as it skips a damaged image."""
         chosen = numbered(specs, names)
         builders = {spec.name: _Builder(spec) for _, spec in chosen}
+        damaged: dict[int, CorruptDatasetError] = {}
         for start in range(0, count, BLOCK):
-            values = reader.field_values_many(list(range(start, min(start + BLOCK, count))))
+            block = list(range(start, min(start + BLOCK, count)))
+            values = _checked_values(reader, block, len(specs), damaged if tolerate else None)
             for number, spec in chosen:
                 builders[spec.name].add([sample[number] for sample in values])
-        return cls({name: builder.build() for name, builder in builders.items()})
+        return cls({name: builder.build() for name, builder in builders.items()}, damaged)
 
     @property
     def nbytes(self) -> int:
@@ -164,6 +171,26 @@ class HeldFields:
     def columns(self, positions: Sequence[int], names: tuple[str, ...]) -> dict[str, Column]:
         wanted = np.asarray(positions, dtype=np.intp)
         return {name: self.held[name].column(wanted) for name in names}
+
+
+def _checked_values(reader: RecordReader, block: list[int], width: int,
+                    damaged: dict[int, CorruptDatasetError] | None
+                    ) -> Sequence[Sequence[bytes | None]]:
+    """The field values of the samples `block`; with `damaged`, a sample whose fields fail
+    their digest gets no values and its error goes there (else the error is raised)."""
+    try:
+        return reader.field_values_many(block)
+    except CorruptDatasetError:
+        if damaged is None:
+            raise
+    values: list[Sequence[bytes | None]] = []
+    for i in block:
+        try:
+            values.append(reader.field_values_many([i])[0])
+        except CorruptDatasetError as exc:
+            damaged[i] = exc
+            values.append([None] * width)
+    return values
 
 
 def _size(held: Held) -> int:

@@ -13,7 +13,7 @@ from torch.utils.data import IterableDataset
 from packer.formats.base import RecordReader
 from readers._base import Sample, SampleSettings, Transform, _PackedBase, remote_source
 from readers.augment import Augment
-from readers.damage import DamagedRecord, TolerantReader
+from readers.damage import DamagedRecord
 from readers.decoding.decode import Mode
 from readers.fields import FieldNames, fields_ahead, with_fields
 from readers.options import (
@@ -104,8 +104,7 @@ class PackedIterableDataset(PartitionPasses, _PackedBase, IterableDataset[Sample
             spans = self.subset.sample_spans(spans)
         local = self.handles()
         rng = epoch_rng(plan.seed, *where, 2) if plan.shuffle else None
-        tolerant = TolerantReader(local.reader,  # damaged samples as DamagedRecords
-                                  fields=bool(self.fields) and self._held is None)
+        tolerant = self.tolerant(local.reader)  # damaged samples as DamagedRecords
         reader = cast(RecordReader, tolerant) if self._skips.skipping else local.reader
         records = pass_records(reader, spans, self.buffer_size, rng, skip)
         crop = (plan.seed, where[0])

@@ -42,7 +42,16 @@ from packer.source.members import (
     stat_archive,
 )
 from packer.source.no_images import other_members
-from packer.source.tarheaders import _Unusual, inner_tar_folder, tar_entries, tar_entry, truncated
+from packer.source.tarheaders import (
+    BLOCK,
+    NO_END,
+    ZERO,
+    _Unusual,
+    inner_tar_folder,
+    tar_entries,
+    tar_entry,
+    truncated,
+)
 from packer.source.zipdirectory import zip_entries
 
 
@@ -133,8 +142,17 @@ def _tar_entries(path: Path, end: int | None, mode: str) -> Iterator[Entry]:
                 else:
                     yield _tar_entry(member, 0, member.name)
                 last = member.name
+            if end is not None and not _zero_block_at(path, tar.offset):
+                raise tarfile.ReadError(NO_END)
     except (tarfile.ReadError, EOFError, OSError, zlib.error) as exc:  # OSError: bad gzip
         raise truncated(str(path), last, str(exc)) from exc
+
+
+def _zero_block_at(path: Path, offset: int) -> bool:
+    """Whether the zero block that ends a tar lies at `offset` of `path`."""
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        return handle.read(BLOCK) == ZERO
 
 
 def _inner_tar(path: Path, tar: tarfile.TarFile, member: tarfile.TarInfo,

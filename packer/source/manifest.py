@@ -12,7 +12,7 @@ import csv
 import io
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -79,6 +79,7 @@ def _manifest_specs(manifest: Path, choice: FieldChoice) -> tuple[FieldSpec, ...
     if manifest.suffix.lower() == ".csv":
         with open(manifest, encoding="utf-8-sig", newline="") as handle:
             header = next(csv.reader(handle), [])
+        _check_header(manifest, header)
         return csv_specs(header, choice, str(manifest))
     types: dict[str, FieldType | None] = {}
     for _, _, _, extras in _read_manifest_rows(manifest):
@@ -90,6 +91,15 @@ def _manifest_specs(manifest: Path, choice: FieldChoice) -> tuple[FieldSpec, ...
         raise FieldValueError(f"{manifest}: {exc}, or pass --fields to choose the keys "
                               "to keep or --no-fields") from exc
     return choice.chosen(choice.retyped(found, str(manifest)), str(manifest))
+
+
+def _check_header(manifest: Path, header: Sequence[str]) -> None:
+    """Refuse a CSV header that names a column twice: its cells would be one field, or
+    the last `path` or `label` would win without a word."""
+    repeated = sorted({name for name in header if header.count(name) > 1})
+    if repeated:
+        raise SourceError(f"{manifest}: the header row names column {repeated[0]!r} more "
+                          "than once; give each column its own name")
 
 
 def _read_manifest_rows(manifest: Path) -> Iterable[tuple[int, str, str, dict[str, Any]]]:
@@ -104,7 +114,13 @@ def _read_manifest_rows(manifest: Path) -> Iterable[tuple[int, str, str, dict[st
         reader = csv.DictReader(io.StringIO(text, newline=""))
         if not reader.fieldnames or not {"path", "label"} <= set(reader.fieldnames):
             raise SourceError(f"{manifest}: the header row must name `path` and `label` columns")
+        _check_header(manifest, reader.fieldnames)
         for row in reader:
+            if None in row or None in row.values():  # DictReader's mark of a short/long row
+                raise SourceError(f"{manifest}:{reader.line_num}: the row has "
+                                  f"{'more' if None in row else 'fewer'} cells than the "
+                                  f"header's {len(reader.fieldnames)} columns; give every "
+                                  "row one cell a column (quote a cell that holds a comma)")
             extras = {k: v for k, v in row.items() if k not in STANDARD_COLUMNS}
             yield reader.line_num, str(row["path"]).strip(), str(row["label"]).strip(), extras
         return

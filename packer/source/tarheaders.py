@@ -102,6 +102,7 @@ def tar_entries(fd: int, where: str, end: int, base: int = 0, folder: str = ""
         offset = data + _padded(size) if regular or kind not in KNOWN else data
     if offset < end and os.pread(fd, end - offset, offset).strip(b"\0"):
         raise truncated(where, last, "a header is cut short")
+    raise truncated(where, last, NO_END)
 
 
 def inner_tar_folder(name: str) -> str | None:
@@ -115,6 +116,9 @@ def inner_tar_folder(name: str) -> str | None:
     if "/" in bare or not bare.lower().endswith(".tar") or bare.startswith("."):
         return None
     return bare[: -len(".tar")]
+
+
+NO_END = "it ends without the zero blocks that end a tar, where the next header would be"
 
 
 def truncated(where: str, last: str, detail: str) -> SourceError:

@@ -82,7 +82,8 @@ class RawBatch:
 
     @property
     def indices(self) -> torch.Tensor | None:
-        """int64 (B): the samples' dataset indices, or None where the reader gave none."""
+        """int64 (B): the samples' indices in the packed dataset (with `split=`, in the whole
+        dataset, not the split), or None where the reader gave none."""
         indices = self.buffer[8 * (self.count + 1): header_bytes(self.count)].view(torch.int64)
         return None if self.count and bool((indices < 0).any()) else indices
 

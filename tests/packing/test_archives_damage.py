@@ -17,6 +17,8 @@ from pack_cli import main
 from packer import convert
 from packer.core.index import INDEX_NAME, REJECTS_NAME
 from packer.errors import SourceError
+from packer.source import archive as archive_scan
+from packer.source import tarheaders
 from packer.source.scan import scan
 from tests.archive_support import (
     WDS,
@@ -97,6 +99,53 @@ def test_truncated_tar_is_one_error_naming_the_last_good_member(src: Path,
     assert len(message.splitlines()) == 1
     assert str(archive) in message and f"after member {names[-4]!r}" in message
     assert not (tmp_path / "out" / INDEX_NAME).exists()
+
+
+@pytest.mark.parametrize("cut", ["padding", "end-blocks"])
+@pytest.mark.parametrize(("listing", "inner"), [("fast", False), ("fast", True),
+                                                ("tarfile", False)],
+                         ids=["tar", "tar-of-tars", "tar-listed-by-tarfile"])
+def test_a_tar_cut_between_members_is_one_error(src: Path, tmp_path: Path, cut: str,
+                                                inner: bool, listing: str,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cut in a member's padding, or where the next header or the end blocks would be,
+    a tar still lists whole members: it is refused as truncated, as GNU tar refuses it
+    ("Unexpected EOF"), not converted in part."""
+    if listing == "tarfile":  # what an unusual header falls back to
+        monkeypatch.setattr(archive_scan, "tar_entries", unusual)
+    archive = make_tar(src, tmp_path / "train.tar")
+    if inner:  # the same cut inside a class tar of a tar of tars
+        archive = tar_of(cut_tar(archive, cut), tmp_path / "outer.tar")
+    else:
+        cut_tar(archive, cut)
+    result = CliRunner().invoke(main, ["convert", str(archive), str(tmp_path / "out"),
+                                       "--to", "wds", "--quiet"])
+    assert result.exit_code == 1, result.output
+    message = result.output.strip()
+    assert len(message.splitlines()) == 1 and "truncated or damaged after member" in message
+    assert not (tmp_path / "out" / INDEX_NAME).exists()
+
+
+def unusual(*args: object, **kwargs: object) -> None:
+    raise tarheaders._Unusual("as a sparse member would")
+
+
+def cut_tar(archive: Path, cut: str) -> Path:
+    """`archive` cut after the data of its third-last member: inside that member's
+    padding, or at the block where the next header starts."""
+    with tarfile.open(archive) as tar:
+        member = tar.getmember(tar.getnames()[-3])
+    end = member.offset_data + member.size
+    assert end % 512, "the member's data must not fill its last block"
+    with open(archive, "r+b") as handle:
+        handle.truncate(end + 3 if cut == "padding" else end + (-end) % 512)
+    return archive
+
+
+def tar_of(inner: Path, outer: Path) -> Path:
+    with tarfile.open(outer, "w") as tar:
+        tar.add(inner, arcname="class_00.tar")
+    return outer
 
 
 def test_truncated_zip_is_one_error(src: Path, tmp_path: Path) -> None:

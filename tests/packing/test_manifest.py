@@ -164,6 +164,10 @@ def test_windows_manifest_with_bom_and_crlf(images: Path, tmp_path: Path) -> Non
     ("bad.csv", "file,class\nx.jpg,cat\n", "header row must name `path` and `label`"),
     ("bad.jsonl", '{"path": "x.jpg", "label": "cat"}\nnot json\n', "bad.jsonl:2"),
     ("bad.jsonl", '{"path": "x.jpg"}\n', "bad.jsonl:1"),
+    ("bad.csv", "path,label,x,x\nx.jpg,cat,1,2\n", "names column 'x' more than once"),
+    ("bad.csv", "path,path,label\nx.jpg,y.jpg,cat\n", "names column 'path' more than once"),
+    ("bad.csv", "path,label\nx.jpg,cat\ny.jpg\n", "bad.csv:3: the row has fewer cells"),
+    ("bad.csv", "path,label\nx.jpg,cat,extra\n", "bad.csv:2: the row has more cells"),
 ])
 def test_malformed_manifest_is_a_source_error(tmp_path: Path, name: str, text: str,
                                               message: str) -> None:

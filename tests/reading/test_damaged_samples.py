@@ -201,9 +201,10 @@ def test_spawned_workers_count_their_skips(
     ds.close()
 
 
+@pytest.mark.parametrize("held", [False, True], ids=["fields-read", "fields-in-memory"])
 @pytest.mark.parametrize("kind", ["map", "stream"])
 def test_a_sample_whose_fields_are_damaged_is_skipped_with_its_fields(
-        kind: str, tmp_path: Path) -> None:
+        kind: str, held: bool, tmp_path: Path) -> None:
     folder, expected = pack_with_fields(tmp_path, "wds", shards=ShardOptions(max_samples=4))
     index, table = open_dataset(folder)
     assert table.fields is not None
@@ -217,13 +218,14 @@ def test_a_sample_whose_fields_are_damaged_is_skipped_with_its_fields(
     ds: PackedDataset | PackedIterableDataset
     if kind == "map":
         with pytest.raises(CorruptDatasetError, match=r"fields of sample 5 \('img005'\)"):
-            PackedDataset(folder, fields="all")[5]
-        ds = PackedDataset(folder, with_keys=True, fields="all", on_error="skip")
+            PackedDataset(folder, fields="all", fields_in_memory=held)[5]
+        ds = PackedDataset(folder, with_keys=True, fields="all", on_error="skip",
+                           fields_in_memory=held)
         samples = [ds[i] for i in range(len(ds))]
     else:
         ds = PackedIterableDataset(folder, shuffle=False, with_keys=True, fields="all",
                                    partition=PartitionOptions(rank=0, world_size=1),
-                                   on_error="skip")
+                                   on_error="skip", fields_in_memory=held)
         samples = list(ds)
     real = [s for s in samples if s["label"] >= 0]
     assert sorted(s["key"] for s in real) == sorted(k for k in expected if k != "img005")
