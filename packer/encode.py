@@ -81,6 +81,18 @@ class EncodeOptions:
             raise ValueError(f"size must be positive HxW, not {self.size}")
         if self.pixels and self.size is None:
             raise ValueError("raw pixels need a fixed size (HxW)")
+        self._check_output_pixels()
+
+    def _check_output_pixels(self) -> None:
+        """Refuse a size whose images could not be decoded again: past Pillow's
+        decompression-bomb limit (`Image.MAX_IMAGE_PIXELS`), which the readers keep too."""
+        limit = Image.MAX_IMAGE_PIXELS
+        height, width = self.size or (self.resize or 0, self.resize or 0)
+        if limit is not None and height * width > limit:
+            asked = f"size {height}x{width}" if self.size else f"resize {self.resize}"
+            raise ValueError(f"{asked} makes images of {height * width:,} pixels or more, past "
+                             f"the {int(limit):,} an image may have (Pillow's decompression-"
+                             "bomb limit); choose a smaller size")
 
     @property
     def transforms(self) -> bool:

@@ -179,6 +179,8 @@ def test_npy_pixels_match_a_plain_pillow_resize(tmp_path: Path) -> None:
     ({"codec": "gif"}, "encode"),
     ({"check": "maybe"}, "check"),
     ({"pixels": True}, "fixed size"),
+    ({"resize": 100_000, "upscale": True}, "resize 100000 makes images of 10,000,000,000"),
+    ({"size": (20_000, 5_000)}, "size 20000x5000 makes .* decompression-bomb limit"),
 ])
 def test_encode_options_are_validated(changes: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
