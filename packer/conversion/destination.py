@@ -80,13 +80,14 @@ def prepare(folder: Path, resume: bool, overwrite: bool) -> bool:
     if overwrite:
         refuse_foreign(folder)  # before anything is removed: a refusal removes nothing
         clear(folder)
-    elif complete and resume:
+        return False
+    if complete and resume:
         return True
-    elif complete:
+    if complete:
         raise DatasetExistsError(
             f"{folder}: already holds a complete dataset; pass --overwrite to replace it"
         )
-    elif unfinished and not resume:
+    if unfinished and not resume:
         raise DatasetExistsError(
             f"{folder}: holds an unfinished conversion; pass --resume to continue it or "
             "--overwrite to start over"
